@@ -1,0 +1,212 @@
+//! The `nri-wasm` command line.
+//!
+//! A runtime that launches plugins from its plugin directory runs them with no
+//! arguments at all, so the binary without a subcommand is `run`, and `run`
+//! detects launched mode from the environment the runtime sets.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::nri::transport::{self, Endpoint};
+use crate::nri::{ConnectOptions, Dispatcher, NullDispatcher, PluginIdentity, Supervisor};
+
+/// One NRI plugin that runs a chain of WebAssembly policies.
+#[derive(Debug, Parser)]
+#[command(name = "nri-wasm", version, about)]
+pub struct Cli {
+    /// Log filter (tracing syntax, e.g. `info` or `nri_wasm=debug`); `RUST_LOG` overrides.
+    #[arg(long, global = true, default_value = "info")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Connect to the runtime (or use the socket it launched us with) and serve events.
+    Run(RunArgs),
+    /// Run against the embedded runtime simulator: no real runtime needed.
+    #[cfg(feature = "demo")]
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// Configuration file (TOML).
+    #[arg(long, short = 'c', env = "NRI_WASM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The runtime's NRI socket (external mode).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Plugin name to register with.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Two-digit plugin index to register with.
+    #[arg(long)]
+    pub idx: Option<String>,
+}
+
+#[cfg(feature = "demo")]
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Pods the simulated runtime creates (one container each).
+    #[arg(long, default_value_t = 3)]
+    pub pods: usize,
+    /// NRI version the simulated runtime speaks.
+    #[arg(long, default_value = "v0.12.0")]
+    pub nri_version: String,
+}
+
+/// Builds the connection options from the file, the flags and the environment.
+pub fn connect_options(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<ConnectOptions> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(s) = &args.socket {
+        config.runtime.socket = s.clone();
+    }
+    if let Some(n) = &args.name {
+        config.plugin.name = n.clone();
+    }
+    if let Some(i) = &args.idx {
+        config.plugin.index = i.clone();
+    }
+    let launched = transport::launch_env(env)?;
+    let endpoint = match &launched {
+        Some(l) => {
+            if let Some(n) = &l.name {
+                config.plugin.name = n.clone();
+            }
+            if let Some(i) = &l.idx {
+                config.plugin.index = i.clone();
+            }
+            Endpoint::Inherited(l.fd)
+        }
+        None => Endpoint::Socket(config.runtime.socket.clone()),
+    };
+    config.validate()?;
+    let identity: PluginIdentity = config.identity()?;
+    Ok(ConnectOptions {
+        identity,
+        endpoint,
+        register_timeout: config.runtime.register_timeout(),
+        backoff_initial: config.runtime.reconnect_initial(),
+        backoff_max: config.runtime.reconnect_max(),
+    })
+}
+
+/// Cancels `stop` on SIGTERM or SIGINT.
+pub fn stop_on_signals(stop: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received, stopping"),
+            _ = int.recv() => tracing::info!("SIGINT received, stopping"),
+        }
+        stop.cancel();
+    });
+    Ok(())
+}
+
+/// `nri-wasm run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let options = connect_options(&args, |k| std::env::var(k).ok())?;
+    let stop = CancellationToken::new();
+    stop_on_signals(stop.clone())?;
+    let dispatcher: Arc<dyn Dispatcher> = Arc::new(NullDispatcher);
+    Supervisor::new(options, dispatcher, stop).run().await?;
+    Ok(())
+}
+
+/// `nri-wasm demo`: a simulated runtime in-process, the real transport
+/// against it over a real unix socket, and a report of what happened.
+#[cfg(feature = "demo")]
+pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    use std::io::Write as _;
+
+    use nri_sim::{RuntimeProfile, Simulator};
+
+    let dir = tempfile_dir()?;
+    let socket = dir.join("nri.sock");
+    let profile = RuntimeProfile::containerd("v2.3.4", &args.nri_version);
+    let sim = Simulator::listen(&socket, profile).await?;
+
+    let stop = CancellationToken::new();
+    let options = ConnectOptions {
+        identity: PluginIdentity::new("nri-wasm", "10")?,
+        endpoint: Endpoint::Socket(socket.clone()),
+        register_timeout: std::time::Duration::from_secs(5),
+        backoff_initial: std::time::Duration::from_millis(100),
+        backoff_max: std::time::Duration::from_secs(1),
+    };
+    let plugin = tokio::spawn(Supervisor::new(options, Arc::new(NullDispatcher), stop.clone()).run());
+
+    let mut out = std::io::stdout().lock();
+    let mut plugin_conn = sim.accept().await?;
+    let reg = plugin_conn.registration();
+    writeln!(out, "runtime: plugin registered as {}-{} (NRI {})", reg.plugin_idx, reg.plugin_name, reg.NRI_version)?;
+    let configured = plugin_conn.configure().await?;
+    writeln!(out, "runtime: plugin subscribed to events {:#x}", configured.events)?;
+    let workload = nri_sim::workload::Workload::generate(args.pods, 1);
+    plugin_conn.synchronize(&workload.pods, &workload.containers, 0).await?;
+    writeln!(out, "runtime: synchronized {} pods, {} containers", workload.pods.len(), workload.containers.len())?;
+    for (pod, ctr) in workload.pods.iter().zip(&workload.containers) {
+        plugin_conn.run_pod_sandbox(pod).await?;
+        let reply = plugin_conn.create_container(pod, ctr).await?;
+        let adjusted = reply.adjust.as_ref().map(|a| a.env.len() + a.mounts.len() + a.annotations.len()).unwrap_or(0);
+        writeln!(out, "runtime: CreateContainer {}/{}: {} adjustments", pod.name, ctr.name, adjusted)?;
+        plugin_conn.start_container(pod, ctr).await?;
+    }
+    writeln!(
+        out,
+        "runtime: framing checks passed ({} frames read the way the reference reader reads)",
+        plugin_conn.frames_read()
+    )?;
+    drop(out);
+    stop.cancel();
+    plugin.await??;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[cfg(feature = "demo")]
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("nri-wasm-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_environment_selects_inherited_fd_and_identity() {
+        let env = |k: &str| match k {
+            "NRI_PLUGIN_SOCKET" => Some("3".to_string()),
+            "NRI_PLUGIN_NAME" => Some("policies".to_string()),
+            "NRI_PLUGIN_IDX" => Some("07".to_string()),
+            _ => None,
+        };
+        let o = connect_options(&RunArgs::default(), env).unwrap();
+        assert_eq!(o.endpoint, Endpoint::Inherited(3));
+        assert_eq!(o.identity.to_string(), "07-policies");
+    }
+
+    #[test]
+    fn flags_override_defaults_in_external_mode() {
+        let args = RunArgs { socket: Some("/tmp/x.sock".into()), idx: Some("42".into()), ..Default::default() };
+        let o = connect_options(&args, |_| None).unwrap();
+        assert_eq!(o.endpoint, Endpoint::Socket("/tmp/x.sock".into()));
+        assert_eq!(o.identity.to_string(), "42-nri-wasm");
+        let bad = RunArgs { idx: Some("4".into()), ..Default::default() };
+        assert!(connect_options(&bad, |_| None).is_err());
+    }
+}

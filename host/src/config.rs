@@ -1,0 +1,168 @@
+//! The operator's configuration: one TOML file, every key optional.
+//!
+//! Defaults live in one place (the `Default` impls below), unknown keys are
+//! errors (a typo must not silently fall back to a default), and
+//! [`Config::validate`] checks what types cannot, before anything connects.
+//! Command-line flags override the file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::nri::registration::{IdentityError, PluginIdentity};
+use crate::nri::transport::DEFAULT_SOCKET;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub plugin: PluginConfig,
+    pub runtime: RuntimeConfig,
+}
+
+/// How we present ourselves to the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginConfig {
+    /// Plugin name (`[a-zA-Z0-9_.+-]`).
+    pub name: String,
+    /// Two-digit index: where the runtime calls us among its plugins.
+    pub index: String,
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        Self { name: "nri-wasm".into(), index: "10".into() }
+    }
+}
+
+/// How we reach the runtime (external mode).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// The runtime's NRI socket.
+    pub socket: PathBuf,
+    /// How long we wait for the runtime to answer RegisterPlugin.
+    pub register_timeout_ms: u64,
+    /// First reconnect delay after the runtime goes away.
+    pub reconnect_initial_ms: u64,
+    /// Largest reconnect delay.
+    pub reconnect_max_ms: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            register_timeout_ms: 5_000,
+            reconnect_initial_ms: 250,
+            reconnect_max_ms: 30_000,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    pub fn register_timeout(&self) -> Duration {
+        Duration::from_millis(self.register_timeout_ms)
+    }
+
+    pub fn reconnect_initial(&self) -> Duration {
+        Duration::from_millis(self.reconnect_initial_ms)
+    }
+
+    pub fn reconnect_max(&self) -> Duration {
+        Duration::from_millis(self.reconnect_max_ms)
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid [plugin] settings: {0}")]
+    Identity(#[from] IdentityError),
+    #[error("invalid [runtime] settings: {0}")]
+    Runtime(String),
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates configuration text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_path_buf(), message: e.to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what the types cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.identity()?;
+        let rt = &self.runtime;
+        if rt.socket.as_os_str().is_empty() {
+            return Err(ConfigError::Runtime("socket path is empty".into()));
+        }
+        if rt.register_timeout_ms == 0 {
+            return Err(ConfigError::Runtime("register_timeout_ms must be positive".into()));
+        }
+        if rt.reconnect_initial_ms == 0 || rt.reconnect_max_ms < rt.reconnect_initial_ms {
+            return Err(ConfigError::Runtime(format!(
+                "reconnect delays must satisfy 0 < reconnect_initial_ms ({}) <= reconnect_max_ms ({})",
+                rt.reconnect_initial_ms, rt.reconnect_max_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// The identity the plugin registers with.
+    pub fn identity(&self) -> Result<PluginIdentity, IdentityError> {
+        PluginIdentity::new(&self.plugin.name, &self.plugin.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.runtime.socket, PathBuf::from("/var/run/nri/nri.sock"));
+        assert_eq!(c.identity().unwrap().to_string(), "10-nri-wasm");
+    }
+
+    #[test]
+    fn keys_override_defaults() {
+        let c = parse("[plugin]\nname = \"policies\"\nindex = \"05\"\n[runtime]\nsocket = \"/run/x.sock\"\n").unwrap();
+        assert_eq!(c.identity().unwrap().to_string(), "05-policies");
+        assert_eq!(c.runtime.socket, PathBuf::from("/run/x.sock"));
+        assert_eq!(c.runtime.reconnect_max_ms, 30_000);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors_that_say_where() {
+        let e = parse("[plugin]\nnmae = \"x\"\n").unwrap_err().to_string();
+        assert!(e.contains("test.toml") && e.contains("nmae"), "{e}");
+        let e = parse("[plugin]\nindex = \"7\"\n").unwrap_err().to_string();
+        assert!(e.contains("two digits"), "{e}");
+        let e = parse("[runtime]\nreconnect_initial_ms = 10\nreconnect_max_ms = 5\n").unwrap_err().to_string();
+        assert!(e.contains("reconnect"), "{e}");
+        let e = parse("[runtime]\nregister_timeout_ms = 0\n").unwrap_err().to_string();
+        assert!(e.contains("register_timeout_ms"), "{e}");
+    }
+}

@@ -1,0 +1,21 @@
+//! The `nri-wasm` binary: parse the command line, set up logging, run.
+
+use clap::Parser;
+use nri_wasm::cli::{self, Cli, Command};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&cli.log))?;
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            None => cli::run(cli::RunArgs::default()).await,
+            Some(Command::Run(args)) => cli::run(args).await,
+            #[cfg(feature = "demo")]
+            Some(Command::Demo(args)) => cli::demo(args).await,
+        }
+    })
+}

@@ -1,0 +1,437 @@
+//! The Plugin service the runtime calls on conn 1.
+//!
+//! Handlers are thin: each one hands its request to the [`Dispatcher`] through
+//! [`PluginService::answer`], which applies the answer deadline and the single
+//! error mapping ([`status_of`]). The protocol work that is not a plain
+//! forward lives here too: choosing the subscription in `Configure`,
+//! collecting a split `Synchronize`, and routing the generic `StateChange`
+//! of older runtimes to the dedicated handlers.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nri_wasm_api::api as pb;
+use nri_wasm_api::services;
+use protobuf::Message;
+use tokio::sync::Notify;
+use ttrpc::r#async::TtrpcContext;
+
+use super::dispatch::{DispatchError, Dispatcher, RuntimeInfo};
+use super::version::{self, EventKind, EventMask};
+
+/// Default registration timeout when the runtime does not send one.
+pub const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default request timeout when the runtime does not send one (NRI < v0.7).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most bytes of split Synchronize chunks we hold before the last one arrives.
+pub const MAX_SYNC_BYTES: usize = 256 << 20;
+
+/// The single mapping from a dispatcher error to the status the runtime sees.
+pub fn status_of(err: &DispatchError) -> ttrpc::Status {
+    let code = match err {
+        DispatchError::Denied(_) => ttrpc::Code::PERMISSION_DENIED,
+        DispatchError::InvalidRequest(_) => ttrpc::Code::INVALID_ARGUMENT,
+        DispatchError::DeadlineExceeded(_) => ttrpc::Code::DEADLINE_EXCEEDED,
+        DispatchError::Internal(_) => ttrpc::Code::INTERNAL,
+    };
+    ttrpc::get_status(code, err.to_string())
+}
+
+fn rpc_error(err: &DispatchError) -> ttrpc::Error {
+    ttrpc::Error::RpcStatus(status_of(err))
+}
+
+/// Builds what we know about the runtime from its Configure request.
+pub fn runtime_info(req: &pb::ConfigureRequest) -> RuntimeInfo {
+    let (nri_version, nri_version_source) = version::resolve(&req.NRI_version, &req.runtime_name, &req.runtime_version);
+    let ms = |v: i64, default: Duration| if v > 0 { Duration::from_millis(v as u64) } else { default };
+    RuntimeInfo {
+        name: req.runtime_name.clone(),
+        version: req.runtime_version.clone(),
+        nri_version,
+        nri_version_source,
+        config: req.config.clone(),
+        registration_timeout: ms(req.registration_timeout, DEFAULT_REGISTRATION_TIMEOUT),
+        request_timeout: ms(req.request_timeout, DEFAULT_REQUEST_TIMEOUT),
+    }
+}
+
+/// How long we allow the dispatcher for one answer: most of the runtime's
+/// request timeout, keeping a margin for encoding and the socket.
+pub fn answer_budget(request_timeout: Duration) -> Duration {
+    let margin = (request_timeout / 10).clamp(Duration::from_millis(20), Duration::from_millis(250));
+    request_timeout.saturating_sub(margin)
+}
+
+#[derive(Debug, Default)]
+struct SyncChunks {
+    pods: Vec<pb::PodSandbox>,
+    containers: Vec<pb::Container>,
+    bytes: usize,
+    chunks: usize,
+}
+
+/// What one connection has learnt, shared between the service and the session.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    runtime: Mutex<Option<RuntimeInfo>>,
+    subscribed: Mutex<EventMask>,
+    sync: tokio::sync::Mutex<SyncChunks>,
+    synchronized: Notify,
+    shutdown: Notify,
+}
+
+impl SessionState {
+    /// The runtime as it described itself, once configured.
+    pub fn runtime(&self) -> Option<RuntimeInfo> {
+        self.runtime.lock().expect("runtime info lock").clone()
+    }
+
+    /// The event mask we answered Configure with.
+    pub fn subscribed(&self) -> EventMask {
+        *self.subscribed.lock().expect("subscription lock")
+    }
+
+    /// Resolves once the last Synchronize chunk has been answered.
+    pub async fn synchronized(&self) {
+        self.synchronized.notified().await
+    }
+
+    /// Resolves when the runtime called Shutdown.
+    pub async fn shutdown_requested(&self) {
+        self.shutdown.notified().await
+    }
+
+    fn budget(&self) -> Duration {
+        let timeout = self.runtime().map_or(DEFAULT_REQUEST_TIMEOUT, |r| r.request_timeout);
+        answer_budget(timeout)
+    }
+}
+
+/// The Plugin service of one connection.
+#[derive(Clone)]
+pub struct PluginService {
+    dispatcher: Arc<dyn Dispatcher>,
+    state: Arc<SessionState>,
+}
+
+impl std::fmt::Debug for PluginService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginService").field("state", &self.state).finish_non_exhaustive()
+    }
+}
+
+impl PluginService {
+    pub fn new(dispatcher: Arc<dyn Dispatcher>, state: Arc<SessionState>) -> Self {
+        Self { dispatcher, state }
+    }
+
+    /// The ttrpc service table to register with a server.
+    pub fn into_services(self) -> std::collections::HashMap<String, ttrpc::r#async::Service> {
+        services::create_plugin(Arc::new(self))
+    }
+
+    /// Runs one dispatcher call within the answer budget and maps its error.
+    async fn answer<T>(
+        &self,
+        event: &'static str,
+        call: impl Future<Output = Result<T, DispatchError>>,
+    ) -> ttrpc::Result<T> {
+        let budget = self.state.budget();
+        let result = match tokio::time::timeout(budget, call).await {
+            Ok(r) => r,
+            Err(_) => Err(DispatchError::DeadlineExceeded(budget)),
+        };
+        result.map_err(|e| {
+            tracing::warn!(event, error = %e, "event failed");
+            rpc_error(&e)
+        })
+    }
+
+    /// Delivers an event that arrived through the generic StateChange RPC.
+    pub async fn state_change_event(&self, ev: pb::StateChangeEvent) -> Result<(), DispatchError> {
+        let number = ev.event.value();
+        let kind = EventKind::from_number(number)
+            .ok_or_else(|| DispatchError::InvalidRequest(format!("StateChange for unknown event {number}")))?;
+        let pod = ev.pod;
+        let container = ev.container;
+        let d = &self.dispatcher;
+        match kind {
+            EventKind::RunPodSandbox => d.run_pod_sandbox(pb::RunPodSandboxRequest { pod, ..Default::default() }).await,
+            EventKind::StopPodSandbox => {
+                d.stop_pod_sandbox(pb::StopPodSandboxRequest { pod, ..Default::default() }).await
+            }
+            EventKind::RemovePodSandbox => {
+                d.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod, ..Default::default() }).await
+            }
+            EventKind::PostUpdatePodSandbox => {
+                d.post_update_pod_sandbox(pb::PostUpdatePodSandboxRequest { pod, ..Default::default() }).await
+            }
+            EventKind::UpdatePodSandbox => {
+                d.update_pod_sandbox(pb::UpdatePodSandboxRequest { pod, ..Default::default() }).await
+            }
+            EventKind::PostCreateContainer => {
+                d.post_create_container(pb::PostCreateContainerRequest { pod, container, ..Default::default() }).await
+            }
+            EventKind::StartContainer => {
+                d.start_container(pb::StartContainerRequest { pod, container, ..Default::default() }).await
+            }
+            EventKind::PostStartContainer => {
+                d.post_start_container(pb::PostStartContainerRequest { pod, container, ..Default::default() }).await
+            }
+            EventKind::PostUpdateContainer => {
+                d.post_update_container(pb::PostUpdateContainerRequest { pod, container, ..Default::default() }).await
+            }
+            EventKind::RemoveContainer => {
+                d.remove_container(pb::RemoveContainerRequest { pod, container, ..Default::default() }).await
+            }
+            // These carry an answer (adjustments, updates, a verdict) that a
+            // StateChange reply has no room for: dropping it silently would
+            // turn a policy's decision into a no-op.
+            EventKind::CreateContainer
+            | EventKind::UpdateContainer
+            | EventKind::StopContainer
+            | EventKind::ValidateContainerAdjustment => Err(DispatchError::InvalidRequest(format!(
+                "{kind} cannot be delivered through StateChange: its reply would be lost"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl services::Plugin for PluginService {
+    async fn configure(&self, _ctx: &TtrpcContext, req: pb::ConfigureRequest) -> ttrpc::Result<pb::ConfigureResponse> {
+        let info = runtime_info(&req);
+        let mask = version::subscription(self.dispatcher.events(), info.nri_version);
+        self.answer("Configure", self.dispatcher.configure(&info)).await?;
+        tracing::info!(
+            runtime = %info.name,
+            runtime_version = %info.version,
+            nri_version = %info.nri_version,
+            nri_version_source = %info.nri_version_source,
+            request_timeout_ms = info.request_timeout.as_millis() as u64,
+            events = %mask,
+            "configured by runtime"
+        );
+        *self.state.runtime.lock().expect("runtime info lock") = Some(info);
+        *self.state.subscribed.lock().expect("subscription lock") = mask;
+        Ok(pb::ConfigureResponse { events: mask.bits() as i32, ..Default::default() })
+    }
+
+    async fn synchronize(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::SynchronizeRequest,
+    ) -> ttrpc::Result<pb::SynchronizeResponse> {
+        let mut chunks = self.state.sync.lock().await;
+        chunks.bytes += req.compute_size() as usize;
+        chunks.chunks += 1;
+        if chunks.bytes > MAX_SYNC_BYTES {
+            let e = DispatchError::InvalidRequest(format!(
+                "split Synchronize exceeds {MAX_SYNC_BYTES} bytes after {} chunks",
+                chunks.chunks
+            ));
+            *chunks = SyncChunks::default();
+            return Err(rpc_error(&e));
+        }
+        chunks.pods.extend(req.pods);
+        chunks.containers.extend(req.containers);
+        if req.more {
+            return Ok(pb::SynchronizeResponse { more: true, ..Default::default() });
+        }
+        let SyncChunks { pods, containers, chunks: n, .. } = std::mem::take(&mut *chunks);
+        drop(chunks);
+        let (np, nc) = (pods.len(), containers.len());
+        let update = self.answer("Synchronize", self.dispatcher.synchronize(pods, containers)).await?;
+        tracing::info!(pods = np, containers = nc, chunks = n, updates = update.len(), "synchronized with runtime");
+        self.state.synchronized.notify_waiters();
+        Ok(pb::SynchronizeResponse { update, more: false, ..Default::default() })
+    }
+
+    async fn shutdown(&self, _ctx: &TtrpcContext, _req: pb::Empty) -> ttrpc::Result<pb::Empty> {
+        tracing::info!("runtime asked the plugin to shut down");
+        self.state.shutdown.notify_one();
+        Ok(pb::Empty::default())
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::RunPodSandboxRequest,
+    ) -> ttrpc::Result<pb::RunPodSandboxResponse> {
+        self.answer("RunPodSandbox", self.dispatcher.run_pod_sandbox(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn update_pod_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::UpdatePodSandboxRequest,
+    ) -> ttrpc::Result<pb::UpdatePodSandboxResponse> {
+        self.answer("UpdatePodSandbox", self.dispatcher.update_pod_sandbox(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn post_update_pod_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::PostUpdatePodSandboxRequest,
+    ) -> ttrpc::Result<pb::PostUpdatePodSandboxResponse> {
+        self.answer("PostUpdatePodSandbox", self.dispatcher.post_update_pod_sandbox(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::StopPodSandboxRequest,
+    ) -> ttrpc::Result<pb::StopPodSandboxResponse> {
+        self.answer("StopPodSandbox", self.dispatcher.stop_pod_sandbox(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::RemovePodSandboxRequest,
+    ) -> ttrpc::Result<pb::RemovePodSandboxResponse> {
+        self.answer("RemovePodSandbox", self.dispatcher.remove_pod_sandbox(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn create_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::CreateContainerRequest,
+    ) -> ttrpc::Result<pb::CreateContainerResponse> {
+        self.answer("CreateContainer", self.dispatcher.create_container(req)).await
+    }
+
+    async fn post_create_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::PostCreateContainerRequest,
+    ) -> ttrpc::Result<pb::PostCreateContainerResponse> {
+        self.answer("PostCreateContainer", self.dispatcher.post_create_container(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn start_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::StartContainerRequest,
+    ) -> ttrpc::Result<pb::StartContainerResponse> {
+        self.answer("StartContainer", self.dispatcher.start_container(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn post_start_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::PostStartContainerRequest,
+    ) -> ttrpc::Result<pb::PostStartContainerResponse> {
+        self.answer("PostStartContainer", self.dispatcher.post_start_container(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn update_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::UpdateContainerRequest,
+    ) -> ttrpc::Result<pb::UpdateContainerResponse> {
+        self.answer("UpdateContainer", self.dispatcher.update_container(req)).await
+    }
+
+    async fn post_update_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::PostUpdateContainerRequest,
+    ) -> ttrpc::Result<pb::PostUpdateContainerResponse> {
+        self.answer("PostUpdateContainer", self.dispatcher.post_update_container(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn stop_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::StopContainerRequest,
+    ) -> ttrpc::Result<pb::StopContainerResponse> {
+        self.answer("StopContainer", self.dispatcher.stop_container(req)).await
+    }
+
+    async fn remove_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::RemoveContainerRequest,
+    ) -> ttrpc::Result<pb::RemoveContainerResponse> {
+        self.answer("RemoveContainer", self.dispatcher.remove_container(req)).await?;
+        Ok(Default::default())
+    }
+
+    async fn state_change(&self, _ctx: &TtrpcContext, req: pb::StateChangeEvent) -> ttrpc::Result<pb::Empty> {
+        self.answer("StateChange", self.state_change_event(req)).await?;
+        Ok(pb::Empty::default())
+    }
+
+    async fn validate_container_adjustment(
+        &self,
+        _ctx: &TtrpcContext,
+        req: pb::ValidateContainerAdjustmentRequest,
+    ) -> ttrpc::Result<pb::ValidateContainerAdjustmentResponse> {
+        self.answer("ValidateContainerAdjustment", self.dispatcher.validate_container_adjustment(req)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dispatch_error_maps_to_a_distinct_code_and_keeps_the_message() {
+        let cases = [
+            (DispatchError::Denied("no privileged pods".into()), ttrpc::Code::PERMISSION_DENIED),
+            (DispatchError::InvalidRequest("bad".into()), ttrpc::Code::INVALID_ARGUMENT),
+            (DispatchError::DeadlineExceeded(Duration::from_millis(5)), ttrpc::Code::DEADLINE_EXCEEDED),
+            (DispatchError::Internal("boom".into()), ttrpc::Code::INTERNAL),
+        ];
+        for (err, code) in cases {
+            let status = status_of(&err);
+            assert_eq!(status.code(), code, "{err}");
+            assert_eq!(status.message(), err.to_string());
+        }
+    }
+
+    #[test]
+    fn runtime_info_applies_defaults_and_units() {
+        let req = pb::ConfigureRequest {
+            runtime_name: "containerd".into(),
+            runtime_version: "v2.2.0".into(),
+            request_timeout: 1500,
+            ..Default::default()
+        };
+        let info = runtime_info(&req);
+        assert_eq!(info.request_timeout, Duration::from_millis(1500));
+        assert_eq!(info.registration_timeout, DEFAULT_REGISTRATION_TIMEOUT);
+        assert_eq!(info.nri_version, version::NriVersion::new(0, 10, 0));
+    }
+
+    #[test]
+    fn answer_budget_keeps_a_margin() {
+        assert_eq!(answer_budget(Duration::from_secs(2)), Duration::from_millis(1800));
+        assert_eq!(answer_budget(Duration::from_millis(100)), Duration::from_millis(80));
+        assert_eq!(answer_budget(Duration::from_secs(10)), Duration::from_millis(9750));
+    }
+
+    #[tokio::test]
+    async fn state_change_refuses_events_whose_reply_it_cannot_carry() {
+        let svc = PluginService::new(Arc::new(super::super::dispatch::NullDispatcher), Arc::default());
+        for ev in [pb::Event::CREATE_CONTAINER, pb::Event::UPDATE_CONTAINER, pb::Event::STOP_CONTAINER] {
+            let req = pb::StateChangeEvent { event: ev.into(), ..Default::default() };
+            assert!(matches!(svc.state_change_event(req).await, Err(DispatchError::InvalidRequest(_))));
+        }
+        let req = pb::StateChangeEvent { event: pb::Event::POST_START_CONTAINER.into(), ..Default::default() };
+        svc.state_change_event(req).await.unwrap();
+    }
+}

@@ -1,0 +1,195 @@
+//! One connection to the runtime, from the first frame to the last.
+//!
+//! Order matters: conn 1 is served *before* RegisterPlugin goes out on conn 2,
+//! because a runtime may call Configure before it answers the registration.
+//! The session ends when the socket ends, when the runtime calls Shutdown, or
+//! when we are told to stop; in every case both ttrpc sides are torn down and
+//! the dispatcher is told, so the next session starts clean.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use nri_wasm_api::api as pb;
+use nri_wasm_api::services::RuntimeClient;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use ttrpc::r#async::transport::{Listener, Socket};
+
+use super::dispatch::Dispatcher;
+use super::mux::{self, MuxEnd};
+use super::registration::{self, PluginIdentity, RegistrationError};
+use super::service::{PluginService, SessionState};
+
+/// Default time we give the runtime to answer RegisterPlugin.
+pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the plugin stands with the runtime (observable for logs and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Status {
+    pub phase: Phase,
+    /// Successful registrations since start (1 + reconnects).
+    pub registrations: u64,
+}
+
+/// The phase of the connection to the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// Not connected (yet, or any more).
+    #[default]
+    Disconnected,
+    /// Socket open, registration under way.
+    Registering,
+    /// Registered and serving events.
+    Registered,
+    /// Stopped for good.
+    Stopped,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone)]
+pub enum SessionEnd {
+    /// We were asked to stop (signal).
+    Stopped,
+    /// The runtime called Shutdown.
+    ShutdownRequested,
+    /// The socket ended or failed.
+    Lost { registered: bool, why: MuxEnd },
+    /// The runtime did not accept the registration.
+    NotRegistered(RegistrationError),
+    /// The Plugin service could not be started on conn 1.
+    ServeFailed(String),
+}
+
+impl std::fmt::Display for SessionEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stopped => f.write_str("stopped"),
+            Self::ShutdownRequested => f.write_str("runtime requested shutdown"),
+            Self::Lost { why, .. } => write!(f, "connection {why}"),
+            Self::NotRegistered(e) => write!(f, "{e}"),
+            Self::ServeFailed(e) => write!(f, "cannot serve the Plugin service: {e}"),
+        }
+    }
+}
+
+/// Failing to reach the runtime service.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LinkError {
+    #[error("not connected to the runtime")]
+    NotConnected,
+    #[error("UpdateContainers failed: {0}")]
+    Rpc(String),
+}
+
+/// A handle for calling the runtime outside of an event (`UpdateContainers`),
+/// valid across reconnects: it always uses the current connection.
+#[derive(Clone, Default)]
+pub struct RuntimeLink {
+    client: Arc<RwLock<Option<RuntimeClient>>>,
+}
+
+impl std::fmt::Debug for RuntimeLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeLink").field("connected", &self.is_connected()).finish()
+    }
+}
+
+impl RuntimeLink {
+    fn set(&self, client: Option<RuntimeClient>) {
+        *self.client.write().expect("runtime link lock") = client;
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.client.read().expect("runtime link lock").is_some()
+    }
+
+    /// Asks the runtime to update (and evict) containers; returns the updates
+    /// the runtime reports as failed.
+    pub async fn update_containers(
+        &self,
+        update: Vec<pb::ContainerUpdate>,
+        evict: Vec<pb::ContainerEviction>,
+        timeout: Duration,
+    ) -> Result<Vec<pb::ContainerUpdate>, LinkError> {
+        let client = self.client.read().expect("runtime link lock").clone().ok_or(LinkError::NotConnected)?;
+        let req = pb::UpdateContainersRequest { update, evict, ..Default::default() };
+        let ctx = ttrpc::context::with_timeout(timeout.as_nanos() as i64);
+        client.update_containers(ctx, &req).await.map(|r| r.failed).map_err(|e| LinkError::Rpc(e.to_string()))
+    }
+}
+
+/// Everything a session needs besides the socket.
+#[derive(Clone)]
+pub struct SessionContext {
+    pub identity: PluginIdentity,
+    pub dispatcher: Arc<dyn Dispatcher>,
+    pub link: RuntimeLink,
+    pub status: watch::Sender<Status>,
+    pub register_timeout: Duration,
+    pub stop: CancellationToken,
+}
+
+impl std::fmt::Debug for SessionContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionContext").field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+/// Runs one connection until it ends.
+pub async fn run_session<S>(socket: S, cx: &SessionContext) -> SessionEnd
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let conns = mux::multiplex(socket);
+    let handle = conns.handle.clone();
+    let state = Arc::new(SessionState::default());
+    cx.status.send_modify(|s| s.phase = Phase::Registering);
+
+    // Serve conn 1 first.
+    let plugin_conn = futures::stream::once(async move { Ok(conns.plugin) }).chain(futures::stream::pending());
+    let mut server = ttrpc::r#async::Server::new()
+        .add_listener(Listener::new(plugin_conn))
+        .register_service(PluginService::new(cx.dispatcher.clone(), state.clone()).into_services());
+    if let Err(e) = server.start().await {
+        handle.close();
+        return SessionEnd::ServeFailed(e.to_string());
+    }
+
+    let client = RuntimeClient::new(ttrpc::r#async::Client::new(Socket::new(conns.runtime)));
+    let registered = tokio::select! {
+        r = registration::register(&client, &cx.identity, cx.register_timeout) => r,
+        why = handle.ended() => Err(RegistrationError { plugin: cx.identity.to_string(), reason: format!("connection {why}") }),
+        _ = cx.stop.cancelled() => {
+            finish(&mut server, &handle, cx).await;
+            return SessionEnd::Stopped;
+        }
+    };
+    if let Err(e) = registered {
+        finish(&mut server, &handle, cx).await;
+        return SessionEnd::NotRegistered(e);
+    }
+    cx.link.set(Some(client));
+    cx.status.send_modify(|s| {
+        s.phase = Phase::Registered;
+        s.registrations += 1;
+    });
+    tracing::info!(plugin = %cx.identity, "registered with the runtime");
+
+    let end = tokio::select! {
+        why = handle.ended() => SessionEnd::Lost { registered: true, why },
+        _ = state.shutdown_requested() => SessionEnd::ShutdownRequested,
+        _ = cx.stop.cancelled() => SessionEnd::Stopped,
+    };
+    finish(&mut server, &handle, cx).await;
+    end
+}
+
+async fn finish(server: &mut ttrpc::r#async::Server, handle: &mux::MuxHandle, cx: &SessionContext) {
+    cx.link.set(None);
+    handle.close();
+    let _ = tokio::time::timeout(Duration::from_secs(1), server.shutdown()).await;
+    cx.dispatcher.disconnected().await;
+    cx.status.send_modify(|s| s.phase = Phase::Disconnected);
+}

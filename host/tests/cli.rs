@@ -1,0 +1,25 @@
+//! The binary's own commands, run as a user would.
+
+use std::process::Command;
+
+#[test]
+fn demo_runs_without_a_runtime() {
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm")).args(["demo", "--pods", "2"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("plugin registered as 10-nri-wasm"), "{stdout}");
+    assert!(stdout.contains("synchronized 2 pods, 2 containers"), "{stdout}");
+    assert_eq!(stdout.matches("CreateContainer").count(), 2, "{stdout}");
+}
+
+#[test]
+fn bad_config_names_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[runtime]\nsokcet = \"/x\"\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm")).arg("run").arg("--config").arg(&path).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("bad.toml") && stderr.contains("sokcet"), "{stderr}");
+}

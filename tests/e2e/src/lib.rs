@@ -1,0 +1,241 @@
+//! Shared harness of the end-to-end tests: a host plugin connected to the
+//! runtime simulator over a real unix socket, and a dispatcher that records
+//! what it receives and answers what the test tells it to.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nri_sim::{PluginConn, RuntimeProfile, Simulator};
+use nri_wasm::nri::{
+    ConnectOptions, DispatchError, Dispatcher, Endpoint, EventMask, PluginHandles, PluginIdentity, RuntimeInfo,
+    Supervisor,
+};
+use nri_wasm_api::api as pb;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// One recorded dispatcher call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seen {
+    Configure(String),
+    Synchronize { pods: Vec<pb::PodSandbox>, containers: Vec<pb::Container> },
+    RunPodSandbox(pb::RunPodSandboxRequest),
+    UpdatePodSandbox(pb::UpdatePodSandboxRequest),
+    PostUpdatePodSandbox(pb::PostUpdatePodSandboxRequest),
+    StopPodSandbox(pb::StopPodSandboxRequest),
+    RemovePodSandbox(pb::RemovePodSandboxRequest),
+    CreateContainer(pb::CreateContainerRequest),
+    PostCreateContainer(pb::PostCreateContainerRequest),
+    StartContainer(pb::StartContainerRequest),
+    PostStartContainer(pb::PostStartContainerRequest),
+    UpdateContainer(pb::UpdateContainerRequest),
+    PostUpdateContainer(pb::PostUpdateContainerRequest),
+    StopContainer(pb::StopContainerRequest),
+    RemoveContainer(pb::RemoveContainerRequest),
+    Validate(pb::ValidateContainerAdjustmentRequest),
+    Disconnected,
+}
+
+/// What the recording dispatcher answers.
+#[derive(Debug, Clone, Default)]
+pub struct Replies {
+    pub events: Option<EventMask>,
+    pub sync: Vec<pb::ContainerUpdate>,
+    pub create: pb::CreateContainerResponse,
+    pub update: pb::UpdateContainerResponse,
+    pub stop: pb::StopContainerResponse,
+    pub validate: pb::ValidateContainerAdjustmentResponse,
+    /// Fail every event with this error.
+    pub fail: Option<DispatchError>,
+    /// Take this long before answering any event.
+    pub delay: Option<Duration>,
+}
+
+/// A dispatcher that records every call.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    pub seen: Mutex<Vec<Seen>>,
+    pub replies: Mutex<Replies>,
+}
+
+impl Recorder {
+    pub fn new(replies: Replies) -> Arc<Self> {
+        Arc::new(Self { seen: Mutex::default(), replies: Mutex::new(replies) })
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub fn last(&self) -> Option<Seen> {
+        self.seen.lock().unwrap().iter().rev().find(|s| !matches!(s, Seen::Disconnected)).cloned()
+    }
+
+    pub fn clear(&self) {
+        self.seen.lock().unwrap().clear();
+    }
+
+    async fn record(&self, s: Seen) -> Result<Replies, DispatchError> {
+        self.seen.lock().unwrap().push(s);
+        let replies = self.replies.lock().unwrap().clone();
+        if let Some(d) = replies.delay {
+            tokio::time::sleep(d).await;
+        }
+        match &replies.fail {
+            Some(e) => Err(e.clone()),
+            None => Ok(replies),
+        }
+    }
+}
+
+#[async_trait]
+impl Dispatcher for Recorder {
+    fn events(&self) -> EventMask {
+        self.replies.lock().unwrap().events.unwrap_or_else(EventMask::all)
+    }
+
+    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
+        self.seen.lock().unwrap().push(Seen::Configure(runtime.config.clone()));
+        Ok(())
+    }
+
+    async fn synchronize(
+        &self,
+        pods: Vec<pb::PodSandbox>,
+        containers: Vec<pb::Container>,
+    ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
+        Ok(self.record(Seen::Synchronize { pods, containers }).await?.sync)
+    }
+
+    async fn run_pod_sandbox(&self, req: pb::RunPodSandboxRequest) -> Result<(), DispatchError> {
+        self.record(Seen::RunPodSandbox(req)).await.map(drop)
+    }
+
+    async fn update_pod_sandbox(&self, req: pb::UpdatePodSandboxRequest) -> Result<(), DispatchError> {
+        self.record(Seen::UpdatePodSandbox(req)).await.map(drop)
+    }
+
+    async fn post_update_pod_sandbox(&self, req: pb::PostUpdatePodSandboxRequest) -> Result<(), DispatchError> {
+        self.record(Seen::PostUpdatePodSandbox(req)).await.map(drop)
+    }
+
+    async fn stop_pod_sandbox(&self, req: pb::StopPodSandboxRequest) -> Result<(), DispatchError> {
+        self.record(Seen::StopPodSandbox(req)).await.map(drop)
+    }
+
+    async fn remove_pod_sandbox(&self, req: pb::RemovePodSandboxRequest) -> Result<(), DispatchError> {
+        self.record(Seen::RemovePodSandbox(req)).await.map(drop)
+    }
+
+    async fn create_container(
+        &self,
+        req: pb::CreateContainerRequest,
+    ) -> Result<pb::CreateContainerResponse, DispatchError> {
+        Ok(self.record(Seen::CreateContainer(req)).await?.create)
+    }
+
+    async fn post_create_container(&self, req: pb::PostCreateContainerRequest) -> Result<(), DispatchError> {
+        self.record(Seen::PostCreateContainer(req)).await.map(drop)
+    }
+
+    async fn start_container(&self, req: pb::StartContainerRequest) -> Result<(), DispatchError> {
+        self.record(Seen::StartContainer(req)).await.map(drop)
+    }
+
+    async fn post_start_container(&self, req: pb::PostStartContainerRequest) -> Result<(), DispatchError> {
+        self.record(Seen::PostStartContainer(req)).await.map(drop)
+    }
+
+    async fn update_container(
+        &self,
+        req: pb::UpdateContainerRequest,
+    ) -> Result<pb::UpdateContainerResponse, DispatchError> {
+        Ok(self.record(Seen::UpdateContainer(req)).await?.update)
+    }
+
+    async fn post_update_container(&self, req: pb::PostUpdateContainerRequest) -> Result<(), DispatchError> {
+        self.record(Seen::PostUpdateContainer(req)).await.map(drop)
+    }
+
+    async fn stop_container(&self, req: pb::StopContainerRequest) -> Result<pb::StopContainerResponse, DispatchError> {
+        Ok(self.record(Seen::StopContainer(req)).await?.stop)
+    }
+
+    async fn remove_container(&self, req: pb::RemoveContainerRequest) -> Result<(), DispatchError> {
+        self.record(Seen::RemoveContainer(req)).await.map(drop)
+    }
+
+    async fn validate_container_adjustment(
+        &self,
+        req: pb::ValidateContainerAdjustmentRequest,
+    ) -> Result<pb::ValidateContainerAdjustmentResponse, DispatchError> {
+        Ok(self.record(Seen::Validate(req)).await?.validate)
+    }
+
+    async fn disconnected(&self) {
+        self.seen.lock().unwrap().push(Seen::Disconnected);
+    }
+}
+
+/// A running host plugin in external mode against a simulator.
+#[derive(Debug)]
+pub struct Harness {
+    pub sim: Simulator,
+    pub stop: CancellationToken,
+    pub handles: PluginHandles,
+    pub task: JoinHandle<Result<(), nri_wasm::nri::SupervisorError>>,
+    _dir: tempfile::TempDir,
+    pub socket: PathBuf,
+}
+
+impl Harness {
+    /// Starts a simulator with `profile` and the host (external mode) with `dispatcher`.
+    pub async fn start(profile: RuntimeProfile, dispatcher: Arc<dyn Dispatcher>) -> Self {
+        init_logging();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("nri.sock");
+        let sim = Simulator::listen(&socket, profile).await.expect("listen");
+        let stop = CancellationToken::new();
+        let supervisor = Supervisor::new(options(Endpoint::Socket(socket.clone())), dispatcher, stop.clone());
+        let handles = supervisor.handles();
+        let task = tokio::spawn(supervisor.run());
+        Self { sim, stop, handles, task, _dir: dir, socket }
+    }
+
+    /// Accepts the plugin and configures it (the runtime's first two steps).
+    pub async fn connect(&self) -> PluginConn {
+        let mut conn = tokio::time::timeout(Duration::from_secs(10), self.sim.accept())
+            .await
+            .expect("plugin connects within 10 s")
+            .expect("plugin registers");
+        conn.configure().await.expect("configure");
+        conn
+    }
+
+    /// Stops the host and waits for it.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let r = tokio::time::timeout(Duration::from_secs(5), self.task).await.expect("host stops within 5 s");
+        r.expect("host task").expect("host stops cleanly");
+    }
+}
+
+/// Connection options used by the tests: fast reconnects.
+pub fn options(endpoint: Endpoint) -> ConnectOptions {
+    ConnectOptions {
+        identity: PluginIdentity::new("nri-wasm", "10").unwrap(),
+        endpoint,
+        register_timeout: Duration::from_secs(5),
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+    }
+}
+
+/// Logs to the test output when `RUST_LOG` is set.
+pub fn init_logging() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    }
+}

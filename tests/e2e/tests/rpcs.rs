@@ -1,0 +1,194 @@
+//! Every Plugin RPC through the simulator: the host receives each request with
+//! every field intact, and the runtime receives exactly what the dispatcher
+//! returned.
+
+use std::time::Duration;
+
+use nri_sim::populate::{populated, unset_fields};
+use nri_sim::{RuntimeProfile, SimError};
+use nri_wasm::nri::DispatchError;
+use nri_wasm_api::api as pb;
+use nri_wasm_e2e::{Harness, Recorder, Replies, Seen};
+use protobuf::MessageField;
+
+fn full_replies() -> Replies {
+    let create: pb::CreateContainerResponse = populated(11);
+    let update: pb::UpdateContainerResponse = populated(12);
+    let stop: pb::StopContainerResponse = populated(13);
+    let validate: pb::ValidateContainerAdjustmentResponse = populated(14);
+    for m in [&create as &dyn protobuf::MessageDyn, &update, &stop, &validate] {
+        assert!(unset_fields(m).is_empty(), "{:?}", unset_fields(m));
+    }
+    Replies {
+        sync: populated::<pb::SynchronizeResponse>(15).update,
+        create,
+        update,
+        stop,
+        validate,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_round_trips_fully_populated_messages() {
+    let recorder = Recorder::new(full_replies());
+    let h = Harness::start(RuntimeProfile::v0_12(), recorder.clone()).await;
+    let conn = h.connect().await;
+    let replies = recorder.replies.lock().unwrap().clone();
+
+    let sync: pb::SynchronizeRequest = populated(1);
+    let updates = conn.synchronize(&sync.pods, &sync.containers, 0).await.unwrap();
+    assert_eq!(updates, replies.sync);
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::Synchronize { pods: sync.pods.clone(), containers: sync.containers.clone() })
+    );
+
+    let req: pb::CreateContainerRequest = populated(2);
+    assert!(unset_fields(&req).is_empty());
+    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    assert_eq!(conn.create_container(&pod, &ctr).await.unwrap(), replies.create);
+    assert_eq!(recorder.last(), Some(Seen::CreateContainer(req.clone())));
+
+    let upd: pb::UpdateContainerRequest = populated(3);
+    assert_eq!(conn.update_container(&upd).await.unwrap(), replies.update);
+    assert_eq!(recorder.last(), Some(Seen::UpdateContainer(upd)));
+
+    assert_eq!(conn.stop_container(&pod, &ctr).await.unwrap(), replies.stop);
+    let want = pb::StopContainerRequest {
+        pod: MessageField::some(pod.clone()),
+        container: MessageField::some(ctr.clone()),
+        ..Default::default()
+    };
+    assert_eq!(recorder.last(), Some(Seen::StopContainer(want)));
+
+    let val: pb::ValidateContainerAdjustmentRequest = populated(4);
+    assert!(unset_fields(&val).is_empty());
+    assert_eq!(conn.validate_container_adjustment(&val).await.unwrap(), replies.validate);
+    assert_eq!(recorder.last(), Some(Seen::Validate(val)));
+
+    let ups: pb::UpdatePodSandboxRequest = populated(5);
+    conn.update_pod_sandbox(&ups).await.unwrap();
+    assert_eq!(recorder.last(), Some(Seen::UpdatePodSandbox(ups)));
+
+    let p = || MessageField::some(pod.clone());
+    let c = || MessageField::some(ctr.clone());
+    conn.run_pod_sandbox(&pod).await.unwrap();
+    assert_eq!(recorder.last(), Some(Seen::RunPodSandbox(pb::RunPodSandboxRequest { pod: p(), ..Default::default() })));
+    conn.post_update_pod_sandbox(&pod).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::PostUpdatePodSandbox(pb::PostUpdatePodSandboxRequest { pod: p(), ..Default::default() }))
+    );
+    conn.stop_pod_sandbox(&pod).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::StopPodSandbox(pb::StopPodSandboxRequest { pod: p(), ..Default::default() }))
+    );
+    conn.remove_pod_sandbox(&pod).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::RemovePodSandbox(pb::RemovePodSandboxRequest { pod: p(), ..Default::default() }))
+    );
+    conn.post_create_container(&pod, &ctr).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::PostCreateContainer(pb::PostCreateContainerRequest {
+            pod: p(),
+            container: c(),
+            ..Default::default()
+        }))
+    );
+    conn.start_container(&pod, &ctr).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::StartContainer(pb::StartContainerRequest { pod: p(), container: c(), ..Default::default() }))
+    );
+    conn.post_start_container(&pod, &ctr).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::PostStartContainer(pb::PostStartContainerRequest {
+            pod: p(),
+            container: c(),
+            ..Default::default()
+        }))
+    );
+    conn.post_update_container(&pod, &ctr).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::PostUpdateContainer(pb::PostUpdateContainerRequest {
+            pod: p(),
+            container: c(),
+            ..Default::default()
+        }))
+    );
+    conn.remove_container(&pod, &ctr).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::RemoveContainer(pb::RemoveContainerRequest { pod: p(), container: c(), ..Default::default() }))
+    );
+
+    // Dedicated RPCs were used throughout: no StateChange fallback.
+    assert_eq!(conn.fallbacks(), 0);
+    assert!(conn.stats().violations().is_empty());
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_containerd_requests_arrive_intact() {
+    let recorder = Recorder::new(Replies::default());
+    let h = Harness::start(RuntimeProfile::v0_12(), recorder.clone()).await;
+    let conn = h.connect().await;
+
+    let sync: pb::SynchronizeRequest = nri_sim::fixtures::load("Synchronize").expect("Synchronize fixture");
+    conn.synchronize(&sync.pods, &sync.containers, 0).await.unwrap();
+    assert_eq!(
+        recorder.last(),
+        Some(Seen::Synchronize { pods: sync.pods.clone(), containers: sync.containers.clone() })
+    );
+
+    let run: pb::RunPodSandboxRequest = nri_sim::fixtures::load("RunPodSandbox").expect("RunPodSandbox fixture");
+    conn.run_pod_sandbox(&run.pod).await.unwrap();
+    assert_eq!(recorder.last(), Some(Seen::RunPodSandbox(run)));
+
+    let create: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+    assert_eq!(create.container.env[0], "PATH=/:/bin", "fixture decoded with proto field names");
+    conn.create_container(&create.pod, &create.container).await.unwrap();
+    assert_eq!(recorder.last(), Some(Seen::CreateContainer(create)));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_error_fails_the_event_and_keeps_the_plugin() {
+    let recorder = Recorder::new(Replies {
+        fail: Some(DispatchError::Denied("privileged containers are not allowed".into())),
+        ..Default::default()
+    });
+    let h = Harness::start(RuntimeProfile::v0_12(), recorder.clone()).await;
+    let conn = h.connect().await;
+    let w = nri_sim::workload::Workload::generate(1, 1);
+    let err = conn.create_container(&w.pods[0], &w.containers[0]).await.unwrap_err();
+    let status = err.status().expect("event failed with a status");
+    assert_eq!(status.code(), ttrpc::Code::PERMISSION_DENIED);
+    assert!(status.message().contains("privileged containers are not allowed"), "{status:?}");
+    // Still connected: the next event is delivered.
+    recorder.replies.lock().unwrap().fail = None;
+    conn.create_container(&w.pods[0], &w.containers[0]).await.unwrap();
+    assert!(!conn.is_closed());
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_dispatcher_is_answered_for_inside_the_request_timeout() {
+    let recorder = Recorder::new(Replies { delay: Some(Duration::from_secs(5)), ..Default::default() });
+    let profile = RuntimeProfile::v0_12().with_request_timeout(Duration::from_millis(400));
+    let h = Harness::start(profile, recorder.clone()).await;
+    let conn = h.connect().await;
+    let w = nri_sim::workload::Workload::generate(1, 1);
+    let started = std::time::Instant::now();
+    let err = conn.create_container(&w.pods[0], &w.containers[0]).await.unwrap_err();
+    assert!(matches!(err, SimError::Failed { .. }), "the runtime got an answer, not a timeout: {err}");
+    assert!(started.elapsed() < Duration::from_millis(400), "answered in {:?}", started.elapsed());
+    assert!(!conn.is_closed(), "plugin must not be dropped");
+    h.shutdown().await;
+}

@@ -1,0 +1,54 @@
+//! The requests captured from a real containerd, as generated messages.
+//!
+//! The fixtures live in the project's shared directory beside the repository
+//! (`../shared/fixtures/containerd-2.3.4/`), as protobuf JSON with the proto
+//! field names. `NRI_WASM_FIXTURES` points elsewhere if needed.
+
+use std::path::PathBuf;
+
+use protobuf::MessageFull;
+
+/// Environment variable that overrides the fixture directory.
+pub const ENV_FIXTURES: &str = "NRI_WASM_FIXTURES";
+
+/// A fixture that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error("fixture directory not found (set {ENV_FIXTURES}); looked in {0}")]
+    NoDirectory(String),
+    #[error("cannot read fixture {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("fixture {path} is not valid: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The directory of the containerd 2.3.4 captures.
+pub fn dir() -> Result<PathBuf, FixtureError> {
+    if let Some(d) = std::env::var_os(ENV_FIXTURES) {
+        return Ok(PathBuf::from(d));
+    }
+    let mut tried = Vec::new();
+    let mut here = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    while let Some(d) = here {
+        let candidate = d.join("shared/fixtures/containerd-2.3.4");
+        if candidate.is_dir() {
+            return Ok(candidate);
+        }
+        tried.push(candidate.display().to_string());
+        here = d.parent().map(PathBuf::from);
+    }
+    Err(FixtureError::NoDirectory(tried.join(", ")))
+}
+
+/// Loads `<event>.json` and parses its request as `M`.
+pub fn load<M: MessageFull>(event: &str) -> Result<M, FixtureError> {
+    let path = dir()?.join(format!("{event}.json"));
+    let text = std::fs::read_to_string(&path).map_err(|source| FixtureError::Read { path: path.clone(), source })?;
+    let invalid = |message: String| FixtureError::Invalid { path: path.clone(), message };
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    if doc.get("event").and_then(|e| e.as_str()) != Some(event) {
+        return Err(invalid(format!("expected event {event:?}")));
+    }
+    let request = doc.get("request").ok_or_else(|| invalid("no request".into()))?;
+    protobuf_json_mapping::parse_from_str::<M>(&request.to_string()).map_err(|e| invalid(e.to_string()))
+}
