@@ -12,7 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::nri::transport::{self, Endpoint};
-use crate::nri::{ConnectOptions, Dispatcher, NullDispatcher, PluginIdentity, Supervisor};
+use crate::nri::{ConnectOptions, Dispatcher, PluginIdentity, Supervisor};
+use crate::policy::chain::Chain;
+use crate::policy::dispatcher::PolicyDispatcher;
+use crate::policy::engine::{Allocator, Facts, PolicyEngine};
+use crate::policy::loader;
 
 /// One NRI plugin that runs a chain of WebAssembly policies.
 #[derive(Debug, Parser)]
@@ -48,6 +52,9 @@ pub struct RunArgs {
     /// Two-digit plugin index to register with.
     #[arg(long)]
     pub idx: Option<String>,
+    /// Directory of policies (`NN-name.wasm`, optional `NN-name.toml`).
+    #[arg(long, env = "NRI_WASM_POLICIES")]
+    pub policies: Option<PathBuf>,
 }
 
 #[cfg(feature = "demo")]
@@ -59,10 +66,19 @@ pub struct DemoArgs {
     /// NRI version the simulated runtime speaks.
     #[arg(long, default_value = "v0.12.0")]
     pub nri_version: String,
+    /// Directory of policies to run the simulated workload through.
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
 }
 
 /// Builds the connection options from the file, the flags and the environment.
 pub fn connect_options(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<ConnectOptions> {
+    settings(args, env).map(|(_, options)| options)
+}
+
+/// The effective configuration (file, then flags, then the runtime's launch
+/// environment) and the connection options derived from it.
+pub fn settings(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<(Config, ConnectOptions)> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -75,6 +91,9 @@ pub fn connect_options(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> 
     }
     if let Some(i) = &args.idx {
         config.plugin.index = i.clone();
+    }
+    if let Some(p) = &args.policies {
+        config.policies.dir = Some(p.clone());
     }
     let launched = transport::launch_env(env)?;
     let endpoint = match &launched {
@@ -91,13 +110,33 @@ pub fn connect_options(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> 
     };
     config.validate()?;
     let identity: PluginIdentity = config.identity()?;
-    Ok(ConnectOptions {
+    let options = ConnectOptions {
         identity,
         endpoint,
         register_timeout: config.runtime.register_timeout(),
         backoff_initial: config.runtime.reconnect_initial(),
         backoff_max: config.runtime.reconnect_max(),
-    })
+    };
+    Ok((config, options))
+}
+
+/// The engine and the chain loaded from the configured policy directory.
+/// Policies that fail to load are logged and left out.
+pub fn policy_dispatcher(config: &Config) -> anyhow::Result<Arc<PolicyDispatcher>> {
+    let engine = Arc::new(PolicyEngine::new(&config.engine)?);
+    if let Allocator::OnDemand(why) = engine.allocator() {
+        tracing::info!(reason = %why, "instances are allocated on demand");
+    }
+    let facts = Facts::unconfigured(Facts::node_from_system());
+    let loaded = match &config.policies.dir {
+        Some(dir) => loader::load_dir(&engine, dir, config.policies.limits(), &Arc::new(facts.clone())),
+        None => {
+            tracing::info!("no policy directory configured: the chain is empty");
+            loader::Loaded::default()
+        }
+    };
+    let chain = Chain::new(loaded.policies, config.chain);
+    Ok(Arc::new(PolicyDispatcher::new(engine, chain, facts, config.engine.max_concurrent_calls as usize)))
 }
 
 /// Cancels `stop` on SIGTERM or SIGINT.
@@ -117,10 +156,10 @@ pub fn stop_on_signals(stop: CancellationToken) -> anyhow::Result<()> {
 
 /// `nri-wasm run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let options = connect_options(&args, |k| std::env::var(k).ok())?;
+    let (config, options) = settings(&args, |k| std::env::var(k).ok())?;
     let stop = CancellationToken::new();
     stop_on_signals(stop.clone())?;
-    let dispatcher: Arc<dyn Dispatcher> = Arc::new(NullDispatcher);
+    let dispatcher: Arc<dyn Dispatcher> = policy_dispatcher(&config)?;
     Supervisor::new(options, dispatcher, stop).run().await?;
     Ok(())
 }
@@ -146,7 +185,13 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         backoff_initial: std::time::Duration::from_millis(100),
         backoff_max: std::time::Duration::from_secs(1),
     };
-    let plugin = tokio::spawn(Supervisor::new(options, Arc::new(NullDispatcher), stop.clone()).run());
+    let config = Config {
+        policies: crate::config::PoliciesConfig { dir: args.policies.clone(), ..Default::default() },
+        ..Default::default()
+    };
+    let dispatcher = policy_dispatcher(&config)?;
+    writeln!(std::io::stdout(), "host: {} policies loaded", dispatcher.chain().len())?;
+    let plugin = tokio::spawn(Supervisor::new(options, dispatcher, stop.clone()).run());
 
     let mut out = std::io::stdout().lock();
     let mut plugin_conn = sim.accept().await?;

@@ -12,13 +12,38 @@ use serde::Deserialize;
 
 use crate::nri::registration::{IdentityError, PluginIdentity};
 use crate::nri::transport::DEFAULT_SOCKET;
+use crate::policy::chain::ChainSettings;
+use crate::policy::engine::EngineSettings;
+use crate::policy::limits::{LimitOverrides, Limits};
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub plugin: PluginConfig,
     pub runtime: RuntimeConfig,
+    pub policies: PoliciesConfig,
+    pub engine: EngineSettings,
+    pub chain: ChainSettings,
+}
+
+/// Where the policies are, and the limits they get unless their own
+/// settings file says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoliciesConfig {
+    /// Directory of `NN-name.wasm` (+ optional `NN-name.toml`) files. Without
+    /// one the host runs an empty chain (it answers every event unchanged).
+    pub dir: Option<PathBuf>,
+    /// Default limits of every policy call (`[policies.limits]`).
+    pub limits: LimitOverrides,
+}
+
+impl PoliciesConfig {
+    /// The default limits with this file's overrides applied.
+    pub fn limits(&self) -> Limits {
+        Limits::default().with(&self.limits)
+    }
 }
 
 /// How we present ourselves to the runtime.
@@ -87,6 +112,8 @@ pub enum ConfigError {
     Identity(#[from] IdentityError),
     #[error("invalid [runtime] settings: {0}")]
     Runtime(String),
+    #[error("invalid policy settings: {0}")]
+    Policies(String),
 }
 
 impl Config {
@@ -121,6 +148,10 @@ impl Config {
                 rt.reconnect_initial_ms, rt.reconnect_max_ms
             )));
         }
+        let limits = self.policies.limits();
+        limits.validate("[policies.limits]").map_err(ConfigError::Policies)?;
+        self.chain.validate().map_err(ConfigError::Policies)?;
+        self.engine.validate(&limits).map_err(ConfigError::Policies)?;
         Ok(())
     }
 
@@ -164,5 +195,27 @@ mod tests {
         assert!(e.contains("reconnect"), "{e}");
         let e = parse("[runtime]\nregister_timeout_ms = 0\n").unwrap_err().to_string();
         assert!(e.contains("register_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn policy_sections_parse_and_validate() {
+        let c = parse(
+            "[policies]\ndir = \"/etc/nri-wasm/policies\"\n[policies.limits]\nfuel = 5000\n\
+             [engine]\nmax-concurrent-calls = 8\n[chain]\nbudget-fraction = 0.25\n",
+        )
+        .unwrap();
+        assert_eq!(c.policies.dir.as_deref(), Some(Path::new("/etc/nri-wasm/policies")));
+        assert_eq!(c.policies.limits().fuel, 5000);
+        assert_eq!(c.policies.limits().timeout_ms, Limits::default().timeout_ms);
+        assert_eq!(c.engine.max_concurrent_calls, 8);
+        assert_eq!(c.chain.budget(Duration::from_secs(2)), Duration::from_millis(500));
+        let e = parse("[chain]\nbudget-fraction = 1.5\n").unwrap_err().to_string();
+        assert!(e.contains("budget-fraction"), "{e}");
+        let e = parse("[policies.limits]\nmemory-mib = 512\n").unwrap_err().to_string();
+        assert!(e.contains("memory-mib") && e.contains("max-memory-mib"), "{e}");
+        let e = parse("[policies.limits]\nfuel = 0\n").unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+        let e = parse("[engine]\npoolng = true\n").unwrap_err().to_string();
+        assert!(e.contains("poolng"), "{e}");
     }
 }

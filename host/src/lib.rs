@@ -9,6 +9,9 @@
 
 pub mod cli;
 pub mod config;
+pub mod convert;
+pub mod merge;
 pub mod nri;
+pub mod policy;
 
 pub use nri_wasm_api as api;

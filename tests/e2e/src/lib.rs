@@ -239,3 +239,22 @@ pub fn init_logging() {
         let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     }
 }
+
+/// Engine settings for tests: a compile cache shared by every test of the
+/// build, so each test component is compiled once.
+pub fn engine_settings() -> nri_wasm::policy::engine::EngineSettings {
+    nri_wasm::policy::engine::EngineSettings {
+        cache_dir: Some(PathBuf::from(env!("NRI_WASM_TEST_CACHE"))),
+        ..Default::default()
+    }
+}
+
+/// Paths of the test policies, compiled for wasm32-wasip2 by `build.rs`.
+pub mod guests {
+    /// Subscribes to every event, changes nothing.
+    pub const NOOP: &str = env!("GUEST_NOOP");
+    /// Misbehaves as its settings say.
+    pub const FAULTS: &str = env!("GUEST_FAULTS");
+    /// Sets an annotation and an env variable named after its settings.
+    pub const ANNOTATE: &str = env!("GUEST_ANNOTATE");
+}

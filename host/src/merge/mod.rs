@@ -1,0 +1,258 @@
+//! Merging the outputs of a chain of policies the way the runtime merges
+//! the outputs of several NRI plugins.
+//!
+//! # Why mirror the runtime
+//!
+//! To the runtime, nri-wasm is one plugin; behind it, a chain of policies
+//! each returns what an NRI plugin would return. An operator who moves two
+//! plugins into the chain, or writes policies that cooperate with native
+//! plugins, must get what NRI would have given them: the same adjustments,
+//! the same winner when several policies touch one container, and the same
+//! conflicts, at the same point. So this module folds the replies in exactly
+//! as the runtime's own merge folds plugin replies:
+//! - every field of a container has at most one owner. A simple field (the
+//!   memory limit, the cgroups path, the args, ...) is set by one policy
+//!   only; a compound field (annotations, mounts, devices, env, ...) is owned
+//!   key by key. A second setter is a [`MergeError::Conflict`] naming both.
+//!   OCI hooks accumulate; device cgroup rules are appended.
+//! - a removal (a key starting with `-`) clears the owner in the cases the
+//!   runtime clears it, and is recorded as done by that policy: the remover
+//!   may set the key again (in the same reply), anyone else conflicts with
+//!   the remover.
+//! - each policy sees the container (for UpdateContainer: the requested
+//!   resources) as modified by the policies before it, modified exactly as
+//!   the runtime modifies the request it shows the next plugin.
+//!
+//! The combined reply is then merged *again* by the runtime, as the reply of
+//! the single plugin nri-wasm, together with the other plugins' replies. It
+//! is built so that this second merge lands where the policies would have
+//! landed as separate plugins; the few places where that takes more than
+//! replaying the runtime's merge are documented on [`CreateMerge::finish`]
+//! and [`UpdateMerge::finish`].
+//!
+//! # What differs from the runtime's merge, on purpose
+//!
+//! - [`CreateMerge::apply`] and the others are transactional: a failing
+//!   policy leaves the merge as it was, so the chain may skip that policy
+//!   (the runtime, failing the whole event, never needs to).
+//! - Evictions are kept and forwarded (the runtime's merge drops them).
+//! - Where the runtime iterates a Go map, keys are taken in sorted order, so
+//!   the first conflict reported and every output order are deterministic.
+//! - Empty parts (unset memory settings, an empty hooks message, ...) are left
+//!   out of the combined reply; they mean nothing to the runtime.
+//!
+//! Layout: `owners` keeps the ownership records, `adjust` merges
+//! adjustments of a new container, `update` merges updates and evictions,
+//! `validate` checks a single reply before it is merged.
+
+mod adjust;
+mod owners;
+mod update;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use nri_wasm_api::api as pb;
+use protobuf::MessageField;
+
+use adjust::Adjuster;
+use owners::Owners;
+use update::Updates;
+pub use validate::{validate_create_reply, validate_updates};
+
+/// Why one policy's output could not be merged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    /// Two policies set the same field. `first` set (or removed) it before,
+    /// `second` is the policy whose output was being merged. `field` names
+    /// the key of a compound field (`annotation "foo"`, `mount "/data"`) and
+    /// the container when it is not the one being created.
+    #[error("policies {first:?} and {second:?} both tried to set {field}")]
+    Conflict { field: String, first: String, second: String },
+    /// A CreateContainer reply tried to update the container being created
+    /// (which only an adjustment can change).
+    #[error("policy {policy:?} asked to update container {container:?} during its creation")]
+    UpdatesCreatedContainer { policy: String, container: String },
+    /// The output is malformed (see [`validate_create_reply`]).
+    #[error("invalid output of policy {policy:?}: {reason}")]
+    Invalid { policy: String, reason: String },
+}
+
+/// The merge of a CreateContainer event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateMerge {
+    pod: pb::PodSandbox,
+    state: CreateState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct CreateState {
+    adjuster: Adjuster,
+    updates: Updates,
+    owners: Owners,
+}
+
+impl CreateMerge {
+    pub fn new(req: &pb::CreateContainerRequest) -> Self {
+        let container: &pb::Container = &req.container;
+        Self {
+            pod: (*req.pod).clone(),
+            state: CreateState {
+                adjuster: Adjuster::new(container),
+                updates: Updates::for_create(&container.id),
+                owners: Owners::default(),
+            },
+        }
+    }
+
+    /// The container as the policies so far have modified it (what the next policy sees).
+    pub fn container(&self) -> &pb::Container {
+        &self.state.adjuster.container
+    }
+
+    pub fn pod(&self) -> &pb::PodSandbox {
+        &self.pod
+    }
+
+    /// Applies one policy's reply. Transactional: on Err the merge state is unchanged,
+    /// so the caller may skip that policy and go on.
+    pub fn apply(&mut self, policy: &str, reply: &pb::CreateContainerResponse) -> Result<(), MergeError> {
+        validate_create_reply(policy, reply)?;
+        let mut next = self.state.clone();
+        if let Some(adjust) = reply.adjust.as_ref() {
+            next.adjuster.apply(&mut next.owners, policy, adjust)?;
+        }
+        next.updates.apply(&mut next.owners, policy, &reply.update)?;
+        next.updates.evict(&reply.evict);
+        self.state = next;
+        Ok(())
+    }
+
+    /// The combined reply for the runtime: the adjustment (`None` if nothing
+    /// was adjusted), the merged updates of other containers in first-seen
+    /// order, and the evictions.
+    ///
+    /// Beyond replaying the runtime's merge, device and environment removals
+    /// are passed on and args cleared with `[""]` stay `[""]` (see
+    /// `adjust::Adjuster::finish`), so that the runtime, merging this as one plugin's reply,
+    /// does to its container what the separate replies would have done.
+    pub fn finish(self) -> pb::CreateContainerResponse {
+        let (update, evict) = self.state.updates.finish();
+        pb::CreateContainerResponse {
+            adjust: MessageField::from_option(self.state.adjuster.finish()),
+            update,
+            evict,
+            ..Default::default()
+        }
+    }
+
+    /// The field owners recorded so far, in NRI's OwningPlugins form (for a validation step).
+    pub fn owners(&self) -> pb::OwningPlugins {
+        self.state.owners.to_proto()
+    }
+}
+
+/// The merge of an UpdateContainer event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateMerge {
+    updates: Updates,
+    owners: Owners,
+}
+
+impl UpdateMerge {
+    pub fn new(req: &pb::UpdateContainerRequest) -> Self {
+        Self {
+            updates: Updates::for_update(&req.container.id, req.linux_resources.as_ref()),
+            owners: Owners::default(),
+        }
+    }
+
+    /// The requested resources as the policies so far have modified them.
+    pub fn resources(&self) -> &pb::LinuxResources {
+        self.updates.requested_resources().expect("an update merge has a requested container")
+    }
+
+    /// Applies one policy's reply; transactional like [`CreateMerge::apply`].
+    pub fn apply(&mut self, policy: &str, reply: &pb::UpdateContainerResponse) -> Result<(), MergeError> {
+        validate_updates(policy, &reply.update, &reply.evict)?;
+        let mut next = self.clone();
+        next.updates.apply(&mut next.owners, policy, &reply.update)?;
+        next.updates.evict(&reply.evict);
+        *self = next;
+        Ok(())
+    }
+
+    /// The merged updates: other containers in first-seen order, then the
+    /// updated container's own (if any policy updated it), and the evictions.
+    ///
+    /// The updated container's entry carries only the policies' changes; the
+    /// runtime applies it on top of the requested resources itself (why not
+    /// the full resources: see `update::Updates::finish`).
+    pub fn finish(self) -> pb::UpdateContainerResponse {
+        let (update, evict) = self.updates.finish();
+        pb::UpdateContainerResponse { update, evict, ..Default::default() }
+    }
+
+    /// The field owners recorded so far, in NRI's OwningPlugins form.
+    pub fn owners(&self) -> pb::OwningPlugins {
+        self.owners.to_proto()
+    }
+}
+
+/// The merge of a StopContainer event: updates of any container (the one
+/// stopping included, as the runtime allows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StopMerge {
+    inner: UpdatesMerge,
+}
+
+impl StopMerge {
+    pub fn new(_req: &pb::StopContainerRequest) -> Self {
+        Self { inner: UpdatesMerge::new() }
+    }
+
+    /// Applies one policy's reply; transactional like [`CreateMerge::apply`].
+    pub fn apply(&mut self, policy: &str, reply: &pb::StopContainerResponse) -> Result<(), MergeError> {
+        self.inner.apply(policy, &reply.update, &[])
+    }
+
+    pub fn finish(self) -> pb::StopContainerResponse {
+        let (update, _) = self.inner.finish();
+        pb::StopContainerResponse { update, ..Default::default() }
+    }
+}
+
+/// Merges plain lists of updates and evictions (Synchronize, unsolicited
+/// UpdateContainers) with the same rules, no container being special.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdatesMerge {
+    updates: Updates,
+    owners: Owners,
+}
+
+impl UpdatesMerge {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one policy's output; transactional like [`CreateMerge::apply`].
+    pub fn apply(
+        &mut self,
+        policy: &str,
+        updates: &[pb::ContainerUpdate],
+        evictions: &[pb::ContainerEviction],
+    ) -> Result<(), MergeError> {
+        validate_updates(policy, updates, evictions)?;
+        let mut next = self.clone();
+        next.updates.apply(&mut next.owners, policy, updates)?;
+        next.updates.evict(evictions);
+        *self = next;
+        Ok(())
+    }
+
+    /// The merged updates in first-seen order, and the evictions.
+    pub fn finish(self) -> (Vec<pb::ContainerUpdate>, Vec<pb::ContainerEviction>) {
+        self.updates.finish()
+    }
+}

@@ -1,0 +1,15 @@
+//! The policy world as Rust: the only `bindgen!` in the host.
+//!
+//! Everything else refers to the generated types through this module, so a
+//! change of the WIT package shows up here and in `convert/`, nowhere else.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "policy",
+    additional_derives: [PartialEq],
+});
+
+/// The host interface a policy imports (`nri-wasm:policy/host`).
+pub use nri_wasm::policy::host;
+/// The WIT types of the policy interface (`nri-wasm:policy/types`).
+pub use nri_wasm::policy::types as wit;

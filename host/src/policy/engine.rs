@@ -1,0 +1,624 @@
+//! The WebAssembly engine: compiled once, instantiated fresh for every call.
+//!
+//! Expensive things are built once: the [`Engine`] (with the pooling
+//! allocator when the host can reserve its address space, on-demand
+//! allocation otherwise), the [`Linker`] with the host interface and an empty
+//! WASI context, and per policy a [`CompiledPolicy`] holding its `PolicyPre`.
+//! Cheap things are built per call: a [`Store`] with the call's limits (fuel,
+//! epoch deadline, memory/table/instance caps) and a new instance. Nothing a
+//! policy does in one call can be seen by the next one.
+//!
+//! Time is enforced with epoch interruption: a ticker thread advances the
+//! engine's epoch every millisecond and every store gets a deadline in ticks.
+//! The ticker holds only a weak reference, so dropping the engine stops it.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
+};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::{host, wit, Policy, PolicyPre};
+use super::manifest::PolicySpec;
+use crate::nri::version::{EventKind, EventMask};
+
+/// Interval of the epoch ticker: the granularity of wall-clock limits.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Most bytes of stdout/stderr kept per call (the rest is cut).
+const OUTPUT_CAPACITY: usize = 16 << 10;
+
+/// Engine-wide settings (the `[engine]` table of the host configuration).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct EngineSettings {
+    /// Directory for compiled policies, so that a restart or reload does not
+    /// compile unchanged components again. Must be writable only by the
+    /// host: its files are loaded as native code.
+    pub cache_dir: Option<PathBuf>,
+    /// Use the pooling allocator (falls back to on-demand if it cannot be set up).
+    pub pooling: bool,
+    /// Policy calls that may run at the same time (also sizes the pool).
+    pub max_concurrent_calls: u32,
+    /// Largest linear memory any policy may be given, in MiB (pool slot size).
+    pub max_memory_mib: u64,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self { cache_dir: None, pooling: true, max_concurrent_calls: 4, max_memory_mib: 256 }
+    }
+}
+
+impl EngineSettings {
+    /// Checks the settings against the default limits of policies.
+    pub fn validate(&self, defaults: &super::limits::Limits) -> Result<(), String> {
+        if self.max_concurrent_calls == 0 {
+            return Err("[engine] max-concurrent-calls must be positive".into());
+        }
+        if self.max_memory_mib == 0 || self.max_memory_mib > 4096 {
+            return Err(format!("[engine] max-memory-mib {} must be in 1..=4096", self.max_memory_mib));
+        }
+        if defaults.memory_mib > self.max_memory_mib {
+            return Err(format!(
+                "[policies.limits] memory-mib {} exceeds [engine] max-memory-mib {}",
+                defaults.memory_mib, self.max_memory_mib
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which instance allocator the engine ended up with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allocator {
+    Pooling,
+    /// On-demand, with the reason the pool was not used.
+    OnDemand(String),
+}
+
+/// Setting up the engine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("creating the wasmtime engine failed: {0}")]
+    Create(String),
+    #[error("linking the host interface failed: {0}")]
+    Link(String),
+}
+
+/// Loading one policy failed; each variant names the step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("policy {policy}: cannot read {path}: {reason}")]
+    Read { policy: String, path: String, reason: String },
+    #[error("policy {policy}: not a valid WebAssembly component: {reason}")]
+    Compile { policy: String, reason: String },
+    #[error("policy {policy}: imports {import}, which the host does not provide (allowed: nri-wasm:policy/*, wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets)")]
+    ForbiddenImport { policy: String, import: String },
+    #[error("policy {policy}: cannot be linked: {reason}")]
+    Link { policy: String, reason: String },
+    #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
+    World { policy: String, reason: String },
+    #[error("policy {policy}: init failed: {reason}")]
+    Init { policy: String, reason: String },
+    #[error("policy {policy}: memory-mib {asked} exceeds the engine's max-memory-mib {max}")]
+    Limits { policy: String, asked: u64, max: u64 },
+}
+
+/// Which limit cut a call off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Fuel,
+    Time,
+    Memory,
+    Stack,
+}
+
+/// A call that did not produce an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("policy {policy} on {event}: fuel limit of {limit} exhausted")]
+    OutOfFuel { policy: String, event: String, limit: u64 },
+    #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded")]
+    Timeout { policy: String, event: String, limit_ms: u64 },
+    #[error("policy {policy} on {event}: memory limit of {limit_mib} MiB exceeded")]
+    MemoryLimit { policy: String, event: String, limit_mib: u64 },
+    #[error("policy {policy} on {event}: stack overflow")]
+    StackOverflow { policy: String, event: String },
+    #[error("policy {policy} on {event}: trapped: {trap}")]
+    Trap { policy: String, event: String, trap: String },
+    #[error("policy {policy} on {event}: init rejected its settings: {reason}")]
+    Init { policy: String, event: String, reason: String },
+}
+
+impl CallError {
+    /// The limit that was hit, if the call was cut off by one.
+    pub fn limit(&self) -> Option<LimitKind> {
+        match self {
+            Self::OutOfFuel { .. } => Some(LimitKind::Fuel),
+            Self::Timeout { .. } => Some(LimitKind::Time),
+            Self::MemoryLimit { .. } => Some(LimitKind::Memory),
+            Self::StackOverflow { .. } => Some(LimitKind::Stack),
+            _ => None,
+        }
+    }
+}
+
+/// Read-only facts offered to policies through the host interface.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub runtime: wit::RuntimeInfo,
+    pub node: wit::NodeInfo,
+}
+
+impl Facts {
+    /// Facts before any runtime connected: the runtime's fields are empty
+    /// until Configure names it.
+    pub fn unconfigured(node: wit::NodeInfo) -> Self {
+        let runtime = wit::RuntimeInfo { name: String::new(), version: String::new(), nri_version: String::new() };
+        Self { runtime, node }
+    }
+
+    /// Node facts read from the running system.
+    pub fn node_from_system() -> wit::NodeInfo {
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+        let memory_bytes = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+            })
+            .map_or(0, |kb| kb * 1024);
+        wit::NodeInfo {
+            hostname,
+            arch: std::env::consts::ARCH.to_string(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            memory_bytes,
+        }
+    }
+}
+
+/// Per-call state of a store.
+pub struct CallState {
+    limits: StoreLimits,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    policy: Arc<str>,
+    facts: Arc<Facts>,
+}
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallState").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl wit::Host for CallState {}
+
+impl host::Host for CallState {
+    fn log(&mut self, level: wit::LogLevel, message: String) {
+        let policy = &*self.policy;
+        match level {
+            wit::LogLevel::Debug => tracing::debug!(policy, "{message}"),
+            wit::LogLevel::Info => tracing::info!(policy, "{message}"),
+            wit::LogLevel::Warn => tracing::warn!(policy, "{message}"),
+            wit::LogLevel::Error => tracing::error!(policy, "{message}"),
+        }
+    }
+
+    fn runtime(&mut self) -> wit::RuntimeInfo {
+        self.facts.runtime.clone()
+    }
+
+    fn node(&mut self) -> wit::NodeInfo {
+        self.facts.node.clone()
+    }
+}
+
+/// Advances the engine's epoch until the engine is dropped.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Ticker {
+    fn start(engine: &Engine) -> Self {
+        let weak = engine.weak();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("nri-wasm-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        Self { stop }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The engine, linker and ticker shared by every policy.
+pub struct PolicyEngine {
+    engine: Engine,
+    max_memory_mib: u64,
+    cache_dir: Option<PathBuf>,
+    linker: Linker<CallState>,
+    allocator: Allocator,
+    _ticker: Ticker,
+}
+
+impl std::fmt::Debug for PolicyEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyEngine").field("allocator", &self.allocator).finish_non_exhaustive()
+    }
+}
+
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
+    // Deterministic execution: same input, same result, same fuel.
+    config.cranelift_nan_canonicalization(true);
+    config
+}
+
+impl PolicyEngine {
+    /// Builds the engine (pooling allocator if possible) and the linker.
+    pub fn new(settings: &EngineSettings) -> Result<Self, EngineError> {
+        let (engine, allocator) = if settings.pooling {
+            let mut config = base_config();
+            let calls = settings.max_concurrent_calls.max(1);
+            let mut pool = PoolingAllocationConfig::default();
+            // A component is a handful of core instances, memories and tables.
+            pool.total_component_instances(calls * 2)
+                .total_core_instances(calls * 2 * 16)
+                .total_memories(calls * 2 * 4)
+                .total_tables(calls * 2 * 16)
+                .total_stacks(calls * 2)
+                .max_core_instances_per_component(16)
+                .max_memories_per_component(4)
+                .max_tables_per_component(16)
+                .max_memory_size((settings.max_memory_mib as usize) << 20);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            match Engine::new(&config) {
+                Ok(e) => (e, Allocator::Pooling),
+                Err(err) => {
+                    let why = format!("{err:#}");
+                    tracing::warn!(error = %why, "pooling allocator unavailable, using on-demand allocation");
+                    (
+                        Engine::new(&base_config()).map_err(|e| EngineError::Create(format!("{e:#}")))?,
+                        Allocator::OnDemand(why),
+                    )
+                }
+            }
+        } else {
+            let engine = Engine::new(&base_config()).map_err(|e| EngineError::Create(format!("{e:#}")))?;
+            (engine, Allocator::OnDemand("disabled in the configuration".into()))
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| EngineError::Link(format!("{e:#}")))?;
+        Policy::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut CallState| s)
+            .map_err(|e| EngineError::Link(format!("{e:#}")))?;
+        let ticker = Ticker::start(&engine);
+        Ok(Self {
+            engine,
+            max_memory_mib: settings.max_memory_mib,
+            cache_dir: settings.cache_dir.clone(),
+            linker,
+            allocator,
+            _ticker: ticker,
+        })
+    }
+
+    pub fn allocator(&self) -> &Allocator {
+        &self.allocator
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles, links and initialises one policy from its spec.
+    pub fn load(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
+        let bytes = std::fs::read(&spec.wasm).map_err(|e| LoadError::Read {
+            policy: spec.name.clone(),
+            path: spec.wasm.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        self.load_bytes(spec, &bytes, facts)
+    }
+
+    /// Like [`Self::load`] from bytes (binary or text format).
+    pub fn load_bytes(&self, spec: &PolicySpec, bytes: &[u8], facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
+        let policy = spec.name.clone();
+        if spec.limits.memory_mib > self.max_memory_mib {
+            return Err(LoadError::Limits { policy, asked: spec.limits.memory_mib, max: self.max_memory_mib });
+        }
+        let component =
+            self.compile(bytes).map_err(|e| LoadError::Compile { policy: policy.clone(), reason: format!("{e:#}") })?;
+        for (import, _) in component.component_type().imports(&self.engine) {
+            if !import_allowed(import) {
+                return Err(LoadError::ForbiddenImport { policy, import: import.to_string() });
+            }
+        }
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link { policy: policy.clone(), reason: format!("{e:#}") })?;
+        let pre = PolicyPre::new(instance_pre)
+            .map_err(|e| LoadError::World { policy: policy.clone(), reason: format!("{e:#}") })?;
+        let mut compiled =
+            CompiledPolicy { spec: spec.clone(), pre, events: EventMask::EMPTY, name: spec.name.as_str().into() };
+        // Validate the settings and learn the subscription once, at load.
+        let events = self
+            .init(&compiled, facts)
+            .map_err(|e| LoadError::Init { policy: policy.clone(), reason: e.to_string() })?;
+        compiled.events = events;
+        Ok(compiled)
+    }
+
+    /// Compiles a component, through the cache directory when there is one.
+    fn compile(&self, bytes: &[u8]) -> wasmtime::Result<Component> {
+        let Some(dir) = &self.cache_dir else { return Component::new(&self.engine, bytes) };
+        let path = dir.join(format!("{}.cwasm", self.cache_key(bytes)));
+        if path.exists() {
+            // The artifact is read into memory rather than mapped: a file
+            // truncated under a mapping would crash the host on next access.
+            match std::fs::read(&path) {
+                // SAFETY: the cache directory holds only artifacts this host
+                // serialized with a compatible engine (the key covers the
+                // engine's compatibility hash), written under unique temporary
+                // names and renamed into place, and the operator keeps the
+                // directory host-private.
+                Ok(bytes) => match unsafe { Component::deserialize(&self.engine, &bytes) } {
+                    Ok(c) => return Ok(c),
+                    Err(e) => tracing::warn!(path = %path.display(), error = %e, "ignoring unusable cached component"),
+                },
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read cached component"),
+            }
+        }
+        let component = Component::new(&self.engine, bytes)?;
+        if let Err(e) = store_artifact(dir, &path, &component) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot cache compiled component");
+        }
+        Ok(component)
+    }
+
+    fn cache_key(&self, bytes: &[u8]) -> String {
+        struct Sha(Sha256);
+        impl Hasher for Sha {
+            fn write(&mut self, b: &[u8]) {
+                self.0.update(b);
+            }
+            fn finish(&self) -> u64 {
+                0
+            }
+        }
+        let mut h = Sha(Sha256::new());
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        h.0.update(bytes);
+        h.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn store(&self, policy: &CompiledPolicy, facts: &Arc<Facts>, budget: Duration) -> Store<CallState> {
+        let limits = &policy.spec.limits;
+        let store_limits = StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes())
+            .table_elements(limits.table_elements)
+            .instances(limits.instances)
+            .tables(limits.tables)
+            .memories(limits.memories)
+            .trap_on_grow_failure(true)
+            .build();
+        let wasi = WasiCtxBuilder::new()
+            .stdout(MemoryOutputPipe::new(OUTPUT_CAPACITY))
+            .stderr(MemoryOutputPipe::new(OUTPUT_CAPACITY))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = CallState {
+            limits: store_limits,
+            wasi,
+            table: ResourceTable::new(),
+            policy: policy.name.clone(),
+            facts: facts.clone(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_fuel(limits.fuel).expect("fuel is enabled");
+        let ticks = budget.min(limits.timeout()).as_millis().max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    fn init(&self, policy: &CompiledPolicy, facts: &Arc<Facts>) -> Result<EventMask, CallError> {
+        let mut store = self.store(policy, facts, policy.spec.limits.timeout());
+        let event = "init";
+        let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, event))?;
+        let kinds = instance
+            .call_init(&mut store, &policy.spec.settings)
+            .map_err(|e| classify(e, policy, event))?
+            .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: event.into(), reason })?;
+        Ok(kinds.into_iter().map(event_kind).collect())
+    }
+
+    /// Runs one event through one policy in a fresh instance, within its
+    /// limits and at most `budget` of wall-clock time.
+    pub fn call(
+        &self,
+        policy: &CompiledPolicy,
+        event: &wit::Event,
+        facts: &Arc<Facts>,
+        budget: Duration,
+    ) -> CallReport {
+        let started = Instant::now();
+        let name = event_name(event);
+        let mut store = self.store(policy, facts, budget);
+        let fuel_start = policy.spec.limits.fuel;
+        let outcome = (|| {
+            let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, name))?;
+            instance
+                .call_init(&mut store, &policy.spec.settings)
+                .map_err(|e| classify(e, policy, name))?
+                .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: name.into(), reason })?;
+            instance.call_handle(&mut store, event).map_err(|e| classify(e, policy, name))
+        })();
+        let fuel_used = fuel_start.saturating_sub(store.get_fuel().unwrap_or(0));
+        CallReport { outcome, fuel_used, elapsed: started.elapsed() }
+    }
+}
+
+/// Writes a compiled component atomically (temporary file, then rename).
+fn store_artifact(dir: &Path, path: &Path, component: &Component) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let bytes = component.serialize().map_err(std::io::Error::other)?;
+    // Unique per process and call: concurrent loads of one component must
+    // never write into the same temporary file.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp.{}.{seq}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// What one call produced, with its cost.
+#[derive(Debug, Clone)]
+pub struct CallReport {
+    /// `Ok(Ok(reply))`: an answer; `Ok(Err(reason))`: the policy denies the
+    /// event; `Err`: the call failed.
+    pub outcome: Result<Result<wit::Reply, String>, CallError>,
+    pub fuel_used: u64,
+    pub elapsed: Duration,
+}
+
+/// A loaded policy: its spec, its pre-linked component and its subscription.
+#[derive(Clone)]
+pub struct CompiledPolicy {
+    pub spec: PolicySpec,
+    pre: PolicyPre<CallState>,
+    events: EventMask,
+    name: Arc<str>,
+}
+
+impl std::fmt::Debug for CompiledPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPolicy").field("name", &self.name).field("events", &self.events).finish_non_exhaustive()
+    }
+}
+
+impl CompiledPolicy {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Events the policy subscribed to in `init`.
+    pub fn events(&self) -> EventMask {
+        self.events
+    }
+}
+
+/// Interfaces a policy may import: ours, and the WASI p2 interfaces language
+/// runtimes need (linked with an empty context: no files, no env, no network).
+fn import_allowed(name: &str) -> bool {
+    const ALLOWED: [&str; 7] = [
+        "nri-wasm:policy/",
+        "wasi:cli/",
+        "wasi:io/",
+        "wasi:clocks/",
+        "wasi:random/",
+        "wasi:filesystem/",
+        "wasi:sockets/",
+    ];
+    ALLOWED.iter().any(|p| name.starts_with(p))
+}
+
+fn classify(err: wasmtime::Error, policy: &CompiledPolicy, event: &str) -> CallError {
+    let (p, e) = (policy.spec.name.clone(), event.to_string());
+    let limits = &policy.spec.limits;
+    if let Some(trap) = err.downcast_ref::<Trap>() {
+        match trap {
+            Trap::OutOfFuel => return CallError::OutOfFuel { policy: p, event: e, limit: limits.fuel },
+            Trap::Interrupt => return CallError::Timeout { policy: p, event: e, limit_ms: limits.timeout_ms },
+            Trap::StackOverflow => return CallError::StackOverflow { policy: p, event: e },
+            _ => {}
+        }
+    }
+    let text = format!("{err:#}");
+    if text.contains("forcing trap when growing memory") || text.contains("memory size") && text.contains("exceeds") {
+        return CallError::MemoryLimit { policy: p, event: e, limit_mib: limits.memory_mib };
+    }
+    CallError::Trap { policy: p, event: e, trap: text }
+}
+
+/// Protocol event of a WIT event kind.
+pub fn event_kind(k: wit::EventKind) -> EventKind {
+    match k {
+        wit::EventKind::RunPodSandbox => EventKind::RunPodSandbox,
+        wit::EventKind::StopPodSandbox => EventKind::StopPodSandbox,
+        wit::EventKind::RemovePodSandbox => EventKind::RemovePodSandbox,
+        wit::EventKind::CreateContainer => EventKind::CreateContainer,
+        wit::EventKind::PostCreateContainer => EventKind::PostCreateContainer,
+        wit::EventKind::StartContainer => EventKind::StartContainer,
+        wit::EventKind::PostStartContainer => EventKind::PostStartContainer,
+        wit::EventKind::UpdateContainer => EventKind::UpdateContainer,
+        wit::EventKind::PostUpdateContainer => EventKind::PostUpdateContainer,
+        wit::EventKind::StopContainer => EventKind::StopContainer,
+        wit::EventKind::RemoveContainer => EventKind::RemoveContainer,
+        wit::EventKind::UpdatePodSandbox => EventKind::UpdatePodSandbox,
+        wit::EventKind::PostUpdatePodSandbox => EventKind::PostUpdatePodSandbox,
+        wit::EventKind::ValidateContainerAdjustment => EventKind::ValidateContainerAdjustment,
+    }
+}
+
+/// The protocol event a WIT event stands for.
+pub fn kind_of(e: &wit::Event) -> EventKind {
+    match e {
+        wit::Event::RunPodSandbox(_) => EventKind::RunPodSandbox,
+        wit::Event::StopPodSandbox(_) => EventKind::StopPodSandbox,
+        wit::Event::RemovePodSandbox(_) => EventKind::RemovePodSandbox,
+        wit::Event::CreateContainer(_) => EventKind::CreateContainer,
+        wit::Event::PostCreateContainer(_) => EventKind::PostCreateContainer,
+        wit::Event::StartContainer(_) => EventKind::StartContainer,
+        wit::Event::PostStartContainer(_) => EventKind::PostStartContainer,
+        wit::Event::UpdateContainer(_) => EventKind::UpdateContainer,
+        wit::Event::PostUpdateContainer(_) => EventKind::PostUpdateContainer,
+        wit::Event::StopContainer(_) => EventKind::StopContainer,
+        wit::Event::RemoveContainer(_) => EventKind::RemoveContainer,
+        wit::Event::UpdatePodSandbox(_) => EventKind::UpdatePodSandbox,
+        wit::Event::PostUpdatePodSandbox(_) => EventKind::PostUpdatePodSandbox,
+        wit::Event::ValidateContainerAdjustment(_) => EventKind::ValidateContainerAdjustment,
+    }
+}
+
+/// The event's name in errors and logs.
+pub fn event_name(e: &wit::Event) -> &'static str {
+    kind_of(e).name()
+}

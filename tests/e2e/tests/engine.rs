@@ -1,0 +1,219 @@
+//! The engine with real compiled components: limits cut misbehaving policies
+//! off with the right classification, and load-time checks refuse bad ones.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::engine::{CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine};
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm_e2e::guests;
+
+fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
+    PolicySpec {
+        name: name.into(),
+        wasm: Path::new(wasm).to_path_buf(),
+        settings_file: None,
+        settings: settings.into(),
+        on_error: OnError::Ignore,
+        mode: Mode::Enforce,
+        limits,
+    }
+}
+
+fn facts() -> Arc<Facts> {
+    Arc::new(Facts {
+        runtime: wit::RuntimeInfo {
+            name: "containerd".into(),
+            version: "v2.3.4".into(),
+            nri_version: "v0.12.0".into(),
+        },
+        node: Facts::node_from_system(),
+    })
+}
+
+fn create_event() -> wit::Event {
+    let empty_pod = wit::PodSandbox {
+        id: "pod".into(),
+        name: "pod".into(),
+        uid: String::new(),
+        namespace: "default".into(),
+        labels: vec![],
+        annotations: vec![],
+        runtime_handler: String::new(),
+        linux: None,
+        pid: 0,
+        ips: vec![],
+    };
+    let container = wit::Container {
+        id: "ctr".into(),
+        pod_sandbox_id: "pod".into(),
+        name: "app".into(),
+        state: wit::ContainerState::Created,
+        labels: vec![],
+        annotations: vec![],
+        args: vec!["/app".into()],
+        env: vec!["PATH=/bin".into()],
+        mounts: vec![],
+        hooks: None,
+        linux: None,
+        pid: 0,
+        rlimits: vec![],
+        created_at: 0,
+        started_at: 0,
+        finished_at: 0,
+        exit_code: 0,
+        status_reason: String::new(),
+        status_message: String::new(),
+        cdi_devices: vec![],
+        user: None,
+        image: None,
+    };
+    wit::Event::CreateContainer(wit::ContainerEvent { pod: empty_pod, container })
+}
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine")
+}
+
+#[test]
+fn compiled_components_are_cached_and_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EngineSettings { cache_dir: Some(dir.path().join("cache")), ..EngineSettings::default() };
+    let f = facts();
+    let s = spec("10-noop", guests::NOOP, "", Limits::default());
+    let first = PolicyEngine::new(&settings).unwrap();
+    first.load(&s, &f).unwrap();
+    let cached: Vec<_> = std::fs::read_dir(dir.path().join("cache")).unwrap().collect();
+    assert_eq!(cached.len(), 1, "one artifact per component");
+    // A new engine (a restart) loads from the cache and works.
+    let second = PolicyEngine::new(&settings).unwrap();
+    let p = second.load(&s, &f).unwrap();
+    let r = second.call(&p, &create_event(), &f, Duration::from_secs(1));
+    assert!(r.outcome.unwrap().is_ok());
+    // A corrupt artifact is ignored, not trusted.
+    drop((p, second, first));
+    let entry = std::fs::read_dir(dir.path().join("cache")).unwrap().next().unwrap().unwrap().path();
+    std::fs::write(&entry, b"garbage").unwrap();
+    PolicyEngine::new(&settings).unwrap().load(&s, &f).unwrap();
+}
+
+#[test]
+fn a_policy_answers_and_consumes_deterministic_fuel() {
+    let engine = engine();
+    let f = facts();
+    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", Limits::default()), &f).unwrap();
+    assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
+    let first = engine.call(&p, &create_event(), &f, Duration::from_secs(1));
+    let reply = first.outcome.clone().unwrap().unwrap();
+    let adjust = reply.adjust.unwrap();
+    assert_eq!(adjust.annotations, vec![wit::KeyValue { key: "example.com/team".into(), value: "app".into() }]);
+    assert_eq!(adjust.env, vec![wit::KeyValue { key: "POLICY_TEAM".into(), value: "1".into() }]);
+    assert!(first.fuel_used > 0);
+    for _ in 0..20 {
+        let again = engine.call(&p, &create_event(), &f, Duration::from_secs(1));
+        assert_eq!(again.outcome, first.outcome);
+        assert_eq!(again.fuel_used, first.fuel_used, "same input, same fuel");
+    }
+}
+
+#[test]
+fn settings_are_validated_at_load() {
+    let engine = engine();
+    let err =
+        engine.load(&spec("10-annotate", guests::ANNOTATE, "two words", Limits::default()), &facts()).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Init { policy, reason } if policy == "10-annotate" && reason.contains("single word")),
+        "{err}"
+    );
+}
+
+fn run_fault(mode: &str, limits: Limits) -> (CallError, Duration) {
+    let engine = engine();
+    let f = facts();
+    let p = engine.load(&spec("20-faults", guests::FAULTS, mode, limits), &f).unwrap();
+    let started = Instant::now();
+    let report = engine.call(&p, &create_event(), &f, Duration::from_secs(5));
+    (report.outcome.expect_err("the call fails"), started.elapsed())
+}
+
+#[test]
+fn an_infinite_loop_is_interrupted_by_the_time_limit() {
+    let limits = Limits { fuel: u64::MAX / 2, timeout_ms: 30, ..Limits::default() };
+    let (err, took) = run_fault("loop", limits);
+    assert_eq!(err.limit(), Some(LimitKind::Time), "{err}");
+    assert!(err.to_string().contains("20-faults") && err.to_string().contains("CreateContainer"), "{err}");
+    assert!(took < Duration::from_millis(30 + 50), "returned after {took:?}");
+}
+
+#[test]
+fn an_infinite_loop_runs_out_of_fuel() {
+    let limits = Limits { fuel: 5_000_000, timeout_ms: 10_000, ..Limits::default() };
+    let (err, _) = run_fault("loop", limits);
+    assert_eq!(err.limit(), Some(LimitKind::Fuel), "{err}");
+}
+
+#[test]
+fn memory_growth_stops_at_the_cap() {
+    let limits = Limits { memory_mib: 16, ..Limits::default() };
+    let (err, _) = run_fault("grow", limits);
+    assert_eq!(err.limit(), Some(LimitKind::Memory), "{err}");
+    assert!(err.to_string().contains("16 MiB"), "{err}");
+}
+
+#[test]
+fn traps_panics_and_stack_overflows_are_reported() {
+    let (err, _) = run_fault("unreachable", Limits::default());
+    assert!(matches!(err, CallError::Trap { .. }), "{err}");
+    let (err, _) = run_fault("panic", Limits::default());
+    assert!(matches!(err, CallError::Trap { .. }), "{err}");
+    // Rust keeps its stack in linear memory: overflowing it faults below
+    // address 0 rather than exhausting the engine's call stack.
+    let (err, _) = run_fault("stack", Limits::default());
+    let text = err.to_string();
+    assert!(err.limit() == Some(LimitKind::Stack) || text.contains("out of bounds"), "{err}");
+}
+
+#[test]
+fn a_policy_can_deny() {
+    let engine = engine();
+    let f = facts();
+    let p = engine.load(&spec("20-faults", guests::FAULTS, "deny", Limits::default()), &f).unwrap();
+    let r = engine.call(&p, &create_event(), &f, Duration::from_secs(1));
+    assert_eq!(r.outcome, Ok(Err("denied on purpose".to_string())));
+}
+
+#[test]
+fn a_looping_init_fails_the_load_within_the_limit() {
+    let engine = engine();
+    let limits = Limits { timeout_ms: 20, fuel: u64::MAX / 2, ..Limits::default() };
+    let err = engine.load(&spec("20-faults", guests::FAULTS, "init-loop", limits), &facts()).unwrap_err();
+    assert!(matches!(err, LoadError::Init { .. }), "{err}");
+    assert!(err.to_string().contains("time limit"), "{err}");
+}
+
+#[test]
+fn forbidden_imports_are_refused_with_the_import_named() {
+    let wat = r#"(component
+        (import "wasi:http/outgoing-handler@0.2.0" (instance))
+    )"#;
+    let engine = engine();
+    let err =
+        engine.load_bytes(&spec("30-http", "inline", "", Limits::default()), wat.as_bytes(), &facts()).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::ForbiddenImport { import, .. } if import == "wasi:http/outgoing-handler@0.2.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn garbage_and_wrong_worlds_are_refused() {
+    let engine = engine();
+    let err = engine.load_bytes(&spec("40-junk", "inline", "", Limits::default()), b"not wasm", &facts()).unwrap_err();
+    assert!(matches!(err, LoadError::Compile { .. }), "{err}");
+    let err =
+        engine.load_bytes(&spec("41-empty", "inline", "", Limits::default()), b"(component)", &facts()).unwrap_err();
+    assert!(matches!(err, LoadError::World { .. }), "{err}");
+}

@@ -1,0 +1,34 @@
+//! A small realistic policy: on CreateContainer it sets an annotation and an
+//! env variable named after its settings, and denies containers that carry
+//! the annotation `example.com/deny`.
+use nri_wasm_sdk::*;
+
+struct Annotate;
+
+impl Policy for Annotate {
+    fn events() -> Vec<EventKind> {
+        vec![EventKind::CreateContainer]
+    }
+
+    fn init(settings: &str) -> Result<(), String> {
+        if settings.contains(' ') {
+            return Err(format!("settings must be a single word, got {settings:?}"));
+        }
+        Ok(())
+    }
+
+    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
+        if let Some(reason) = e.container.annotation("example.com/deny") {
+            return Err(format!("denied by annotation: {reason}"));
+        }
+        let tag = if settings().is_empty() { "annotate" } else { settings() };
+        let seen = e.container.env.len().to_string();
+        Ok(Reply::adjust(
+            ContainerAdjustment::new()
+                .set_annotation(&format!("example.com/{tag}"), &e.container.name)
+                .set_env(&format!("POLICY_{}", tag.to_uppercase().replace(['-', '.'], "_")), &seen),
+        ))
+    }
+}
+
+export_policy!(Annotate);
