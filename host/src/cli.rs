@@ -135,7 +135,14 @@ pub fn policy_dispatcher(config: &Config) -> anyhow::Result<Arc<PolicyDispatcher
             loader::Loaded::default()
         }
     };
-    let chain = Chain::new(loaded.policies, config.chain);
+    let chain = Chain::new(loaded.policies, config.chain).with_unloadable(loaded.unloadable);
+    for (policy, reason) in chain.unloadable() {
+        tracing::error!(
+            policy,
+            reason,
+            "mandatory policy (on-error = fail) not loaded: container creation fails until it is fixed"
+        );
+    }
     Ok(Arc::new(PolicyDispatcher::new(engine, chain, facts, config.engine.max_concurrent_calls as usize)))
 }
 

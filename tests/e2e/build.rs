@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const GUESTS: [&str; 3] = ["noop", "faults", "annotate"];
+const GUESTS: [&str; 5] = ["noop", "faults", "annotate", "replay", "realistic"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));

@@ -21,10 +21,17 @@ use nri_wasm_api::api as pb;
 use serde::Deserialize;
 
 use super::bindings::wit;
+use super::engine::LoadError;
 use super::engine::{event_name, kind_of, CallError, CompiledPolicy, Facts, PolicyEngine};
-use super::manifest::{Mode, OnError};
+use super::manifest::{Mode, OnError, PolicySpec};
 use crate::merge::{self, CreateMerge, MergeError, StopMerge, UpdateMerge};
 use crate::nri::version::{EventKind, EventMask};
+
+/// Largest reply one policy may give, encoded as the runtime would receive
+/// it: NRI's transport carries at most 4 MiB per message.
+pub const MAX_REPLY_BYTES: usize = 1 << 20;
+/// Largest sum of the replies merged for one event.
+pub const MAX_TOTAL_REPLY_BYTES: usize = 3 << 20;
 
 /// Chain-wide settings (the `[chain]` table of the host configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -76,6 +83,8 @@ pub enum PolicyFailure {
     Skipped { policy: String, event: String },
     #[error("policy {policy} on {event}: quarantined after {failures} consecutive failures")]
     Quarantined { policy: String, event: String, failures: u32 },
+    #[error("policy {policy} on {event}: not loaded: {reason}")]
+    NotLoaded { policy: String, event: String, reason: String },
 }
 
 /// How the chain ended for an event, when it did not answer normally.
@@ -115,6 +124,10 @@ pub struct ChainEntry {
 #[derive(Debug, Default)]
 pub struct Chain {
     entries: Vec<ChainEntry>,
+    /// Policies that failed to load with `on-error = "fail"`: they fail every
+    /// CreateContainer (no container is created without a policy the
+    /// operator declared mandatory). Those with `ignore` are only reported.
+    unloadable: Vec<(String, String)>,
     settings: ChainSettings,
 }
 
@@ -129,7 +142,22 @@ pub struct EvalContext {
 impl Chain {
     pub fn new(policies: Vec<CompiledPolicy>, settings: ChainSettings) -> Self {
         let entries = policies.into_iter().map(|policy| ChainEntry { policy, breaker: Mutex::default() }).collect();
-        Self { entries, settings }
+        Self { entries, unloadable: Vec::new(), settings }
+    }
+
+    /// Adds the policies that failed to load; see [`Chain::unloadable`].
+    pub fn with_unloadable(mut self, failed: Vec<(PolicySpec, LoadError)>) -> Self {
+        self.unloadable = failed
+            .into_iter()
+            .filter(|(spec, _)| spec.on_error == OnError::Fail)
+            .map(|(spec, e)| (spec.name, e.to_string()))
+            .collect();
+        self
+    }
+
+    /// Mandatory policies that are not loaded, with the reason.
+    pub fn unloadable(&self) -> &[(String, String)] {
+        &self.unloadable
     }
 
     pub fn len(&self) -> usize {
@@ -148,11 +176,13 @@ impl Chain {
         self.entries.iter().map(|e| &e.policy)
     }
 
-    /// Whether any policy wants `kind` (validation counts for creation).
+    /// Whether any policy wants `kind` (validation counts for creation, and
+    /// mandatory policies that failed to load count for creation).
     pub fn wants(&self, kind: EventKind) -> bool {
         let events = self.events();
         events.contains(kind)
-            || kind == EventKind::CreateContainer && events.contains(EventKind::ValidateContainerAdjustment)
+            || kind == EventKind::CreateContainer
+                && (events.contains(EventKind::ValidateContainerAdjustment) || !self.unloadable.is_empty())
     }
 
     /// Union of the policies' subscriptions.
@@ -337,8 +367,14 @@ impl Chain {
         let kind = EventKind::CreateContainer;
         let target = container_target(&req.pod, &req.container);
         let pod = wit::PodSandbox::from(&*req.pod);
+        if let Some((policy, reason)) = self.unloadable.first() {
+            let failure =
+                PolicyFailure::NotLoaded { policy: policy.clone(), event: kind.name().into(), reason: reason.clone() };
+            return Err(ChainError::Failed { target, failure: Box::new(failure) });
+        }
         let mut merge = CreateMerge::new(req);
         let mut steps = Vec::new();
+        let mut total = 0;
         for entry in self.subscribed(kind) {
             let event = wit::Event::CreateContainer(wit::ContainerEvent {
                 pod: pod.clone(),
@@ -346,6 +382,7 @@ impl Chain {
             });
             self.run_changing(entry, cx, &event, &target, &mut steps, |policy, reply, audit| {
                 let resp = reply_to_create(policy, kind, reply)?;
+                bounded(policy, kind, &resp, &mut total, audit)?;
                 merge::validate_create_reply(policy, &resp).map_err(|e| invalid(policy, kind, e))?;
                 let mut trial = merge.clone();
                 trial.apply(policy, &resp).map_err(|e| conflict(policy, kind, e))?;
@@ -400,6 +437,7 @@ impl Chain {
         let container = wit::Container::from(&*req.container);
         let mut merge = UpdateMerge::new(req);
         let mut steps = Vec::new();
+        let mut total = 0;
         for entry in self.subscribed(kind) {
             let event = wit::Event::UpdateContainer(wit::UpdateContainerEvent {
                 pod: pod.clone(),
@@ -413,6 +451,7 @@ impl Chain {
                 let (update, evict) = reply_updates(policy, kind, reply)?;
                 merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind, e))?;
                 let resp = pb::UpdateContainerResponse { update, evict, ..Default::default() };
+                bounded(policy, kind, &resp, &mut total, audit)?;
                 let mut trial = merge.clone();
                 trial.apply(policy, &resp).map_err(|e| conflict(policy, kind, e))?;
                 if !audit {
@@ -438,6 +477,7 @@ impl Chain {
         });
         let mut merge = StopMerge::new(req);
         let mut steps = Vec::new();
+        let mut total = 0;
         for entry in self.subscribed(kind) {
             self.run_changing(entry, cx, &event, &target, &mut steps, |policy, reply, audit| {
                 if reply.adjust.is_some() || !reply.evict.is_empty() {
@@ -446,6 +486,7 @@ impl Chain {
                 let (update, evict) = reply_updates(policy, kind, reply)?;
                 merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind, e))?;
                 let resp = pb::StopContainerResponse { update, ..Default::default() };
+                bounded(policy, kind, &resp, &mut total, audit)?;
                 let mut trial = merge.clone();
                 trial.apply(policy, &resp).map_err(|e| conflict(policy, kind, e))?;
                 if !audit {
@@ -466,6 +507,37 @@ pub fn container_target(pod: &pb::PodSandbox, ctr: &pb::Container) -> String {
 /// How errors and logs name a pod: id, then namespace/name.
 pub fn pod_target(pod: &pb::PodSandbox) -> String {
     format!("pod {} ({}/{})", pod.id, pod.namespace, pod.name)
+}
+
+/// Keeps replies within what the runtime can receive: one policy's reply at
+/// most [`MAX_REPLY_BYTES`], all merged replies at most
+/// [`MAX_TOTAL_REPLY_BYTES`]. An audit reply is measured but not counted.
+fn bounded(
+    policy: &str,
+    kind: EventKind,
+    reply: &impl protobuf::Message,
+    total: &mut usize,
+    audit: bool,
+) -> Result<(), PolicyFailure> {
+    let size = reply.compute_size() as usize;
+    if size > MAX_REPLY_BYTES {
+        return Err(invalid(
+            policy,
+            kind,
+            format!("reply of {size} bytes exceeds the limit of {MAX_REPLY_BYTES} bytes"),
+        ));
+    }
+    if *total + size > MAX_TOTAL_REPLY_BYTES {
+        return Err(invalid(
+            policy,
+            kind,
+            format!("reply of {size} bytes would take the merged reply past {MAX_TOTAL_REPLY_BYTES} bytes"),
+        ));
+    }
+    if !audit {
+        *total += size;
+    }
+    Ok(())
 }
 
 fn invalid(policy: &str, kind: EventKind, reason: impl ToString) -> PolicyFailure {

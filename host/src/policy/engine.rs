@@ -243,11 +243,18 @@ impl Ticker {
         std::thread::Builder::new()
             .name("nri-wasm-epoch".into())
             .spawn(move || {
+                // Ticks follow the wall clock: a ticker thread that was not
+                // scheduled for a while catches up, so a deadline of N ticks
+                // is N milliseconds however busy the machine is.
+                let started = Instant::now();
+                let mut ticks: u128 = 0;
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(EPOCH_TICK);
-                    match weak.upgrade() {
-                        Some(engine) => engine.increment_epoch(),
-                        None => break,
+                    let Some(engine) = weak.upgrade() else { break };
+                    let due = started.elapsed().as_nanos() / EPOCH_TICK.as_nanos();
+                    while ticks < due {
+                        engine.increment_epoch();
+                        ticks += 1;
                     }
                 }
             })

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::engine::{CompiledPolicy, Facts, LoadError, PolicyEngine};
 use super::limits::Limits;
-use super::manifest::{self, SpecError};
+use super::manifest::{self, PolicySpec, SpecError};
 
 /// A policy file that was left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +27,11 @@ pub enum LoadProblem {
 pub struct Loaded {
     /// Usable policies, in chain order.
     pub policies: Vec<CompiledPolicy>,
-    /// Files that were left out.
+    /// Policies whose file was found and whose settings were read, but which
+    /// failed to compile, link or initialise. Those with `on-error = "fail"`
+    /// keep failing container creation until they are fixed (fail-closed).
+    pub unloadable: Vec<(PolicySpec, LoadError)>,
+    /// Everything that was left out, for the log.
     pub problems: Vec<LoadProblem>,
 }
 
@@ -50,7 +54,10 @@ pub fn load_dir(engine: &PolicyEngine, dir: &Path, defaults: Limits, facts: &Arc
                 );
                 loaded.policies.push(policy);
             }
-            Err(e) => loaded.problems.push(e.into()),
+            Err(e) => {
+                loaded.problems.push(e.clone().into());
+                loaded.unloadable.push((spec, e));
+            }
         }
     }
     for problem in &loaded.problems {

@@ -257,4 +257,8 @@ pub mod guests {
     pub const FAULTS: &str = env!("GUEST_FAULTS");
     /// Sets an annotation and an env variable named after its settings.
     pub const ANNOTATE: &str = env!("GUEST_ANNOTATE");
+    /// Returns the reply its settings describe (merge tests).
+    pub const REPLAY: &str = env!("GUEST_REPLAY");
+    /// A realistic policy (benchmarks).
+    pub const REALISTIC: &str = env!("GUEST_REALISTIC");
 }

@@ -1,6 +1,10 @@
 //! Misbehaves on CreateContainer in the way its settings name, for the fault
-//! tests: `loop`, `grow`, `unreachable`, `panic`, `stack`, `huge`,
-//! `invalid`, `deny`, `init-loop`, `ok`.
+//! tests: `loop`, `grow`, `unreachable`, `panic`, `stack` (the shadow stack
+//! in linear memory), `native-stack` (the engine's call stack), `huge` or
+//! `huge:N` (N env entries, a million by default), `invalid`, `deny`,
+//! `init-loop`, `ok`; and `validate`: subscribes to the validation step only
+//! and rejects a merged adjustment that sets `example.com/forbidden`, naming
+//! the policy that set it.
 use nri_wasm_sdk::*;
 
 struct Faults;
@@ -13,9 +17,30 @@ fn recurse(n: u64, sink: &mut [u64; 64]) -> u64 {
     local.iter().sum()
 }
 
+/// Recursion that keeps nothing in linear memory: only the engine's stack grows.
+fn native(n: u64) -> u64 {
+    if n == u64::MAX {
+        return 0;
+    }
+    native(std::hint::black_box(n + 1)).wrapping_mul(3).wrapping_add(n)
+}
+
 impl Policy for Faults {
     fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
+        match settings() {
+            "validate" => vec![EventKind::ValidateContainerAdjustment],
+            _ => vec![EventKind::CreateContainer],
+        }
+    }
+
+    fn validate_container_adjustment(e: ValidationEvent) -> Result<Reply, String> {
+        let key = "example.com/forbidden";
+        let set = e.adjust.as_ref().is_some_and(|a| a.annotations.iter().any(|kv| kv.key == key));
+        if !set {
+            return Ok(Reply::none());
+        }
+        let owner = e.owners.iter().find(|o| o.key == key).map_or("an unknown plugin", |o| o.plugin.as_str());
+        Err(format!("annotation {key} set by {owner} is not allowed"))
     }
 
     fn init(settings: &str) -> Result<(), String> {
@@ -50,10 +75,13 @@ impl Policy for Faults {
                 let v = recurse(0, &mut sink);
                 Ok(Reply::none().with_eviction(&v.to_string(), "unreachable"))
             }
-            "huge" => {
+            "native-stack" => Ok(Reply::none().with_eviction(&native(0).to_string(), "unreachable")),
+            huge if huge.starts_with("huge") => {
+                let n: usize = huge.strip_prefix("huge:").and_then(|n| n.parse().ok()).unwrap_or(1_000_000);
                 let mut adjust = ContainerAdjustment::new();
-                for i in 0..1_000_000 {
-                    adjust = adjust.set_env(&format!("V{i}"), "x");
+                adjust.env.reserve(n);
+                for i in 0..n {
+                    adjust.env.push(KeyValue { key: format!("V{i}"), value: "x".into() });
                 }
                 Ok(Reply::adjust(adjust))
             }

@@ -1,0 +1,269 @@
+//! The chain's own rules with real components: order and visibility, audit
+//! mode, the circuit breaker, the chain deadline (30 looping policies), the
+//! validation step, determinism, and loading a directory.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nri_sim::{RuntimeProfile, SimError};
+use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, PolicyFailure, Step};
+use nri_wasm::policy::dispatcher::PolicyDispatcher;
+use nri_wasm::policy::engine::{CompiledPolicy, Facts, PolicyEngine};
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::loader;
+use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm_api::api as pb;
+use nri_wasm_e2e::{guests, Harness};
+
+fn engine() -> Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine"))).clone()
+}
+
+fn facts() -> Arc<Facts> {
+    Arc::new(Facts::unconfigured(wit::NodeInfo {
+        hostname: "node-1".into(),
+        arch: "x86_64".into(),
+        cpus: 2,
+        memory_bytes: 1 << 30,
+    }))
+}
+
+fn load(name: &str, wasm: &str, settings: &str, on_error: OnError, mode: Mode, limits: Limits) -> CompiledPolicy {
+    let spec = PolicySpec {
+        name: name.into(),
+        wasm: wasm.into(),
+        settings_file: None,
+        settings: settings.into(),
+        on_error,
+        mode,
+        limits,
+    };
+    engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn annotate(name: &str, tag: &str) -> CompiledPolicy {
+    load(name, guests::ANNOTATE, tag, OnError::Fail, Mode::Enforce, Limits::default())
+}
+
+fn faulty(name: &str, settings: &str, on_error: OnError, limits: Limits) -> CompiledPolicy {
+    load(name, guests::FAULTS, settings, on_error, Mode::Enforce, limits)
+}
+
+fn request() -> pb::CreateContainerRequest {
+    nri_sim::fixtures::load("CreateContainer").expect("fixture")
+}
+
+fn cx(budget: Duration) -> EvalContext {
+    EvalContext { engine: engine(), facts: facts(), deadline: Instant::now() + budget }
+}
+
+fn annotations(resp: &pb::CreateContainerResponse) -> Vec<(String, String)> {
+    let mut a: Vec<_> = resp
+        .adjust
+        .as_ref()
+        .map(|a| a.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    a.sort();
+    a
+}
+
+fn env(resp: &pb::CreateContainerResponse) -> Vec<(String, String)> {
+    resp.adjust.as_ref().map(|a| a.env.iter().map(|e| (e.key.clone(), e.value.clone())).collect()).unwrap_or_default()
+}
+
+#[test]
+fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
+    let chain = Chain::new(vec![annotate("10-a", "a"), annotate("20-b", "b")], ChainSettings::default());
+    let req = request();
+    let before = req.container.env.len();
+    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    // The annotate guest reports how many env variables it saw: the second
+    // policy sees the first one's variable.
+    assert_eq!(
+        env(&resp),
+        [("POLICY_A".to_string(), before.to_string()), ("POLICY_B".to_string(), (before + 1).to_string())]
+    );
+    assert_eq!(steps.len(), 2);
+    assert!(steps.iter().all(|s| matches!(s, Step::Applied { .. })), "{steps:?}");
+}
+
+#[test]
+fn audit_mode_reports_but_changes_and_denies_nothing() {
+    let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
+    let chain = Chain::new(vec![annotate("10-a", "a"), audited], ChainSettings::default());
+    let mut req = request();
+    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
+    assert!(matches!(&steps[1], Step::AuditOnly { policy, .. } if policy == "20-audit"), "{steps:?}");
+
+    // The annotate guest denies containers annotated example.com/deny.
+    req.container.mut_or_insert_default().annotations.insert("example.com/deny".into(), "no".into());
+    let audit_only = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
+    let chain = Chain::new(vec![audit_only], ChainSettings::default());
+    let (_, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    assert!(matches!(&steps[0], Step::Denied { audit: true, reason, .. } if reason.contains("denied by annotation")));
+
+    let chain = Chain::new(vec![annotate("20-enforce", "x")], ChainSettings::default());
+    let err = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap_err();
+    assert!(matches!(&err, ChainError::Denied { policy, .. } if policy == "20-enforce"), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&req.container.id) && text.contains("denied by annotation: no"), "{text}");
+}
+
+#[test]
+fn a_failing_policy_is_quarantined_then_retried() {
+    let settings = ChainSettings { breaker_failures: 3, breaker_backoff_ms: 300, ..ChainSettings::default() };
+    let p = faulty("20-trap", "unreachable", OnError::Ignore, Limits::default());
+    let chain = Chain::new(vec![annotate("10-a", "a"), p], settings);
+    let req = request();
+    let failure_of = |steps: &[Step]| match steps.last() {
+        Some(Step::Failed { failure, ignored: true }) => failure.clone(),
+        other => panic!("expected an ignored failure, got {other:?}"),
+    };
+    for _ in 0..3 {
+        let (_, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+        assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)));
+    }
+    // Open: the policy is not called, its on-error applies.
+    let started = Instant::now();
+    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    assert!(matches!(failure_of(&steps), PolicyFailure::Quarantined { failures: 3, .. }));
+    assert!(started.elapsed() < Duration::from_millis(100));
+    assert_eq!(annotations(&resp).len(), 1, "the healthy policy still applies");
+    // After the back-off the policy is tried again (and fails again).
+    std::thread::sleep(Duration::from_millis(350));
+    let (_, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)), "{steps:?}");
+
+    // With on-error = fail a quarantined policy fails the event, and says so.
+    let settings = ChainSettings { breaker_failures: 1, breaker_backoff_ms: 60_000, ..ChainSettings::default() };
+    let chain = Chain::new(vec![faulty("20-trap", "unreachable", OnError::Fail, Limits::default())], settings);
+    assert!(chain.create_container(&cx(Duration::from_secs(2)), &req).is_err());
+    let err = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap_err().to_string();
+    assert!(err.contains("20-trap") && err.contains("quarantined after 1 consecutive failures"), "{err}");
+}
+
+#[test]
+fn calls_that_cannot_start_before_the_deadline_are_skipped() {
+    let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 50, ..Limits::default() };
+    let chain = Chain::new(
+        vec![
+            faulty("10-loop", "loop", OnError::Ignore, looping),
+            load("20-a", guests::ANNOTATE, "a", OnError::Ignore, Mode::Enforce, Limits::default()),
+        ],
+        // The loop is cut at the deadline to within a tick; what is left is
+        // below min-call-ms, so the next call is not started.
+        ChainSettings { min_call_ms: 5, ..ChainSettings::default() },
+    );
+    let (resp, steps) = chain.create_container(&cx(Duration::from_millis(20)), &request()).unwrap();
+    assert!(annotations(&resp).is_empty());
+    assert!(
+        matches!(&steps[1], Step::Failed { failure: PolicyFailure::Skipped { policy, .. }, ignored: true } if policy == "20-a"),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn the_same_input_gives_the_same_output_and_the_same_fuel() {
+    let chain = Chain::new(vec![annotate("10-a", "a"), annotate("20-b", "b")], ChainSettings::default());
+    let req = request();
+    let fuel = |steps: &[Step]| -> Vec<u64> {
+        steps.iter().map(|s| if let Step::Applied { fuel, .. } = s { *fuel } else { panic!("{s:?}") }).collect()
+    };
+    let (first, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let first_fuel = fuel(&steps);
+    assert!(first_fuel.iter().all(|f| *f > 0));
+    for _ in 0..50 {
+        let (again, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+        assert_eq!(again, first);
+        assert_eq!(fuel(&steps), first_fuel);
+    }
+}
+
+#[test]
+fn policy_validation_sees_the_merged_result_and_may_reject_it() {
+    let validator = || faulty("90-validate", "validate", OnError::Fail, Limits::default());
+    let chain = Chain::new(vec![annotate("10-a", "a"), validator()], ChainSettings::default());
+    assert!(chain.wants(nri_wasm::nri::EventKind::CreateContainer));
+    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    assert_eq!(annotations(&resp).len(), 1);
+    assert!(matches!(&steps[1], Step::Applied { policy, .. } if policy == "90-validate"), "{steps:?}");
+
+    let chain =
+        Chain::new(vec![annotate("10-a", "a"), annotate("20-f", "forbidden"), validator()], ChainSettings::default());
+    let err = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap_err();
+    assert!(
+        matches!(&err, ChainError::Denied { policy, event, .. } if policy == "90-validate" && event == "ValidateContainerAdjustment"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("example.com/forbidden set by 20-f"), "{err}");
+}
+
+#[test]
+fn a_directory_loads_in_order_and_bad_files_are_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(guests::ANNOTATE, dir.path().join("20-second.wasm")).unwrap();
+    std::fs::write(dir.path().join("20-second.toml"), "settings = \"second\"\n").unwrap();
+    std::fs::copy(guests::ANNOTATE, dir.path().join("10-first.wasm")).unwrap();
+    std::fs::write(dir.path().join("10-first.toml"), "settings = \"first\"\n").unwrap();
+    std::fs::write(dir.path().join("30-junk.wasm"), b"not a component").unwrap();
+    std::fs::write(dir.path().join("30-junk.toml"), "on-error = \"fail\"\n").unwrap();
+    std::fs::copy(guests::ANNOTATE, dir.path().join("40-bad-settings.wasm")).unwrap();
+    std::fs::write(dir.path().join("40-bad-settings.toml"), "settings = \"two words\"\n").unwrap();
+    let loaded = loader::load_dir(&engine(), dir.path(), Limits::default(), &facts());
+    let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
+    assert_eq!(names, ["10-first", "20-second"]);
+    let problems: Vec<String> = loaded.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].contains("30-junk") && problems[0].contains("not a valid WebAssembly component"));
+    assert!(problems[1].contains("40-bad-settings") && problems[1].contains("single word"));
+    // 30-junk is mandatory (on-error = fail): creation fails until it is fixed.
+    let chain = Chain::new(loaded.policies, ChainSettings::default()).with_unloadable(loaded.unloadable);
+    assert_eq!(chain.unloadable().len(), 1);
+    let err = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap_err().to_string();
+    assert!(err.contains("30-junk") && err.contains("not loaded"), "{err}");
+}
+
+/// 30 policies that loop forever: the runtime still gets its answer in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_looping_policies_answer_inside_the_request_timeout() {
+    let request_timeout = Duration::from_millis(1_000);
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        let looping = Limits { fuel: u64::MAX / 2, ..Limits::default() };
+        let mut policies: Vec<_> =
+            (0..30).map(|i| faulty(&format!("{:02}-loop", i + 10), "loop", on_error, looping)).collect();
+        policies.push(load("90-last", guests::ANNOTATE, "last", on_error, Mode::Enforce, Limits::default()));
+        let chain = Chain::new(policies, ChainSettings::default());
+        let budget = chain.settings().budget(request_timeout);
+        let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
+        let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(request_timeout), dispatcher).await;
+        let conn = h.connect().await;
+        let req = request();
+        let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+        for _ in 0..3 {
+            let started = Instant::now();
+            let result = conn.create_container(&pod, &ctr).await;
+            let took = started.elapsed();
+            assert!(took < request_timeout, "{on_error:?}: the runtime would have dropped us after {took:?}");
+            assert!(took < budget + Duration::from_millis(25), "{on_error:?}: answered after {took:?}");
+            match on_error {
+                // Each loop is cut at its 100 ms limit until the chain's
+                // 500 ms are spent; the rest are skipped.
+                OnError::Ignore => {
+                    let reply = result.unwrap();
+                    assert!(took >= budget - Duration::from_millis(100), "{took:?}");
+                    assert!(reply.adjust.is_none() || annotations(&reply).is_empty(), "90-last was skipped");
+                }
+                OnError::Fail => {
+                    let err = result.unwrap_err();
+                    let SimError::Failed { status, .. } = &err else { panic!("{err}") };
+                    assert!(status.message().contains("10-loop") && status.message().contains("time limit"));
+                }
+            }
+        }
+        conn.close().await;
+        h.shutdown().await;
+    }
+}

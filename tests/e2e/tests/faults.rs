@@ -1,0 +1,259 @@
+//! The fault matrix: every way a policy can misbehave, in both `on-error`
+//! modes, 1,000 times in a row through the simulated runtime, between two
+//! healthy policies.
+//!
+//! For every run: the host answers inside the chain deadline; with
+//! `on-error = "ignore"` the healthy policies' changes arrive and the faulty
+//! one's do not; with `on-error = "fail"` the event fails with an error that
+//! names the policy, the event, the container and the limit or reason. After
+//! the runs the host is still connected, and its resident memory did not
+//! grow between the 100th and the last run.
+//!
+//! The cases run one at a time (a shared lock) so that memory readings and
+//! timings are the host's own, not a neighbour test's.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nri_sim::{RuntimeProfile, SimError};
+use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::chain::{Chain, ChainSettings};
+use nri_wasm::policy::dispatcher::PolicyDispatcher;
+use nri_wasm::policy::engine::{Facts, LoadError, PolicyEngine};
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm_api::api as pb;
+use nri_wasm_e2e::{guests, Harness};
+
+const RUNS: usize = 1_000;
+/// Memory is compared between this run and the last one.
+const WARM_UP: usize = 100;
+/// Most resident-memory growth tolerated between the two readings.
+const MAX_GROWTH_BYTES: i64 = 16 << 20;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn engine() -> Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine"))).clone()
+}
+
+fn facts() -> Facts {
+    Facts::unconfigured(wit::NodeInfo {
+        hostname: "node-1".into(),
+        arch: "x86_64".into(),
+        cpus: 2,
+        memory_bytes: 1 << 30,
+    })
+}
+
+fn spec(name: &str, wasm: &str, settings: &str, on_error: OnError, limits: Limits) -> PolicySpec {
+    PolicySpec {
+        name: name.into(),
+        wasm: wasm.into(),
+        settings_file: None,
+        settings: settings.into(),
+        on_error,
+        mode: Mode::Enforce,
+        limits,
+    }
+}
+
+/// How the faulty policy misbehaves and what its failure must say.
+struct Fault {
+    /// Settings of the faults guest, or `None` for the inline component.
+    settings: Option<&'static str>,
+    limits: Limits,
+    /// Every one of these appears in the error of a failed event.
+    says: &'static [&'static str],
+}
+
+fn resident_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+    let pages: i64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("resident pages");
+    pages * 4096
+}
+
+fn annotation<'a>(reply: &'a pb::CreateContainerResponse, key: &str) -> Option<&'a str> {
+    reply.adjust.as_ref().and_then(|a| a.annotations.get(key)).map(String::as_str)
+}
+
+/// Builds the chain `10-before`, `20-faulty`, `30-after`.
+fn chain(fault: &Fault, on_error: OnError) -> Chain {
+    let engine = engine();
+    let f = Arc::new(facts());
+    let healthy = |name: &str, tag: &str| {
+        engine.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, Limits::default()), &f).expect("healthy policy")
+    };
+    let before = healthy("10-before", "before");
+    let after = healthy("30-after", "after");
+    let faulty = match fault.settings {
+        Some(settings) => engine.load(&spec("20-faulty", guests::FAULTS, settings, on_error, fault.limits), &f),
+        // A component importing an interface the host does not offer.
+        None => engine.load_bytes(
+            &spec("20-faulty", "inline", "", on_error, fault.limits),
+            br#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#,
+            &f,
+        ),
+    };
+    // Every run must meet the fault itself, not a quarantine.
+    let settings = ChainSettings { breaker_failures: u32::MAX, ..ChainSettings::default() };
+    match faulty {
+        Ok(p) => Chain::new(vec![before, p, after], settings),
+        Err(e) => {
+            let spec = spec("20-faulty", "faulty", "", on_error, fault.limits);
+            Chain::new(vec![before, after], settings).with_unloadable(vec![(spec, e)])
+        }
+    }
+}
+
+async fn run_matrix(fault: Fault) {
+    let _serial = SERIAL.lock().await;
+    let request: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+    let (pod, ctr) = (request.pod.clone().unwrap(), request.container.clone().unwrap());
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        let chain = chain(&fault, on_error);
+        let budget = chain.settings().budget(REQUEST_TIMEOUT);
+        let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, facts(), 4));
+        let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(REQUEST_TIMEOUT), dispatcher).await;
+        let conn = h.connect().await;
+        conn.synchronize(&[], &[], 0).await.expect("synchronize");
+        let mut warm = 0;
+        let mut slowest = Duration::ZERO;
+        for run in 0..RUNS {
+            if run == WARM_UP {
+                warm = resident_bytes();
+            }
+            let started = Instant::now();
+            let result = conn.create_container(&pod, &ctr).await;
+            let took = started.elapsed();
+            slowest = slowest.max(took);
+            assert!(took <= budget, "run {run} ({on_error:?}): answered after {took:?}, chain budget {budget:?}");
+            match on_error {
+                OnError::Ignore => {
+                    let reply = result.unwrap_or_else(|e| panic!("run {run}: ignored fault failed the event: {e}"));
+                    assert_eq!(annotation(&reply, "example.com/before"), Some(ctr.name.as_str()), "run {run}");
+                    assert_eq!(annotation(&reply, "example.com/after"), Some(ctr.name.as_str()), "run {run}");
+                    assert_eq!(annotation(&reply, "example.com/faults"), None, "run {run}");
+                    let adjust = reply.adjust.as_ref().unwrap();
+                    assert!(adjust.env.iter().all(|e| !e.key.starts_with('V')), "run {run}: faulty output leaked");
+                }
+                OnError::Fail => {
+                    let err = result.expect_err("a failing policy with on-error = fail fails the event");
+                    let SimError::Failed { status, .. } = &err else { panic!("run {run}: {err}") };
+                    let message = status.message();
+                    for part in ["20-faulty", "CreateContainer", &ctr.id, "on-error = fail"].iter().chain(fault.says) {
+                        assert!(message.contains(part), "run {run}: {part:?} missing from {message:?}");
+                    }
+                }
+            }
+        }
+        let growth = resident_bytes() - warm;
+        assert!(
+            growth < MAX_GROWTH_BYTES,
+            "{on_error:?}: resident memory grew by {} KiB over {} runs",
+            growth / 1024,
+            RUNS - WARM_UP
+        );
+        assert!(!conn.is_closed() && !h.task.is_finished(), "the host is still connected and running");
+        eprintln!("{:?} {on_error:?}: slowest answer {slowest:?}, memory growth {} KiB", fault.settings, growth / 1024);
+        conn.close().await;
+        h.shutdown().await;
+    }
+}
+
+fn loose(fuel: u64, timeout_ms: u64) -> Limits {
+    Limits { fuel, timeout_ms, ..Limits::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infinite_loop() {
+    let says = &["time limit of 5 ms"];
+    run_matrix(Fault { settings: Some("loop"), limits: loose(u64::MAX / 2, 5), says }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuel_exhaustion() {
+    let says = &["fuel limit of 2000000"];
+    run_matrix(Fault { settings: Some("loop"), limits: loose(2_000_000, 10_000), says }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_growth_past_the_cap() {
+    let limits = Limits { memory_mib: 16, ..Limits::default() };
+    run_matrix(Fault { settings: Some("grow"), limits, says: &["memory limit of 16 MiB"] }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_trap() {
+    run_matrix(Fault { settings: Some("unreachable"), limits: Limits::default(), says: &["trapped", "unreachable"] })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_panic() {
+    run_matrix(Fault { settings: Some("panic"), limits: Limits::default(), says: &["trapped"] }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_overflow() {
+    run_matrix(Fault { settings: Some("native-stack"), limits: Limits::default(), says: &["stack overflow"] }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_output() {
+    // 90,000 env entries (about 1.1 MiB): within the guest's limits, past the reply limit.
+    let says = &["invalid output", "exceeds the limit of 1048576 bytes"];
+    run_matrix(Fault { settings: Some("huge:90000"), limits: loose(2_000_000_000, 2_000), says }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_output() {
+    run_matrix(Fault { settings: Some("invalid"), limits: Limits::default(), says: &["invalid output", "mount"] })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_step_loops() {
+    let says = &["not loaded", "init failed", "time limit of 5 ms"];
+    run_matrix(Fault { settings: Some("init-loop"), limits: loose(u64::MAX / 2, 5), says }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_import() {
+    let says = &["not loaded", "wasi:http/outgoing-handler@0.2.0"];
+    run_matrix(Fault { settings: None, limits: Limits::default(), says }).await;
+}
+
+/// A million env entries, as the issue puts it: the guest's own limits stop
+/// it (memory or fuel) before any of it reaches the host, or the reply limit
+/// does; either way the host answers and stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_env_entries() {
+    let _serial = SERIAL.lock().await;
+    let engine = engine();
+    let f = Arc::new(facts());
+    let limits = Limits { memory_mib: 256, fuel: 20_000_000_000, timeout_ms: 5_000, ..Limits::default() };
+    let p = engine.load(&spec("20-faulty", guests::FAULTS, "huge", OnError::Fail, limits), &f).expect("load");
+    let chain = Chain::new(vec![p], ChainSettings::default());
+    let request: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let cx = nri_wasm::policy::chain::EvalContext { engine: engine.clone(), facts: f, deadline };
+    for _ in 0..3 {
+        let err = chain.create_container(&cx, &request).expect_err("a million entries never make it to the runtime");
+        let text = err.to_string();
+        assert!(
+            text.contains("exceeds the limit") || text.contains("memory limit") || text.contains("fuel limit"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn unloadable_policies_with_on_error_ignore_are_left_out() {
+    let spec = spec("20-faulty", "x", "", OnError::Ignore, Limits::default());
+    let e = LoadError::Compile { policy: "20-faulty".into(), reason: "bad".into() };
+    let chain = Chain::new(Vec::new(), ChainSettings::default()).with_unloadable(vec![(spec, e)]);
+    assert!(chain.unloadable().is_empty());
+}
