@@ -62,17 +62,21 @@ impl Default for PluginConfig {
     }
 }
 
-/// How we reach the runtime (external mode).
+/// How we reach the runtime (external mode). Keys are kebab-case like every
+/// other table; the snake_case spelling of the first release is still read.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct RuntimeConfig {
     /// The runtime's NRI socket.
     pub socket: PathBuf,
     /// How long we wait for the runtime to answer RegisterPlugin.
+    #[serde(alias = "register_timeout_ms")]
     pub register_timeout_ms: u64,
     /// First reconnect delay after the runtime goes away.
+    #[serde(alias = "reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Largest reconnect delay.
+    #[serde(alias = "reconnect_max_ms")]
     pub reconnect_max_ms: u64,
 }
 
@@ -140,11 +144,11 @@ impl Config {
             return Err(ConfigError::Runtime("socket path is empty".into()));
         }
         if rt.register_timeout_ms == 0 {
-            return Err(ConfigError::Runtime("register_timeout_ms must be positive".into()));
+            return Err(ConfigError::Runtime("register-timeout-ms must be positive".into()));
         }
         if rt.reconnect_initial_ms == 0 || rt.reconnect_max_ms < rt.reconnect_initial_ms {
             return Err(ConfigError::Runtime(format!(
-                "reconnect delays must satisfy 0 < reconnect_initial_ms ({}) <= reconnect_max_ms ({})",
+                "reconnect delays must satisfy 0 < reconnect-initial-ms ({}) <= reconnect-max-ms ({})",
                 rt.reconnect_initial_ms, rt.reconnect_max_ms
             )));
         }
@@ -194,7 +198,20 @@ mod tests {
         let e = parse("[runtime]\nreconnect_initial_ms = 10\nreconnect_max_ms = 5\n").unwrap_err().to_string();
         assert!(e.contains("reconnect"), "{e}");
         let e = parse("[runtime]\nregister_timeout_ms = 0\n").unwrap_err().to_string();
-        assert!(e.contains("register_timeout_ms"), "{e}");
+        assert!(e.contains("register-timeout-ms"), "{e}");
+        let e = parse("[runtime]\nregister-timeout-ms = 0\n").unwrap_err().to_string();
+        assert!(e.contains("register-timeout-ms"), "{e}");
+    }
+
+    #[test]
+    fn the_readme_example_is_a_valid_configuration() {
+        let readme = include_str!("../../README.md");
+        let section = readme.split("### Configuration").nth(1).expect("README has a Configuration section");
+        let block = section.split("```toml\n").nth(1).and_then(|b| b.split("```").next()).expect("a toml block");
+        let c = parse(block).unwrap();
+        assert_eq!(c.policies.dir.as_deref(), Some(Path::new("/etc/nri-wasm/policies")));
+        assert_eq!(c.chain, ChainSettings::default());
+        assert_eq!(c.policies.limits(), Limits::default(), "the README shows the defaults");
     }
 
     #[test]
