@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -380,8 +382,13 @@ impl PolicyEngine {
             .map_err(|e| LoadError::Link { policy: policy.clone(), reason: format!("{e:#}") })?;
         let pre = PolicyPre::new(instance_pre)
             .map_err(|e| LoadError::World { policy: policy.clone(), reason: format!("{e:#}") })?;
-        let mut compiled =
-            CompiledPolicy { spec: spec.clone(), pre, events: EventMask::EMPTY, name: spec.name.as_str().into() };
+        let mut compiled = CompiledPolicy {
+            spec: spec.clone(),
+            seed: seed_of(&spec.name),
+            pre,
+            events: EventMask::EMPTY,
+            name: spec.name.as_str().into(),
+        };
         // Validate the settings and learn the subscription once, at load.
         let events = self
             .init(&compiled, facts)
@@ -443,7 +450,14 @@ impl PolicyEngine {
             .memories(limits.memories)
             .trap_on_grow_failure(true)
             .build();
+        // Randomness is seeded per policy, not per call: a policy's language
+        // runtime (hash maps, for one) draws on it, and the same input must
+        // give the same output and cost the same fuel every time.
+        let seed = policy.seed;
         let wasi = WasiCtxBuilder::new()
+            .secure_random(StdRng::seed_from_u64(seed))
+            .insecure_random(StdRng::seed_from_u64(seed.rotate_left(32)))
+            .insecure_random_seed(u128::from(seed))
             .stdout(MemoryOutputPipe::new(OUTPUT_CAPACITY))
             .stderr(MemoryOutputPipe::new(OUTPUT_CAPACITY))
             .allow_tcp(false)
@@ -530,6 +544,8 @@ pub struct CallReport {
 #[derive(Clone)]
 pub struct CompiledPolicy {
     pub spec: PolicySpec,
+    /// Seed of the policy's random sources (from its name).
+    seed: u64,
     pre: PolicyPre<CallState>,
     events: EventMask,
     name: Arc<str>,
@@ -550,6 +566,11 @@ impl CompiledPolicy {
     pub fn events(&self) -> EventMask {
         self.events
     }
+}
+
+/// A stable seed from a policy's name (FNV-1a).
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Interfaces a policy may import: ours, and the WASI p2 interfaces language

@@ -183,6 +183,21 @@ fn the_same_input_gives_the_same_output_and_the_same_fuel() {
 }
 
 #[test]
+fn randomness_is_seeded_per_policy_so_results_repeat() {
+    let chain =
+        Chain::new(vec![faulty("10-random", "random", OnError::Fail, Limits::default())], ChainSettings::default());
+    let (first, _) = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    let order = annotations(&first);
+    assert_eq!(order.len(), 1);
+    let sorted: Vec<String> = (0..32).map(|i: u32| i.to_string()).collect();
+    assert_ne!(order[0].1, sorted.join(","), "the hash map really is randomised");
+    for _ in 0..10 {
+        let (again, _) = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+        assert_eq!(annotations(&again), order);
+    }
+}
+
+#[test]
 fn policy_validation_sees_the_merged_result_and_may_reject_it() {
     let validator = || faulty("90-validate", "validate", OnError::Fail, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), validator()], ChainSettings::default());

@@ -2,7 +2,8 @@
 //! tests: `loop`, `grow`, `unreachable`, `panic`, `stack` (the shadow stack
 //! in linear memory), `native-stack` (the engine's call stack), `huge` or
 //! `huge:N` (N env entries, a million by default), `invalid`, `deny`,
-//! `init-loop`, `ok`; and `validate`: subscribes to the validation step only
+//! `init-loop`, `ok`, `random` (an annotation that depends on the random
+//! keys of a hash map); and `validate`: subscribes to the validation step only
 //! and rejects a merged adjustment that sets `example.com/forbidden`, naming
 //! the policy that set it.
 use nri_wasm_sdk::*;
@@ -92,6 +93,12 @@ impl Policy for Faults {
                 options: vec![],
             }))),
             "deny" => Err("denied on purpose".into()),
+            "random" => {
+                // std's HashMap draws its keys from wasi:random.
+                let map: std::collections::HashMap<u32, u32> = (0..32).map(|i| (i, i)).collect();
+                let order: Vec<String> = map.keys().map(|k| k.to_string()).collect();
+                Ok(Reply::adjust(ContainerAdjustment::new().set_annotation("example.com/order", &order.join(","))))
+            }
             _ => Ok(Reply::adjust(ContainerAdjustment::new().set_annotation("example.com/faults", "ok"))),
         }
     }
