@@ -23,3 +23,22 @@ fn bad_config_names_the_file_and_the_key() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("bad.toml") && stderr.contains("sokcet"), "{stderr}");
 }
+
+#[test]
+fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("10-junk.wasm"), b"not a component").unwrap();
+    std::fs::write(dir.path().join("20-lonely.toml"), "mode = \"audit\"\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
+        .args(["demo", "--pods", "1", "--policies"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("host: 0 policies loaded"), "{stdout}");
+    assert!(stderr.contains("10-junk") && stderr.contains("not a valid WebAssembly component"), "{stderr}");
+    assert!(stderr.contains("20-lonely.toml") && stderr.contains("no policy"), "{stderr}");
+    assert_eq!(stdout.matches("CreateContainer").count(), 1, "{stdout}");
+}

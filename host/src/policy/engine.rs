@@ -193,6 +193,9 @@ impl Facts {
 pub struct CallState {
     limits: StoreLimits,
     wasi: WasiCtx,
+    /// The guest's stdout and stderr (shared with the WASI context).
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
     table: ResourceTable,
     policy: Arc<str>,
     facts: Arc<Facts>,
@@ -454,12 +457,13 @@ impl PolicyEngine {
         // runtime (hash maps, for one) draws on it, and the same input must
         // give the same output and cost the same fuel every time.
         let seed = policy.seed;
+        let (stdout, stderr) = (MemoryOutputPipe::new(OUTPUT_CAPACITY), MemoryOutputPipe::new(OUTPUT_CAPACITY));
         let wasi = WasiCtxBuilder::new()
             .secure_random(StdRng::seed_from_u64(seed))
             .insecure_random(StdRng::seed_from_u64(seed.rotate_left(32)))
             .insecure_random_seed(u128::from(seed))
-            .stdout(MemoryOutputPipe::new(OUTPUT_CAPACITY))
-            .stderr(MemoryOutputPipe::new(OUTPUT_CAPACITY))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -467,6 +471,8 @@ impl PolicyEngine {
         let state = CallState {
             limits: store_limits,
             wasi,
+            stdout,
+            stderr,
             table: ResourceTable::new(),
             policy: policy.name.clone(),
             facts: facts.clone(),
@@ -483,12 +489,15 @@ impl PolicyEngine {
     fn init(&self, policy: &CompiledPolicy, facts: &Arc<Facts>) -> Result<EventMask, CallError> {
         let mut store = self.store(policy, facts, policy.spec.limits.timeout());
         let event = "init";
-        let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, event))?;
-        let kinds = instance
-            .call_init(&mut store, &policy.spec.settings)
-            .map_err(|e| classify(e, policy, event))?
-            .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: event.into(), reason })?;
-        Ok(kinds.into_iter().map(event_kind).collect())
+        let outcome = (|| {
+            let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, event))?;
+            instance
+                .call_init(&mut store, &policy.spec.settings)
+                .map_err(|e| classify(e, policy, event))?
+                .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: event.into(), reason })
+        })();
+        let outcome = with_output(outcome, store.data(), event);
+        Ok(outcome?.into_iter().map(event_kind).collect())
     }
 
     /// Runs one event through one policy in a fresh instance, within its
@@ -513,7 +522,35 @@ impl PolicyEngine {
             instance.call_handle(&mut store, event).map_err(|e| classify(e, policy, name))
         })();
         let fuel_used = fuel_start.saturating_sub(store.get_fuel().unwrap_or(0));
+        let outcome = with_output(outcome, store.data(), name);
         CallReport { outcome, fuel_used, elapsed: started.elapsed() }
+    }
+}
+
+/// Logs what the guest wrote to stdout and stderr, tagged with the policy
+/// and the event, and adds the end of stderr to a trap (where a Rust panic,
+/// for one, leaves its message).
+fn with_output<T>(outcome: Result<T, CallError>, state: &CallState, event: &str) -> Result<T, CallError> {
+    let policy = &*state.policy;
+    let stdout = state.stdout.contents();
+    let stderr = state.stderr.contents();
+    for line in String::from_utf8_lossy(&stdout).lines().filter(|l| !l.trim().is_empty()) {
+        tracing::info!(policy, event, stream = "stdout", "{line}");
+    }
+    let stderr = String::from_utf8_lossy(&stderr);
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        tracing::warn!(policy, event, stream = "stderr", "{line}");
+    }
+    match outcome {
+        Err(CallError::Trap { policy, event, trap }) if !stderr.trim().is_empty() => {
+            let tail: String = {
+                let t = stderr.trim();
+                let start = t.char_indices().rev().nth(399).map_or(0, |(i, _)| i);
+                t[start..].replace('\n', " | ")
+            };
+            Err(CallError::Trap { policy, event, trap: format!("{trap}; stderr: {tail}") })
+        }
+        other => other,
     }
 }
 

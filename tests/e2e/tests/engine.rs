@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_wasm::policy::bindings::wit;
-use nri_wasm::policy::engine::{CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine};
+use nri_wasm::policy::engine::{Allocator, CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_e2e::guests;
@@ -169,6 +169,8 @@ fn traps_panics_and_stack_overflows_are_reported() {
     assert!(matches!(err, CallError::Trap { .. }), "{err}");
     let (err, _) = run_fault("panic", Limits::default());
     assert!(matches!(err, CallError::Trap { .. }), "{err}");
+    // The panic message the guest wrote to stderr is part of the error.
+    assert!(err.to_string().contains("policy panicked on purpose for app"), "{err}");
     // Rust keeps its stack in linear memory: overflowing it faults below
     // address 0 rather than exhausting the engine's call stack.
     let (err, _) = run_fault("stack", Limits::default());
@@ -216,4 +218,19 @@ fn garbage_and_wrong_worlds_are_refused() {
     let err =
         engine.load_bytes(&spec("41-empty", "inline", "", Limits::default()), b"(component)", &facts()).unwrap_err();
     assert!(matches!(err, LoadError::World { .. }), "{err}");
+}
+
+#[test]
+fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserved() {
+    // A million concurrent calls of 4 GiB memories: far more address space
+    // than any machine has.
+    let settings =
+        EngineSettings { max_concurrent_calls: 1_000_000, max_memory_mib: 4096, ..EngineSettings::default() };
+    let engine = PolicyEngine::new(&settings).expect("the engine still starts");
+    assert!(matches!(engine.allocator(), Allocator::OnDemand(why) if !why.is_empty()), "{:?}", engine.allocator());
+    let f = facts();
+    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "x", Limits::default()), &f).unwrap();
+    assert!(engine.call(&p, &create_event(), &f, Duration::from_secs(1)).outcome.unwrap().is_ok());
+    // The default settings get the pool.
+    assert_eq!(PolicyEngine::new(&EngineSettings::default()).unwrap().allocator(), &Allocator::Pooling);
 }
