@@ -73,8 +73,8 @@ pub trait Policy {
     /// The events the host delivers to this policy.
     fn events() -> Vec<EventKind>;
 
-    /// Checks the settings (see [`settings`]); an error keeps the policy
-    /// from loading.
+    /// Checks the settings (see [`settings`]) when the host calls the
+    /// component's `configure`; an error keeps the policy from loading.
     fn init(_settings: &str) -> Result<(), String> {
         Ok(())
     }
@@ -151,7 +151,7 @@ pub fn __handle<P: Policy>(event: Event) -> Result<Reply, String> {
     }
 }
 
-/// Exports a [`Policy`] implementation as the component's `init` and `handle`.
+/// Exports a [`Policy`] implementation as the component's `configure` and `handle`.
 #[macro_export]
 macro_rules! export_policy {
     ($policy:ty) => {
@@ -159,7 +159,7 @@ macro_rules! export_policy {
         pub struct __NriWasmExports;
 
         impl $crate::bindings::Guest for __NriWasmExports {
-            fn init(settings: String) -> Result<Vec<$crate::EventKind>, String> {
+            fn configure(settings: String) -> Result<Vec<$crate::EventKind>, String> {
                 $crate::__init::<$policy>(settings)
             }
 

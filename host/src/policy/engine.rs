@@ -109,7 +109,7 @@ pub enum LoadError {
     Link { policy: String, reason: String },
     #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
     World { policy: String, reason: String },
-    #[error("policy {policy}: init failed: {reason}")]
+    #[error("policy {policy}: configure (its settings step) failed: {reason}")]
     Init { policy: String, reason: String },
     #[error("policy {policy}: memory-mib {asked} exceeds the engine's max-memory-mib {max}")]
     Limits { policy: String, asked: u64, max: u64 },
@@ -137,7 +137,7 @@ pub enum CallError {
     StackOverflow { policy: String, event: String },
     #[error("policy {policy} on {event}: trapped: {trap}")]
     Trap { policy: String, event: String, trap: String },
-    #[error("policy {policy} on {event}: init rejected its settings: {reason}")]
+    #[error("policy {policy} on {event}: configure rejected its settings: {reason}")]
     Init { policy: String, event: String, reason: String },
 }
 
@@ -488,11 +488,11 @@ impl PolicyEngine {
 
     fn init(&self, policy: &CompiledPolicy, facts: &Arc<Facts>) -> Result<EventMask, CallError> {
         let mut store = self.store(policy, facts, policy.spec.limits.timeout());
-        let event = "init";
+        let event = "configure";
         let outcome = (|| {
             let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, event))?;
             instance
-                .call_init(&mut store, &policy.spec.settings)
+                .call_configure(&mut store, &policy.spec.settings)
                 .map_err(|e| classify(e, policy, event))?
                 .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: event.into(), reason })
         })();
@@ -516,7 +516,7 @@ impl PolicyEngine {
         let outcome = (|| {
             let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, name))?;
             instance
-                .call_init(&mut store, &policy.spec.settings)
+                .call_configure(&mut store, &policy.spec.settings)
                 .map_err(|e| classify(e, policy, name))?
                 .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: name.into(), reason })?;
             instance.call_handle(&mut store, event).map_err(|e| classify(e, policy, name))
@@ -599,7 +599,7 @@ impl CompiledPolicy {
         &self.name
     }
 
-    /// Events the policy subscribed to in `init`.
+    /// Events the policy subscribed to in `configure`.
     pub fn events(&self) -> EventMask {
         self.events
     }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Limits {
-    /// Fuel (roughly: WebAssembly instructions) per call, `init` included.
+    /// Fuel (roughly: WebAssembly instructions) per call, `configure` included.
     pub fuel: u64,
     /// Wall-clock time per call, in milliseconds.
     pub timeout_ms: u64,

@@ -43,7 +43,7 @@ pub struct PolicyFile {
     pub on_error: OnError,
     #[serde(default)]
     pub mode: Mode,
-    /// Given to the policy's `init` as text: a string as is, a table as JSON.
+    /// Given to the policy's `configure` as text: a string as is, a table as JSON.
     pub settings: Option<toml::Value>,
     #[serde(default)]
     pub limits: LimitOverrides,

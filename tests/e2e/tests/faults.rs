@@ -216,7 +216,7 @@ async fn invalid_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_step_loops() {
-    let says = &["not loaded", "init failed", "time limit of 5 ms"];
+    let says = &["not loaded", "configure (its settings step) failed", "time limit of 5 ms"];
     run_matrix(Fault { settings: Some("init-loop"), limits: loose(u64::MAX / 2, 5), says }).await;
 }
 
