@@ -41,6 +41,18 @@
 //! - Empty parts (unset memory settings, an empty hooks message, ...) are left
 //!   out of the combined reply; they mean nothing to the runtime.
 //!
+//! # Keys set and removed inside the chain
+//!
+//! One difference cannot be avoided with a single reply. When one policy sets
+//! a key of a compound field (a mount, an env variable, a device) and a later
+//! policy removes it, separate plugins would leave the key "removed by the
+//! second plugin" at the runtime, and a native plugin running after them
+//! would conflict when it sets the key again. The combined reply can only say
+//! "remove it" (`-key`), and the runtime records an owner for a removal only
+//! when an earlier plugin had set the key; so a native plugin after nri-wasm
+//! may set that key without a conflict. What the chain itself produces is
+//! unchanged. `tests/e2e/tests/merge_plugins.rs` pins this behaviour down.
+//!
 //! Layout: `owners` keeps the ownership records, `adjust` merges
 //! adjustments of a new container, `update` merges updates and evictions,
 //! `validate` checks a single reply before it is merged.

@@ -20,6 +20,7 @@
 pub mod fixtures;
 pub mod goio;
 pub mod populate;
+pub mod reference;
 pub mod wire;
 pub mod workload;
 
