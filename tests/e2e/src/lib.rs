@@ -249,6 +249,43 @@ pub fn engine_settings() -> nri_wasm::policy::engine::EngineSettings {
     }
 }
 
+/// One engine for every test of a test binary (compiling the test
+/// components once per binary, through the shared cache).
+pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
+    use nri_wasm::policy::engine::PolicyEngine;
+    static ENGINE: std::sync::OnceLock<Arc<PolicyEngine>> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
+}
+
+/// The facts tests show policies: a small fixed node, no runtime yet.
+pub fn test_facts() -> nri_wasm::policy::engine::Facts {
+    nri_wasm::policy::engine::Facts::unconfigured(nri_wasm::policy::bindings::wit::NodeInfo {
+        hostname: "node-1".into(),
+        arch: "x86_64".into(),
+        cpus: 4,
+        memory_bytes: 1 << 32,
+    })
+}
+
+/// A policy spec as the loader would build it from `NN-name.wasm` + `.toml`.
+pub fn policy_spec(
+    name: &str,
+    wasm: &str,
+    settings: &str,
+    on_error: nri_wasm::policy::manifest::OnError,
+    limits: nri_wasm::policy::limits::Limits,
+) -> nri_wasm::policy::manifest::PolicySpec {
+    nri_wasm::policy::manifest::PolicySpec {
+        name: name.into(),
+        wasm: wasm.into(),
+        settings_file: None,
+        settings: settings.into(),
+        on_error,
+        mode: nri_wasm::policy::manifest::Mode::Enforce,
+        limits,
+    }
+}
+
 /// Paths of the test policies, compiled for wasm32-wasip2 by `build.rs`.
 pub mod guests {
     /// Subscribes to every event, changes nothing.

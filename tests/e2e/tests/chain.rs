@@ -2,44 +2,27 @@
 //! mode, the circuit breaker, the chain deadline (30 looping policies), the
 //! validation step, determinism, and loading a directory.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_sim::{RuntimeProfile, SimError};
-use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::{CompiledPolicy, Facts, PolicyEngine};
+use nri_wasm::policy::engine::{CompiledPolicy, Facts};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, Harness};
 
-fn engine() -> Arc<PolicyEngine> {
-    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
-    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine"))).clone()
-}
+use nri_wasm_e2e::{policy_spec, shared_engine as engine};
 
 fn facts() -> Arc<Facts> {
-    Arc::new(Facts::unconfigured(wit::NodeInfo {
-        hostname: "node-1".into(),
-        arch: "x86_64".into(),
-        cpus: 2,
-        memory_bytes: 1 << 30,
-    }))
+    Arc::new(nri_wasm_e2e::test_facts())
 }
 
 fn load(name: &str, wasm: &str, settings: &str, on_error: OnError, mode: Mode, limits: Limits) -> CompiledPolicy {
-    let spec = PolicySpec {
-        name: name.into(),
-        wasm: wasm.into(),
-        settings_file: None,
-        settings: settings.into(),
-        on_error,
-        mode,
-        limits,
-    };
+    let spec = PolicySpec { mode, ..policy_spec(name, wasm, settings, on_error, limits) };
     engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
 }
 

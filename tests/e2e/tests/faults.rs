@@ -12,16 +12,15 @@
 //! The cases run one at a time (a shared lock) so that memory readings and
 //! timings are the host's own, not a neighbour test's.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_sim::{RuntimeProfile, SimError};
-use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::{Facts, LoadError, PolicyEngine};
+use nri_wasm::policy::engine::LoadError;
 use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, Harness};
 
@@ -34,31 +33,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn engine() -> Arc<PolicyEngine> {
-    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
-    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine"))).clone()
-}
-
-fn facts() -> Facts {
-    Facts::unconfigured(wit::NodeInfo {
-        hostname: "node-1".into(),
-        arch: "x86_64".into(),
-        cpus: 2,
-        memory_bytes: 1 << 30,
-    })
-}
-
-fn spec(name: &str, wasm: &str, settings: &str, on_error: OnError, limits: Limits) -> PolicySpec {
-    PolicySpec {
-        name: name.into(),
-        wasm: wasm.into(),
-        settings_file: None,
-        settings: settings.into(),
-        on_error,
-        mode: Mode::Enforce,
-        limits,
-    }
-}
+use nri_wasm_e2e::{policy_spec as spec, shared_engine as engine, test_facts as facts};
 
 /// How the faulty policy misbehaves and what its failure must say.
 struct Fault {

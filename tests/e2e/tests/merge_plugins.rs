@@ -16,14 +16,12 @@
 //! both must fail, naming the same plugins/policies. Each case also checks
 //! its expected outcome against (a), so that the table states the rules.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use nri_sim::reference::{CreateResult, RefError, ReferenceRuntime, UpdatesResult};
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
-use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::{Facts, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
@@ -246,19 +244,7 @@ enum Outcome<T> {
     Failed(String),
 }
 
-fn engine() -> Arc<PolicyEngine> {
-    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
-    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine"))).clone()
-}
-
-fn facts() -> Facts {
-    Facts::unconfigured(wit::NodeInfo {
-        hostname: "node-1".into(),
-        arch: "x86_64".into(),
-        cpus: 4,
-        memory_bytes: 1 << 32,
-    })
-}
+use nri_wasm_e2e::{shared_engine as engine, test_facts as facts};
 
 /// A chain of replay policies named 10-a, 20-b, ... with these replies.
 fn chain(replies: &[&str]) -> Chain {
