@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod convert;
 pub mod merge;
+pub mod node;
 pub mod nri;
 pub mod policy;
 

@@ -1,0 +1,8 @@
+//! What the host knows about the node, for policies.
+//!
+//! - `topology`: online CPUs, NUMA nodes and memory, read once at start;
+//! - `view`: every pod and container with its state and effective
+//!   resources, built from Synchronize and kept current from every event.
+
+pub mod topology;
+pub mod view;
