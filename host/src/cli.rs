@@ -209,12 +209,30 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let workload = nri_sim::workload::Workload::generate(args.pods, 1);
     plugin_conn.synchronize(&workload.pods, &workload.containers, 0).await?;
     writeln!(out, "runtime: synchronized {} pods, {} containers", workload.pods.len(), workload.containers.len())?;
+    // A runtime sends a plugin only the events it subscribed to.
+    let wants = |e: nri_wasm_api::api::Event| plugin_conn.is_subscribed(e);
+    let (run, create, start) = (
+        wants(nri_wasm_api::api::Event::RUN_POD_SANDBOX),
+        wants(nri_wasm_api::api::Event::CREATE_CONTAINER),
+        wants(nri_wasm_api::api::Event::START_CONTAINER),
+    );
     for (pod, ctr) in workload.pods.iter().zip(&workload.containers) {
-        plugin_conn.run_pod_sandbox(pod).await?;
-        let reply = plugin_conn.create_container(pod, ctr).await?;
-        let adjusted = reply.adjust.as_ref().map(|a| a.env.len() + a.mounts.len() + a.annotations.len()).unwrap_or(0);
-        writeln!(out, "runtime: CreateContainer {}/{}: {} adjustments", pod.name, ctr.name, adjusted)?;
-        plugin_conn.start_container(pod, ctr).await?;
+        if run {
+            plugin_conn.run_pod_sandbox(pod).await?;
+        }
+        if create {
+            match plugin_conn.create_container(pod, ctr).await {
+                Ok(reply) => {
+                    let adjusted =
+                        reply.adjust.as_ref().map(|a| a.env.len() + a.mounts.len() + a.annotations.len()).unwrap_or(0);
+                    writeln!(out, "runtime: CreateContainer {}/{}: {} adjustments", pod.name, ctr.name, adjusted)?;
+                }
+                Err(e) => writeln!(out, "runtime: CreateContainer {}/{}: refused: {e}", pod.name, ctr.name)?,
+            }
+        }
+        if start {
+            plugin_conn.start_container(pod, ctr).await?;
+        }
     }
     writeln!(
         out,
