@@ -1,0 +1,244 @@
+//! CreateContainer through the policy chain, on a realistic request.
+//!
+//! Criterion measures the means; a second pass after criterion collects
+//! per-iteration times to print percentiles (p50, p90, p99, max), which
+//! criterion does not report, and the time a looping policy takes to be cut
+//! off by its 10 ms limit. `docs/performance.md` records the figures.
+//!
+//! `cargo bench -p nri-wasm-benches` runs everything; a criterion filter
+//! (`cargo bench -p nri-wasm-benches -- realistic`) selects benchmarks and
+//! the percentile pass is skipped with `NRI_WASM_BENCH_PERCENTILES=0`. Run as a
+//! test (`cargo test --benches`, or `cargo bench -- --test`), every part runs
+//! only a few times.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion, SamplingMode};
+use nri_wasm::merge::CreateMerge;
+use nri_wasm::nri::Dispatcher;
+use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::chain::{Chain, ChainSettings, PolicyFailure, Step};
+use nri_wasm::policy::dispatcher::PolicyDispatcher;
+use nri_wasm::policy::engine::CallError;
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::OnError;
+use nri_wasm_api::api as pb;
+use nri_wasm_benches::{guests, native_chain, request, Bench};
+use protobuf::Message;
+
+/// Time every chain evaluation may take (never reached by the benchmarks).
+const BUDGET: Duration = Duration::from_secs(10);
+
+/// Everything the benchmarks share, loaded once.
+struct Setup {
+    bench: Bench,
+    req: pb::CreateContainerRequest,
+    bytes: Vec<u8>,
+    empty: Chain,
+    noop: Chain,
+    realistic: Vec<(usize, Chain)>,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let bench = Bench::new();
+        let req = request();
+        let bytes = req.write_to_bytes().expect("encode request");
+        eprintln!("CreateContainerRequest: {} bytes encoded", bytes.len());
+        let realistic = [1, 10, 50].into_iter().map(|n| (n, bench.realistic(n))).collect();
+        Self { empty: Chain::default(), noop: bench.noop(), realistic, bench, req, bytes }
+    }
+
+    fn chain(&self, n: usize) -> &Chain {
+        &self.realistic.iter().find(|(k, _)| *k == n).expect("chain of that length").1
+    }
+
+    /// Decode, evaluate, encode: what one CreateContainer costs the host
+    /// besides the transport.
+    fn round_trip(&self, chain: &Chain) -> Vec<u8> {
+        let req = pb::CreateContainerRequest::parse_from_bytes(&self.bytes).expect("decode request");
+        let (resp, _) = chain.create_container(&self.bench.cx(BUDGET), &req).expect("chain answers");
+        resp.write_to_bytes().expect("encode response")
+    }
+
+    /// The chain alone, on an already decoded request.
+    fn evaluate(&self, chain: &Chain) -> pb::CreateContainerResponse {
+        self.evaluate_steps(chain).0
+    }
+
+    fn evaluate_steps(&self, chain: &Chain) -> (pb::CreateContainerResponse, Vec<Step>) {
+        chain.create_container(&self.bench.cx(BUDGET), &self.req).expect("chain answers")
+    }
+}
+
+fn criterion_benches(c: &mut Criterion, s: &Setup) {
+    let mut g = c.benchmark_group("create_container");
+    g.bench_function("empty_chain_decode_merge_encode", |b| b.iter(|| black_box(s.round_trip(&s.empty))));
+    g.bench_function("noop_1", |b| b.iter(|| black_box(s.round_trip(&s.noop))));
+    for (n, chain) in &s.realistic {
+        heavy(&mut g, *n);
+        g.bench_function(format!("realistic_{n}"), |b| b.iter(|| black_box(s.round_trip(chain))));
+    }
+    for n in [1, 10, 50] {
+        heavy(&mut g, n);
+        g.bench_function(format!("native_{n}"), |b| b.iter(|| black_box(native_chain(n, black_box(&s.req)))));
+    }
+    g.finish();
+
+    // The same 10 policies behind the dispatcher: permit, blocking pool,
+    // async deadline.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let chain = s.bench.realistic(10);
+    let dispatcher = Arc::new(PolicyDispatcher::new(s.bench.engine.clone(), chain, (*s.bench.facts).clone(), 4));
+    let mut g = c.benchmark_group("dispatcher");
+    g.bench_function("realistic_10", |b| {
+        b.iter_batched(
+            || s.req.clone(),
+            |req| rt.block_on(dispatcher.create_container(req)).expect("dispatcher answers"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+
+    // Where the time of one policy call goes.
+    let mut g = c.benchmark_group("parts");
+    let response = s.evaluate(s.chain(10));
+    let merge = CreateMerge::new(&s.req);
+    let event = wit::Event::CreateContainer(wit::ContainerEvent {
+        pod: wit::PodSandbox::from(&*s.req.pod),
+        container: wit::Container::from(&*s.req.container),
+    });
+    g.bench_function("decode_request", |b| {
+        b.iter(|| pb::CreateContainerRequest::parse_from_bytes(black_box(&s.bytes)).expect("decode"))
+    });
+    g.bench_function("encode_response_10", |b| b.iter(|| black_box(&response).write_to_bytes().expect("encode")));
+    g.bench_function("merge_new", |b| b.iter(|| CreateMerge::new(black_box(&s.req))));
+    g.bench_function("merge_clone", |b| b.iter(|| black_box(&merge).clone()));
+    g.bench_function("merge_finish", |b| b.iter_batched(|| merge.clone(), CreateMerge::finish, BatchSize::SmallInput));
+    g.bench_function("to_wit_pod_and_container", |b| {
+        b.iter(|| (wit::PodSandbox::from(black_box(&*s.req.pod)), wit::Container::from(black_box(&*s.req.container))))
+    });
+    let noop = s.noop.policies().next().expect("noop policy");
+    let realistic = s.chain(1).policies().next().expect("realistic policy");
+    for (name, policy) in [("engine_call_noop", noop), ("engine_call_realistic", realistic)] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let report = s.bench.engine.call(policy, black_box(&event), &s.bench.facts, BUDGET);
+                assert!(report.outcome.is_ok());
+                report
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Fewer, flat samples for the slow benchmarks (criterion's default of 100
+/// linearly growing samples would take minutes at 50 policies).
+fn heavy(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, n: usize) {
+    if n >= 10 {
+        g.sample_size(30).sampling_mode(SamplingMode::Flat);
+    } else {
+        g.sample_size(100).sampling_mode(SamplingMode::Auto);
+    }
+}
+
+/// Median, p90, p99 and max of `iters` runs of `f` after `warm_up` runs;
+/// fewer runs (at least 300) when `iters` would take more than 15 s.
+fn percentiles(name: &str, warm_up: usize, iters: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    let start = Instant::now();
+    for _ in 0..warm_up {
+        f();
+    }
+    let each = start.elapsed() / warm_up.max(1) as u32;
+    let iters = if warm_up >= 100 {
+        iters.min((Duration::from_secs(15).as_nanos() / each.as_nanos().max(1)) as usize).max(300)
+    } else {
+        iters
+    };
+    let mut times: Vec<Duration> = (0..iters)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    let at = |q: f64| times[((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1];
+    let stats = vec![at(0.5), at(0.9), at(0.99), times[times.len() - 1]];
+    eprintln!(
+        "{name:<40} n={iters:<5} p50 {:>10.1?}  p90 {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
+        stats[0], stats[1], stats[2], stats[3]
+    );
+    stats
+}
+
+fn percentile_pass(s: &Setup, full: bool) {
+    let (warm, n) = if full { (200, 2000) } else { (2, 5) };
+    eprintln!("\npercentiles (per iteration, wall clock):");
+    let empty = percentiles("empty_chain_decode_merge_encode", warm, n, || drop(black_box(s.round_trip(&s.empty))));
+    let noop = percentiles("noop_1", warm, n, || drop(black_box(s.round_trip(&s.noop))));
+    eprintln!(
+        "{:<40} {:>10.1?} (p50 of noop_1 minus p50 of the empty chain)",
+        "added by one no-op policy",
+        noop[0] - empty[0]
+    );
+    for (k, chain) in &s.realistic {
+        let name = format!("realistic_{k}");
+        percentiles(&name, warm, n, || drop(black_box(s.round_trip(chain))));
+    }
+    for k in [1, 10, 50] {
+        percentiles(&format!("native_{k}"), warm, n, || drop(black_box(native_chain(k, &s.req))));
+    }
+    // The chain alone, without decode and encode, for the per-policy figure.
+    let eval = |k: usize| {
+        let chain = s.chain(k);
+        percentiles(&format!("realistic_{k} (evaluate only)"), warm, n, || drop(black_box(s.evaluate(chain))))
+    };
+    let (one, ten, fifty) = (eval(1), eval(10), eval(50));
+    eprintln!(
+        "{:<40} {:>10.1?} (p50 of 50 minus p50 of 10, over 40); first policy {:.1?}",
+        "each further realistic policy",
+        (fifty[0] - ten[0]) / 40,
+        one[0]
+    );
+    time_limit(s, full);
+}
+
+/// A policy that loops forever, with a 10 ms limit: how long until the chain
+/// has control back.
+fn time_limit(s: &Setup, full: bool) {
+    let limits = Limits { timeout_ms: 10, fuel: u64::MAX / 2, ..Limits::default() };
+    let looping = s.bench.load("00-loop", guests::FAULTS, "loop", OnError::Ignore, limits);
+    // The breaker would quarantine the policy after a few timeouts.
+    let settings = ChainSettings { breaker_failures: u32::MAX, ..ChainSettings::default() };
+    let chain = Chain::new(vec![looping], settings);
+    let (warm, n) = if full { (5, 200) } else { (1, 3) };
+    let stats = percentiles("loop with timeout-ms = 10", warm, n, || {
+        let (_, steps) = s.evaluate_steps(&chain);
+        let timed_out = matches!(
+            steps.as_slice(),
+            [Step::Failed { failure: PolicyFailure::Call(CallError::Timeout { .. }), ignored: true }]
+        );
+        assert!(timed_out, "the looping policy was not cut off by its time limit: {steps:?}");
+    });
+    eprintln!(
+        "{:<40} {:>10.1?} (max minus the 10 ms limit)",
+        "overrun of the time limit",
+        stats[3].saturating_sub(Duration::from_millis(10))
+    );
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` and `-- --test` want a quick run.
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
+    let setup = Setup::new();
+    let mut c = Criterion::default().configure_from_args();
+    criterion_benches(&mut c, &setup);
+    c.final_summary();
+    if std::env::var("NRI_WASM_BENCH_PERCENTILES").as_deref() != Ok("0") {
+        percentile_pass(&setup, full);
+    }
+}

@@ -1,0 +1,21 @@
+//! The native baseline must do what the realistic guest does, or the ratio
+//! in docs/performance.md compares different work.
+
+use std::time::Duration;
+
+use nri_wasm_benches::{native_chain, request, Bench};
+
+#[test]
+fn native_chain_answers_like_the_wasm_chain() {
+    let bench = Bench::new();
+    let req = request();
+    for n in [1, 10] {
+        let (wasm, _) = bench.realistic(n).create_container(&bench.cx(Duration::from_secs(10)), &req).unwrap();
+        let native = native_chain(n, &req).unwrap();
+        assert_eq!(wasm, native, "{n} policies");
+        let adjust = wasm.adjust.as_ref().unwrap();
+        assert_eq!((adjust.annotations.len(), adjust.env.len()), (n, n));
+        let shares = adjust.linux.resources.cpu.shares.value;
+        assert_eq!(shares, 1024, "settings 0 raises the CPU shares");
+    }
+}
