@@ -128,6 +128,8 @@ pub struct Chain {
     /// CreateContainer (no container is created without a policy the
     /// operator declared mandatory). Those with `ignore` are only reported.
     unloadable: Vec<(String, String)>,
+    /// Union of the policies' subscriptions (the chain is immutable).
+    events: EventMask,
     settings: ChainSettings,
 }
 
@@ -141,8 +143,10 @@ pub struct EvalContext {
 
 impl Chain {
     pub fn new(policies: Vec<CompiledPolicy>, settings: ChainSettings) -> Self {
-        let entries = policies.into_iter().map(|policy| ChainEntry { policy, breaker: Mutex::default() }).collect();
-        Self { entries, unloadable: Vec::new(), settings }
+        let entries: Vec<ChainEntry> =
+            policies.into_iter().map(|policy| ChainEntry { policy, breaker: Mutex::default() }).collect();
+        let events = policies_events(&entries);
+        Self { entries, unloadable: Vec::new(), events, settings }
     }
 
     /// Adds the policies that failed to load; see [`Chain::unloadable`].
@@ -187,7 +191,7 @@ impl Chain {
 
     /// Union of the policies' subscriptions.
     pub fn events(&self) -> EventMask {
-        self.entries.iter().fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.policy.events().bits()))
+        self.events
     }
 
     fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {
@@ -366,12 +370,15 @@ impl Chain {
     ) -> Result<(pb::CreateContainerResponse, Vec<Step>), ChainError> {
         let kind = EventKind::CreateContainer;
         let target = container_target(&req.pod, &req.container);
-        let pod = wit::PodSandbox::from(&*req.pod);
         if let Some((policy, reason)) = self.unloadable.first() {
             let failure =
                 PolicyFailure::NotLoaded { policy: policy.clone(), event: kind.name().into(), reason: reason.clone() };
             return Err(ChainError::Failed { target, failure: Box::new(failure) });
         }
+        if !self.wants(kind) {
+            return Ok((CreateMerge::new(req).finish(), Vec::new()));
+        }
+        let pod = wit::PodSandbox::from(&*req.pod);
         let mut merge = CreateMerge::new(req);
         let mut steps = Vec::new();
         let mut total = 0;
@@ -384,12 +391,7 @@ impl Chain {
                 let resp = reply_to_create(policy, kind, reply)?;
                 bounded(policy, kind, &resp, &mut total, audit)?;
                 merge::validate_create_reply(policy, &resp).map_err(|e| invalid(policy, kind, e))?;
-                let mut trial = merge.clone();
-                trial.apply(policy, &resp).map_err(|e| conflict(policy, kind, e))?;
-                if !audit {
-                    merge = trial;
-                }
-                Ok(())
+                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))
             })?;
         }
         let owners = merge.owners();
@@ -432,6 +434,9 @@ impl Chain {
         req: &pb::UpdateContainerRequest,
     ) -> Result<(pb::UpdateContainerResponse, Vec<Step>), ChainError> {
         let kind = EventKind::UpdateContainer;
+        if !self.wants(kind) {
+            return Ok((UpdateMerge::new(req).finish(), Vec::new()));
+        }
         let target = container_target(&req.pod, &req.container);
         let pod = wit::PodSandbox::from(&*req.pod);
         let container = wit::Container::from(&*req.container);
@@ -452,12 +457,7 @@ impl Chain {
                 merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind, e))?;
                 let resp = pb::UpdateContainerResponse { update, evict, ..Default::default() };
                 bounded(policy, kind, &resp, &mut total, audit)?;
-                let mut trial = merge.clone();
-                trial.apply(policy, &resp).map_err(|e| conflict(policy, kind, e))?;
-                if !audit {
-                    merge = trial;
-                }
-                Ok(())
+                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))
             })?;
         }
         Ok((merge.finish(), steps))
@@ -470,6 +470,9 @@ impl Chain {
         req: &pb::StopContainerRequest,
     ) -> Result<(pb::StopContainerResponse, Vec<Step>), ChainError> {
         let kind = EventKind::StopContainer;
+        if !self.wants(kind) {
+            return Ok((StopMerge::new(req).finish(), Vec::new()));
+        }
         let target = container_target(&req.pod, &req.container);
         let event = wit::Event::StopContainer(wit::ContainerEvent {
             pod: wit::PodSandbox::from(&*req.pod),
@@ -487,16 +490,15 @@ impl Chain {
                 merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind, e))?;
                 let resp = pb::StopContainerResponse { update, ..Default::default() };
                 bounded(policy, kind, &resp, &mut total, audit)?;
-                let mut trial = merge.clone();
-                trial.apply(policy, &resp).map_err(|e| conflict(policy, kind, e))?;
-                if !audit {
-                    merge = trial;
-                }
-                Ok(())
+                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))
             })?;
         }
         Ok((merge.finish(), steps))
     }
+}
+
+fn policies_events(entries: &[ChainEntry]) -> EventMask {
+    entries.iter().fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.policy.events().bits()))
 }
 
 /// How errors and logs name a container: id, then namespace/pod/container.
@@ -507,6 +509,21 @@ pub fn container_target(pod: &pb::PodSandbox, ctr: &pb::Container) -> String {
 /// How errors and logs name a pod: id, then namespace/name.
 pub fn pod_target(pod: &pb::PodSandbox) -> String {
     format!("pod {} ({}/{})", pod.id, pod.namespace, pod.name)
+}
+
+/// Merges one reply. `apply` is transactional, so in enforce mode it works on
+/// the merge itself (a failure leaves it unchanged); an audited reply is
+/// merged into a copy that is dropped, to report conflicts without effect.
+fn fold<M: Clone>(
+    merge: &mut M,
+    audit: bool,
+    apply: impl FnOnce(&mut M) -> Result<(), MergeError>,
+) -> Result<(), MergeError> {
+    if audit {
+        apply(&mut merge.clone())
+    } else {
+        apply(merge)
+    }
 }
 
 /// Keeps replies within what the runtime can receive: one policy's reply at
