@@ -21,7 +21,7 @@ use nri_wasm::nri::Dispatcher;
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainSettings, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::CallError;
+use nri_wasm::policy::engine::{CallEnv, CallError};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -59,7 +59,7 @@ impl Setup {
     /// besides the transport.
     fn round_trip(&self, chain: &Chain) -> Vec<u8> {
         let req = pb::CreateContainerRequest::parse_from_bytes(&self.bytes).expect("decode request");
-        let (resp, _) = chain.create_container(&self.bench.cx(BUDGET), &req).expect("chain answers");
+        let resp = chain.create_container(&self.bench.cx(BUDGET), &req).expect("chain answers").value;
         resp.write_to_bytes().expect("encode response")
     }
 
@@ -69,7 +69,8 @@ impl Setup {
     }
 
     fn evaluate_steps(&self, chain: &Chain) -> (pb::CreateContainerResponse, Vec<Step>) {
-        chain.create_container(&self.bench.cx(BUDGET), &self.req).expect("chain answers")
+        let done = chain.create_container(&self.bench.cx(BUDGET), &self.req).expect("chain answers");
+        (done.value, done.steps)
     }
 }
 
@@ -120,12 +121,13 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     g.bench_function("to_wit_pod_and_container", |b| {
         b.iter(|| (wit::PodSandbox::from(black_box(&*s.req.pod)), wit::Container::from(black_box(&*s.req.container))))
     });
+    let env = CallEnv::detached(s.bench.facts.clone());
     let noop = s.noop.policies().next().expect("noop policy");
     let realistic = s.chain(1).policies().next().expect("realistic policy");
     for (name, policy) in [("engine_call_noop", noop), ("engine_call_realistic", realistic)] {
         g.bench_function(name, |b| {
             b.iter(|| {
-                let report = s.bench.engine.call(policy, black_box(&event), &s.bench.facts, BUDGET);
+                let report = s.bench.engine.call(policy, black_box(&event), &env, None, BUDGET);
                 assert!(report.outcome.is_ok());
                 report
             })

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use nri_wasm::merge::{CreateMerge, MergeError};
 use nri_wasm::policy::chain::{Chain, ChainSettings, EvalContext};
-use nri_wasm::policy::engine::{CompiledPolicy, Facts, PolicyEngine};
+use nri_wasm::policy::engine::{CallEnv, CompiledPolicy, Facts, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -71,7 +71,8 @@ impl Bench {
 
     /// An evaluation context whose deadline is `budget` from now.
     pub fn cx(&self, budget: Duration) -> EvalContext {
-        EvalContext { engine: self.engine.clone(), facts: self.facts.clone(), deadline: Instant::now() + budget }
+        let env = CallEnv::detached(self.facts.clone());
+        EvalContext { engine: self.engine.clone(), env, deadline: Instant::now() + budget }
     }
 }
 

@@ -10,7 +10,7 @@ fn native_chain_answers_like_the_wasm_chain() {
     let bench = Bench::new();
     let req = request();
     for n in [1, 10] {
-        let (wasm, _) = bench.realistic(n).create_container(&bench.cx(Duration::from_secs(10)), &req).unwrap();
+        let wasm = bench.realistic(n).create_container(&bench.cx(Duration::from_secs(10)), &req).unwrap().value;
         let native = native_chain(n, &req).unwrap();
         assert_eq!(wasm, native, "{n} policies");
         let adjust = wasm.adjust.as_ref().unwrap();

@@ -11,12 +11,14 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::node::topology::Topology;
 use crate::nri::transport::{self, Endpoint};
 use crate::nri::{ConnectOptions, Dispatcher, PluginIdentity, Supervisor};
 use crate::policy::chain::Chain;
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::engine::{Allocator, Facts, PolicyEngine};
 use crate::policy::loader;
+use crate::policy::state::StateStore;
 
 /// One NRI plugin that runs a chain of WebAssembly policies.
 #[derive(Debug, Parser)]
@@ -127,7 +129,11 @@ pub fn policy_dispatcher(config: &Config) -> anyhow::Result<Arc<PolicyDispatcher
     if let Allocator::OnDemand(why) = engine.allocator() {
         tracing::info!(reason = %why, "instances are allocated on demand");
     }
-    let facts = Facts::unconfigured(Facts::node_from_system());
+    let topology = Topology::from_system().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "node topology unreadable; policies see the CPU count only");
+        Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+    });
+    let facts = Facts::unconfigured(Facts::node_from_system(), &topology);
     let loaded = match &config.policies.dir {
         Some(dir) => loader::load_dir(&engine, dir, config.policies.limits(), &Arc::new(facts.clone())),
         None => {
@@ -143,7 +149,13 @@ pub fn policy_dispatcher(config: &Config) -> anyhow::Result<Arc<PolicyDispatcher
             "mandatory policy (on-error = fail) not loaded: container creation fails until it is fixed"
         );
     }
-    Ok(Arc::new(PolicyDispatcher::new(engine, chain, facts, config.engine.max_concurrent_calls as usize)))
+    let states = match &config.policies.state_dir {
+        Some(dir) => StateStore::in_dir(dir.clone()),
+        None => StateStore::in_memory(),
+    };
+    let dispatcher = PolicyDispatcher::new(engine, chain, facts, config.engine.max_concurrent_calls as usize)
+        .with_states(Arc::new(states));
+    Ok(Arc::new(dispatcher))
 }
 
 /// Cancels `stop` on SIGTERM or SIGINT.
@@ -166,8 +178,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (config, options) = settings(&args, |k| std::env::var(k).ok())?;
     let stop = CancellationToken::new();
     stop_on_signals(stop.clone())?;
-    let dispatcher: Arc<dyn Dispatcher> = policy_dispatcher(&config)?;
-    Supervisor::new(options, dispatcher, stop).run().await?;
+    let dispatcher = policy_dispatcher(&config)?;
+    let link = dispatcher.link();
+    let dispatcher: Arc<dyn Dispatcher> = dispatcher;
+    Supervisor::new(options, dispatcher, stop).with_link(link).run().await?;
     Ok(())
 }
 
@@ -198,7 +212,8 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     };
     let dispatcher = policy_dispatcher(&config)?;
     writeln!(std::io::stdout(), "host: {} policies loaded", dispatcher.chain().len())?;
-    let plugin = tokio::spawn(Supervisor::new(options, dispatcher, stop.clone()).run());
+    let link = dispatcher.link();
+    let plugin = tokio::spawn(Supervisor::new(options, dispatcher, stop.clone()).with_link(link).run());
 
     let mut out = std::io::stdout().lock();
     let mut plugin_conn = sim.accept().await?;

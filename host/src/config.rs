@@ -30,11 +30,14 @@ pub struct Config {
 /// Where the policies are, and the limits they get unless their own
 /// settings file says otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct PoliciesConfig {
     /// Directory of `NN-name.wasm` (+ optional `NN-name.toml`) files. Without
     /// one the host runs an empty chain (it answers every event unchanged).
     pub dir: Option<PathBuf>,
+    /// Directory where each policy's state is kept across restarts
+    /// (`NN-name.json`); without one, state lives in memory only.
+    pub state_dir: Option<PathBuf>,
     /// Default limits of every policy call (`[policies.limits]`).
     pub limits: LimitOverrides,
 }

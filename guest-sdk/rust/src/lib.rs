@@ -56,11 +56,115 @@ pub use wit_bindgen as __wit_bindgen;
 pub use bindings::nri_wasm::policy::host::{log as host_log, node, runtime};
 pub use bindings::nri_wasm::policy::types::*;
 
+/// The host's view of the node: pods, containers, topology.
+pub mod view {
+    pub use crate::bindings::nri_wasm::policy::node::*;
+
+    impl ContainerFilter {
+        /// Every container.
+        pub fn all() -> Self {
+            ContainerFilter { pod_id: None, states: Vec::new(), labels: Vec::new(), pod_labels: Vec::new() }
+        }
+
+        /// The containers of one pod.
+        pub fn of_pod(pod_id: &str) -> Self {
+            ContainerFilter { pod_id: Some(pod_id.into()), ..Self::all() }
+        }
+
+        /// Only containers in one of `states`.
+        pub fn in_states(mut self, states: &[crate::ContainerState]) -> Self {
+            self.states = states.to_vec();
+            self
+        }
+
+        /// Only containers carrying label `key=value`.
+        pub fn with_label(mut self, key: &str, value: &str) -> Self {
+            self.labels.push(crate::kv(key, value));
+            self
+        }
+
+        /// Only containers whose pod carries label `key=value`.
+        pub fn with_pod_label(mut self, key: &str, value: &str) -> Self {
+            self.pod_labels.push(crate::kv(key, value));
+            self
+        }
+    }
+
+    impl ContainerInfo {
+        pub fn label(&self, key: &str) -> Option<&str> {
+            crate::find(&self.labels, key)
+        }
+
+        pub fn annotation(&self, key: &str) -> Option<&str> {
+            crate::find(&self.annotations, key)
+        }
+    }
+
+    impl PodInfo {
+        pub fn label(&self, key: &str) -> Option<&str> {
+            crate::find(&self.labels, key)
+        }
+
+        pub fn annotation(&self, key: &str) -> Option<&str> {
+            crate::find(&self.annotations, key)
+        }
+    }
+}
+
+/// The policy's own key-value state (see `wit/state.wit` for when writes
+/// become permanent).
+pub mod state {
+    pub use crate::bindings::nri_wasm::policy::state::*;
+}
+
 static SETTINGS: OnceLock<String> = OnceLock::new();
 
-/// The operator's settings for this policy (empty if none were given).
+/// The operator's settings for this policy (empty if none were given),
+/// asked of the host on first use.
 pub fn settings() -> &'static str {
-    SETTINGS.get().map_or("", String::as_str)
+    SETTINGS.get_or_init(bindings::nri_wasm::policy::host::settings)
+}
+
+/// Parses a kernel CPU list such as `0-3,8` (what cpusets are written as).
+pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let lo: u32 = lo.trim().parse().map_err(|_| format!("bad CPU number in {part:?}"))?;
+        let hi: u32 = hi.trim().parse().map_err(|_| format!("bad CPU number in {part:?}"))?;
+        if hi < lo || hi - lo > 65_535 {
+            return Err(format!("bad CPU range {part:?}"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// Formats CPUs as a kernel CPU list (`0-3,8`).
+pub fn format_cpu_list(cpus: &[u32]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if start == sorted[i] {
+            out.push_str(&start.to_string());
+        } else {
+            out.push_str(&format!("{start}-{}", sorted[i]));
+        }
+        i += 1;
+    }
+    out
 }
 
 /// Logs a line at `level`, tagged by the host with the policy's name.
@@ -73,8 +177,10 @@ pub trait Policy {
     /// The events the host delivers to this policy.
     fn events() -> Vec<EventKind>;
 
-    /// Checks the settings (see [`settings`]) when the host calls the
-    /// component's `configure`; an error keeps the policy from loading.
+    /// Checks the settings when the host loads the policy (the component's
+    /// `configure`); an error keeps the policy from loading. Handlers read
+    /// the settings with [`settings`]: they run in fresh instances, which
+    /// have not seen this call.
     fn init(_settings: &str) -> Result<(), String> {
         Ok(())
     }
@@ -122,12 +228,16 @@ pub trait Policy {
     fn validate_container_adjustment(_event: ValidationEvent) -> Result<Reply, String> {
         Ok(Reply::none())
     }
+    /// The runtime (re)connected; the node view holds everything it
+    /// reported. Reconcile state here; updates go back to the runtime.
+    fn synchronize() -> Result<Reply, String> {
+        Ok(Reply::none())
+    }
 }
 
 #[doc(hidden)]
 pub fn __init<P: Policy>(settings: String) -> Result<Vec<EventKind>, String> {
     P::init(&settings)?;
-    let _ = SETTINGS.set(settings);
     Ok(P::events())
 }
 
@@ -148,6 +258,7 @@ pub fn __handle<P: Policy>(event: Event) -> Result<Reply, String> {
         Event::UpdatePodSandbox(e) => P::update_pod_sandbox(e),
         Event::PostUpdatePodSandbox(e) => P::post_update_pod_sandbox(e),
         Event::ValidateContainerAdjustment(e) => P::validate_container_adjustment(e),
+        Event::Synchronize => P::synchronize(),
     }
 }
 
@@ -393,5 +504,16 @@ impl ContainerUpdate {
     /// An update of `container_id` with the given resources.
     pub fn new(container_id: &str, resources: LinuxResources) -> Self {
         ContainerUpdate { container_id: container_id.into(), resources: Some(resources), ignore_failure: false }
+    }
+
+    /// An update of `container_id`'s CPU settings only.
+    pub fn cpu(container_id: &str, cpu: LinuxCpu) -> Self {
+        Self::new(container_id, LinuxResources { cpu: Some(cpu), ..LinuxResources::default() })
+    }
+
+    /// Marks the update as one the event does not depend on.
+    pub fn ignoring_failure(mut self) -> Self {
+        self.ignore_failure = true;
+        self
     }
 }

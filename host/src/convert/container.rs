@@ -493,3 +493,46 @@ impl From<wit::LinuxRdt> for pb::LinuxRdt {
         }
     }
 }
+
+/// Brings `wit` (the WIT form of a container) up to date with `pb` after
+/// `adjust` was merged into `pb`: only the fields the adjustment touched are
+/// converted again. The chain shows every policy the container as the ones
+/// before it left it; converting the whole container for each of them would
+/// cost more than most policies do.
+pub fn refresh_container(wit: &mut wit::Container, pb: &pb::Container, adjust: &pb::ContainerAdjustment) {
+    let pb::ContainerAdjustment {
+        annotations,
+        mounts,
+        env,
+        hooks,
+        linux,
+        rlimits,
+        CDI_devices,
+        args,
+        special_fields: _,
+    } = adjust;
+    if !annotations.is_empty() {
+        wit.annotations = kv_to_wit(&pb.annotations);
+    }
+    if !mounts.is_empty() {
+        wit.mounts = list_to_wit(&pb.mounts);
+    }
+    if !env.is_empty() {
+        wit.env.clone_from(&pb.env);
+    }
+    if hooks.is_some() {
+        wit.hooks = opt_to_wit(&pb.hooks);
+    }
+    if linux.is_some() {
+        wit.linux = opt_to_wit(&pb.linux);
+    }
+    if !rlimits.is_empty() {
+        wit.rlimits = list_to_wit(&pb.rlimits);
+    }
+    if !CDI_devices.is_empty() {
+        wit.cdi_devices = cdi_to_wit(&pb.CDI_devices);
+    }
+    if !args.is_empty() {
+        wit.args.clone_from(&pb.args);
+    }
+}

@@ -82,6 +82,7 @@ mod adjust;
 mod container;
 mod enums;
 mod event;
+mod node;
 mod pod;
 mod resources;
 
@@ -97,6 +98,7 @@ use protobuf::MessageField;
 use crate::policy::bindings::wit;
 
 pub use adjust::{reply_parts, ReplyParts};
+pub use container::refresh_container;
 pub use event::{owners_from_wit, owners_to_wit};
 
 /// Why a value could not be converted.

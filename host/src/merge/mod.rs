@@ -92,10 +92,16 @@ pub enum MergeError {
 }
 
 /// The merge of a CreateContainer event.
+///
+/// Replies are merged in place; a reply that cannot be merged (a conflict
+/// found half-way) is undone by replaying the replies merged before it onto
+/// the request. Failures are rare, so the common path copies nothing.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CreateMerge {
-    pod: pb::PodSandbox,
+pub struct CreateMerge<'r> {
+    req: &'r pb::CreateContainerRequest,
     state: CreateState,
+    /// The replies merged so far, for the replay.
+    applied: Vec<(String, pb::CreateContainerResponse)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,17 +111,28 @@ struct CreateState {
     owners: Owners,
 }
 
-impl CreateMerge {
-    pub fn new(req: &pb::CreateContainerRequest) -> Self {
-        let container: &pb::Container = &req.container;
+impl CreateState {
+    fn new(container: &pb::Container) -> Self {
         Self {
-            pod: (*req.pod).clone(),
-            state: CreateState {
-                adjuster: Adjuster::new(container),
-                updates: Updates::for_create(&container.id),
-                owners: Owners::default(),
-            },
+            adjuster: Adjuster::new(container),
+            updates: Updates::for_create(&container.id),
+            owners: Owners::default(),
         }
+    }
+
+    fn apply(&mut self, policy: &str, reply: &pb::CreateContainerResponse) -> Result<(), MergeError> {
+        if let Some(adjust) = reply.adjust.as_ref() {
+            self.adjuster.apply(&mut self.owners, policy, adjust)?;
+        }
+        self.updates.apply(&mut self.owners, policy, &reply.update)?;
+        self.updates.evict(&reply.evict);
+        Ok(())
+    }
+}
+
+impl<'r> CreateMerge<'r> {
+    pub fn new(req: &'r pb::CreateContainerRequest) -> Self {
+        Self { req, state: CreateState::new(&req.container), applied: Vec::new() }
     }
 
     /// The container as the policies so far have modified it (what the next policy sees).
@@ -124,21 +141,27 @@ impl CreateMerge {
     }
 
     pub fn pod(&self) -> &pb::PodSandbox {
-        &self.pod
+        &self.req.pod
     }
 
     /// Applies one policy's reply. Transactional: on Err the merge state is unchanged,
     /// so the caller may skip that policy and go on.
     pub fn apply(&mut self, policy: &str, reply: &pb::CreateContainerResponse) -> Result<(), MergeError> {
         validate_create_reply(policy, reply)?;
-        let mut next = self.state.clone();
-        if let Some(adjust) = reply.adjust.as_ref() {
-            next.adjuster.apply(&mut next.owners, policy, adjust)?;
+        match self.state.apply(policy, reply) {
+            Ok(()) => {
+                self.applied.push((policy.to_string(), reply.clone()));
+                Ok(())
+            }
+            Err(e) => {
+                let mut state = CreateState::new(&self.req.container);
+                for (p, r) in &self.applied {
+                    state.apply(p, r).expect("a reply that merged once merges again the same way");
+                }
+                self.state = state;
+                Err(e)
+            }
         }
-        next.updates.apply(&mut next.owners, policy, &reply.update)?;
-        next.updates.evict(&reply.evict);
-        self.state = next;
-        Ok(())
     }
 
     /// The combined reply for the runtime: the adjustment (`None` if nothing

@@ -185,7 +185,8 @@ fn case(name: &'static str, steps: Vec<(&'static str, pb::CreateContainerRespons
 }
 
 fn run(case: Case) {
-    let mut merge = CreateMerge::new(&request());
+    let req_merge = request();
+    let mut merge = CreateMerge::new(&req_merge);
     let last = case.steps.len() - 1;
     for (i, (policy, reply)) in case.steps.iter().enumerate() {
         let before = merge.clone();
@@ -881,7 +882,8 @@ fn create_container_table() {
 
 #[test]
 fn each_policy_sees_the_container_as_left_by_the_ones_before() {
-    let mut merge = CreateMerge::new(&request());
+    let req_merge = request();
+    let mut merge = CreateMerge::new(&req_merge);
     assert_eq!(merge.pod().name, "web");
     merge.apply("10-a", &adjust(|a| a.env = vec![kv("HOME", "/home/a")])).unwrap();
     assert_eq!(merge.container().env, strings(&["PATH=/bin", "LANG=C", "HOME=/home/a"]));
@@ -907,7 +909,8 @@ fn the_runtime_sets_up_the_container_before_the_first_policy() {
 
 #[test]
 fn a_failed_policy_leaves_no_trace() {
-    let mut merge = CreateMerge::new(&request());
+    let req_merge = request();
+    let mut merge = CreateMerge::new(&req_merge);
     merge.apply("10-a", &adjust(|a| res(a).memory.mut_or_insert_default().limit = i64v(1))).unwrap();
     let failing = adjust(|a| {
         a.annotations = smap(&[("y", "1")]);
@@ -932,7 +935,8 @@ fn a_failed_policy_leaves_no_trace() {
 
 #[test]
 fn owners_are_recorded_in_nri_form() {
-    let mut merge = CreateMerge::new(&request());
+    let req_merge = request();
+    let mut merge = CreateMerge::new(&req_merge);
     merge.apply("10-a", &adjust(|a| a.hooks.mut_or_insert_default().prestart = vec![hook("/a")])).unwrap();
     merge
         .apply(
@@ -971,14 +975,16 @@ fn the_combined_reply_merged_as_one_plugin_gives_the_same_result() {
         ("60-f", adjust(|a| linux(a).namespaces = vec![ns("network", "/ns/f"), ns("-ipc", "")])),
         ("70-g", adjust(|a| a.args = strings(&["", "serve"]))),
     ];
-    let mut chain = CreateMerge::new(&request());
+    let req_chain = request();
+    let mut chain = CreateMerge::new(&req_chain);
     for (policy, reply) in &steps {
         chain.apply(policy, reply).unwrap();
     }
     let seen = chain.container().clone();
     let combined = chain.finish();
 
-    let mut runtime = CreateMerge::new(&request());
+    let req_runtime = request();
+    let mut runtime = CreateMerge::new(&req_runtime);
     runtime.apply("nri-wasm", &combined).unwrap();
     assert_eq!(*runtime.container(), seen);
     assert_eq!(runtime.finish(), combined);

@@ -133,6 +133,16 @@ impl Topology {
         Ok(Self { online_cpus, numa_nodes, memory_bytes })
     }
 
+    /// What is known without sysfs: `cpus` CPUs on one node, memory unknown.
+    pub fn fallback(cpus: u32) -> Self {
+        let online_cpus: Vec<u32> = (0..cpus.max(1)).collect();
+        Self {
+            numa_nodes: vec![NumaNode { id: 0, cpus: online_cpus.clone(), memory_bytes: 0 }],
+            online_cpus,
+            memory_bytes: 0,
+        }
+    }
+
     /// The NUMA node a CPU belongs to.
     pub fn node_of(&self, cpu: u32) -> Option<u32> {
         self.numa_nodes.iter().find(|n| n.cpus.contains(&cpu)).map(|n| n.id)

@@ -10,7 +10,7 @@
 //! runtime with a runaway number of pods cannot make the host grow without
 //! limit.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
@@ -58,8 +58,8 @@ impl Default for ViewLimits {
 /// Pods and containers of the node, current as of the last event.
 #[derive(Debug, Clone, Default)]
 pub struct NodeView {
-    pods: HashMap<String, PodEntry>,
-    containers: HashMap<String, ContainerEntry>,
+    pods: BTreeMap<String, PodEntry>,
+    containers: BTreeMap<String, ContainerEntry>,
     limits: ViewLimits,
     /// Entries refused because the view was full (since the last rebuild).
     refused: u64,
@@ -77,7 +77,7 @@ fn pod_entry(p: &pb::PodSandbox) -> PodEntry {
     }
 }
 
-fn container_entry(c: &pb::Container) -> ContainerEntry {
+pub fn container_entry(c: &pb::Container) -> ContainerEntry {
     ContainerEntry {
         id: c.id.clone(),
         pod_id: c.pod_sandbox_id.clone(),
@@ -86,6 +86,31 @@ fn container_entry(c: &pb::Container) -> ContainerEntry {
         labels: c.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         annotations: c.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         resources: c.linux.as_ref().and_then(|l| l.resources.as_ref()).cloned(),
+    }
+}
+
+/// Which containers to list; every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerFilter {
+    pub pod_id: Option<String>,
+    /// Any of these states (empty: any state).
+    pub states: Vec<pb::ContainerState>,
+    pub labels: Vec<(String, String)>,
+    pub pod_labels: Vec<(String, String)>,
+}
+
+impl ContainerFilter {
+    /// Every container.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    fn matches(&self, c: &ContainerEntry, pods: &BTreeMap<String, PodEntry>) -> bool {
+        self.pod_id.as_ref().is_none_or(|p| *p == c.pod_id)
+            && (self.states.is_empty() || self.states.contains(&c.state))
+            && self.labels.iter().all(|(k, v)| c.labels.get(k) == Some(v))
+            && (self.pod_labels.is_empty()
+                || pods.get(&c.pod_id).is_some_and(|p| self.pod_labels.iter().all(|(k, v)| p.labels.get(k) == Some(v))))
     }
 }
 
@@ -239,6 +264,24 @@ impl NodeView {
         }
     }
 
+    /// The runtime reported a container after changing it (PostUpdate):
+    /// its state, and its resources where the report carries them.
+    pub fn container_reported(&mut self, container: &pb::Container) {
+        self.container_seen(container);
+        if let (Some(entry), Some(r)) =
+            (self.containers.get_mut(&container.id), container.linux.as_ref().and_then(|l| l.resources.as_ref()))
+        {
+            entry.resources = Some(r.clone());
+        }
+    }
+
+    /// The runtime applies `resources` to a container (UpdateContainer).
+    pub fn update_resources(&mut self, id: &str, resources: &pb::LinuxResources) {
+        if let Some(entry) = self.containers.get_mut(id) {
+            overlay_resources(entry.resources.get_or_insert_with(Default::default), resources);
+        }
+    }
+
     /// Sets a container's state.
     pub fn set_state(&mut self, id: &str, state: pb::ContainerState) {
         if let Some(entry) = self.containers.get_mut(id) {
@@ -276,32 +319,31 @@ impl NodeView {
     }
 
     /// Every pod, by id.
-    pub fn pods(&self) -> Vec<&PodEntry> {
-        let mut v: Vec<_> = self.pods.values().collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
+    pub fn pods(&self) -> impl Iterator<Item = &PodEntry> {
+        self.pods.values()
     }
 
-    /// Every container, by id.
-    pub fn containers(&self) -> Vec<&ContainerEntry> {
-        let mut v: Vec<_> = self.containers.values().collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
-    }
-
-    /// The containers of a pod, by id.
-    pub fn containers_of(&self, pod_id: &str) -> Vec<&ContainerEntry> {
-        let mut v: Vec<_> = self.containers.values().filter(|c| c.pod_id == pod_id).collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
-    }
-
-    /// The containers carrying every one of `labels`, by id.
-    pub fn containers_matching(&self, labels: &[(String, String)]) -> Vec<&ContainerEntry> {
-        let mut v: Vec<_> =
-            self.containers.values().filter(|c| labels.iter().all(|(k, val)| c.labels.get(k) == Some(val))).collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
+    /// The containers `filter` selects, by id. `current` stands in for the
+    /// view's entry of the same id (or is added): the container of the event
+    /// being evaluated, as the policies so far changed it.
+    pub fn containers<'a>(
+        &'a self,
+        filter: &'a ContainerFilter,
+        current: Option<&'a ContainerEntry>,
+    ) -> impl Iterator<Item = &'a ContainerEntry> + 'a {
+        let cur_id = current.map(|c| c.id.as_str());
+        let mut current = current.filter(|c| filter.matches(c, &self.pods));
+        let mut rest = self
+            .containers
+            .values()
+            .filter(move |c| Some(c.id.as_str()) != cur_id && filter.matches(c, &self.pods))
+            .peekable();
+        // Merge the one overlay entry into the sorted stream.
+        std::iter::from_fn(move || match (current, rest.peek()) {
+            (Some(c), Some(r)) if c.id < r.id => current.take(),
+            (Some(_), None) => current.take(),
+            _ => rest.next(),
+        })
     }
 
     /// Entries refused because the view was full, since the last rebuild.
@@ -383,9 +425,27 @@ mod tests {
         v.apply_updates(&[update]);
         assert_eq!(v.container("c1").unwrap().resources.as_ref().unwrap().cpu.cpus, "6");
 
-        let web: Vec<_> = v.containers_matching(&[("app".into(), "web".into())]).iter().map(|c| c.id.clone()).collect();
+        let by_label = ContainerFilter { labels: vec![("app".into(), "web".into())], ..ContainerFilter::all() };
+        let web: Vec<_> = v.containers(&by_label, None).map(|c| c.id.clone()).collect();
         assert_eq!(web, ["c1", "c3"]);
-        assert_eq!(v.containers_of("p1").len(), 2);
+        let of_p1 = ContainerFilter { pod_id: Some("p1".into()), ..ContainerFilter::all() };
+        assert_eq!(v.containers(&of_p1, None).count(), 2);
+        let by_pod_label = ContainerFilter { pod_labels: vec![("app".into(), "p2".into())], ..ContainerFilter::all() };
+        assert_eq!(v.containers(&by_pod_label, None).map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c2"]);
+        let running = ContainerFilter { states: vec![pb::ContainerState::CONTAINER_RUNNING], ..ContainerFilter::all() };
+        assert_eq!(v.containers(&running, None).count(), 3);
+
+        // The event's own container stands in for the view's entry, in order.
+        let mut overlay = container_entry(&ctr("c2", "p2", "web"));
+        overlay.labels.insert("new".into(), "1".into());
+        let all = ContainerFilter::all();
+        let listed: Vec<_> = v.containers(&all, Some(&overlay)).map(|c| (c.id.as_str(), c.labels.len())).collect();
+        assert_eq!(listed, [("c1", 1), ("c2", 2), ("c3", 1)]);
+        let fresh = container_entry(&ctr("c0", "p1", "web"));
+        let ids: Vec<_> = v.containers(&all, Some(&fresh)).map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c0", "c1", "c2", "c3"]);
+        let ids: Vec<_> = v.containers(&by_pod_label, Some(&fresh)).map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c2"], "the overlay is filtered like any entry");
 
         v.container_removed("c1");
         assert!(v.container("c1").is_none());

@@ -73,6 +73,13 @@ impl Supervisor {
         Self { options, cx }
     }
 
+    /// Keeps `link` pointed at the live connection (a dispatcher that sends
+    /// UpdateContainers holds a clone of it).
+    pub fn with_link(mut self, link: RuntimeLink) -> Self {
+        self.cx.link = link;
+        self
+    }
+
     pub fn handles(&self) -> PluginHandles {
         PluginHandles { status: self.cx.status.subscribe(), link: self.cx.link.clone() }
     }

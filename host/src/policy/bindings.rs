@@ -11,5 +11,9 @@ wasmtime::component::bindgen!({
 
 /// The host interface a policy imports (`nri-wasm:policy/host`).
 pub use nri_wasm::policy::host;
+/// The node view and topology (`nri-wasm:policy/node`).
+pub use nri_wasm::policy::node;
+/// The policy's own key-value state (`nri-wasm:policy/state`).
+pub use nri_wasm::policy::state;
 /// The WIT types of the policy interface (`nri-wasm:policy/types`).
 pub use nri_wasm::policy::types as wit;

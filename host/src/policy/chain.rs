@@ -22,9 +22,11 @@ use serde::Deserialize;
 
 use super::bindings::wit;
 use super::engine::LoadError;
-use super::engine::{event_name, kind_of, CallError, CompiledPolicy, Facts, PolicyEngine};
+use super::engine::{event_name, CallEnv, CallError, CompiledPolicy, PolicyEngine};
 use super::manifest::{Mode, OnError, PolicySpec};
-use crate::merge::{self, CreateMerge, MergeError, StopMerge, UpdateMerge};
+use super::state::StateWrites;
+use crate::merge::{self, CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
+use crate::node::view::{container_entry, overlay_resources, ContainerEntry};
 use crate::nri::version::{EventKind, EventMask};
 
 /// Largest reply one policy may give, encoded as the runtime would receive
@@ -130,6 +132,8 @@ pub struct Chain {
     unloadable: Vec<(String, String)>,
     /// Union of the policies' subscriptions (the chain is immutable).
     events: EventMask,
+    /// Some policy subscribed to `synchronize`.
+    synchronize: bool,
     settings: ChainSettings,
 }
 
@@ -137,8 +141,66 @@ pub struct Chain {
 #[derive(Debug, Clone)]
 pub struct EvalContext {
     pub engine: Arc<PolicyEngine>,
-    pub facts: Arc<Facts>,
+    /// Facts, node view and state the policies read.
+    pub env: CallEnv,
     pub deadline: Instant,
+}
+
+/// What an evaluation leaves to be done once the event has succeeded.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Effects {
+    /// State written by policies whose replies were applied, in chain order.
+    pub writes: Vec<(String, StateWrites)>,
+    /// Updates no reply of this event can carry: for UpdateContainers.
+    pub update: Vec<pb::ContainerUpdate>,
+    /// Evictions no reply of this event can carry: for UpdateContainers.
+    pub evict: Vec<pb::ContainerEviction>,
+}
+
+impl Effects {
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.update.is_empty() && self.evict.is_empty()
+    }
+}
+
+/// The answer of the chain for one event.
+#[derive(Debug)]
+pub struct Evaluated<T> {
+    /// What goes back to the runtime.
+    pub value: T,
+    /// What each policy did.
+    pub steps: Vec<Step>,
+    /// What is due once the answer is given.
+    pub effects: Effects,
+}
+
+/// The running state of one evaluation: its target, steps, effects, reply budget.
+#[derive(Debug)]
+struct Run<'t> {
+    /// How errors name what the event is about.
+    target: &'t str,
+    steps: Vec<Step>,
+    effects: Effects,
+    /// Bytes of replies merged so far.
+    total: usize,
+}
+
+impl<'t> Run<'t> {
+    fn new(target: &'t str) -> Self {
+        Self { target, steps: Vec::new(), effects: Effects::default(), total: 0 }
+    }
+
+    fn done<T>(self, value: T) -> Evaluated<T> {
+        Evaluated { value, steps: self.steps, effects: self.effects }
+    }
+}
+
+/// A policy's answered call: the reply and what came with it.
+struct Answer {
+    reply: wit::Reply,
+    fuel: u64,
+    elapsed: Duration,
+    writes: Option<StateWrites>,
 }
 
 impl Chain {
@@ -146,7 +208,8 @@ impl Chain {
         let entries: Vec<ChainEntry> =
             policies.into_iter().map(|policy| ChainEntry { policy, breaker: Mutex::default() }).collect();
         let events = policies_events(&entries);
-        Self { entries, unloadable: Vec::new(), events, settings }
+        let synchronize = entries.iter().any(|e| e.policy.wants_synchronize());
+        Self { entries, unloadable: Vec::new(), events, synchronize, settings }
     }
 
     /// Adds the policies that failed to load; see [`Chain::unloadable`].
@@ -198,13 +261,19 @@ impl Chain {
         self.entries.iter().filter(move |e| e.policy.events().contains(kind))
     }
 
+    /// Whether some policy subscribed to `synchronize`.
+    pub fn wants_synchronize(&self) -> bool {
+        self.synchronize
+    }
+
     /// Calls one policy, or explains why not; updates its breaker.
     fn call(
         &self,
         entry: &ChainEntry,
         cx: &EvalContext,
         event: &wit::Event,
-    ) -> Result<(Result<wit::Reply, String>, u64, Duration), PolicyFailure> {
+        current: Option<&Arc<ContainerEntry>>,
+    ) -> Result<Result<Answer, String>, PolicyFailure> {
         let policy = entry.policy.name().to_string();
         let name = event_name(event).to_string();
         let now = Instant::now();
@@ -221,9 +290,12 @@ impl Chain {
         if left < Duration::from_millis(self.settings.min_call_ms) {
             return Err(PolicyFailure::Skipped { policy, event: name });
         }
-        let report = cx.engine.call(&entry.policy, event, &cx.facts, left);
+        let report = cx.engine.call(&entry.policy, event, &cx.env, current, left);
         match report.outcome {
-            Ok(answer) => Ok((answer, report.fuel_used, report.elapsed)),
+            Ok(Ok(reply)) => {
+                Ok(Ok(Answer { reply, fuel: report.fuel_used, elapsed: report.elapsed, writes: report.writes }))
+            }
+            Ok(Err(reason)) => Ok(Err(reason)),
             Err(e) => Err(self.failed(entry, e.into())),
         }
     }
@@ -246,119 +318,122 @@ impl Chain {
     }
 
     /// Applies `on-error` to a failure: `Ok` to go on, `Err` to fail the event.
-    fn on_failure(
-        entry: &ChainEntry,
-        failure: PolicyFailure,
-        target: &str,
-        steps: &mut Vec<Step>,
-    ) -> Result<(), ChainError> {
+    fn on_failure(entry: &ChainEntry, failure: PolicyFailure, run: &mut Run<'_>) -> Result<(), ChainError> {
         let ignored = entry.policy.spec.on_error == OnError::Ignore;
         tracing::warn!(error = %failure, ignored, "policy failed");
-        steps.push(Step::Failed { failure: failure.clone(), ignored });
+        run.steps.push(Step::Failed { failure: failure.clone(), ignored });
         if ignored {
             Ok(())
         } else {
-            Err(ChainError::Failed { target: target.to_string(), failure: Box::new(failure) })
+            Err(ChainError::Failed { target: run.target.to_string(), failure: Box::new(failure) })
         }
     }
 
-    /// Runs the chain for an event whose policies may only observe or deny
-    /// (pod events, post-events, start, remove, pod updates).
+    fn deny(&self, entry: &ChainEntry, event: &str, reason: String, run: &mut Run<'_>) -> Result<(), ChainError> {
+        let target = run.target;
+        let policy = entry.policy.name().to_string();
+        let audit = entry.policy.spec.mode == Mode::Audit;
+        tracing::info!(policy, event, target, reason, audit, "policy denies");
+        run.steps.push(Step::Denied { policy: policy.clone(), reason: reason.clone(), audit });
+        if audit {
+            Ok(())
+        } else {
+            Err(ChainError::Denied { policy, event: event.into(), target: target.into(), reason })
+        }
+    }
+
+    /// Runs one policy; `apply` converts, validates and merges its reply
+    /// (transactionally) and says whether it changed what later policies
+    /// see. Handles denial, audit, failure, and keeps the state it wrote.
+    /// Returns whether the reply was applied and changed something.
+    fn run_one<F>(
+        &self,
+        entry: &ChainEntry,
+        cx: &EvalContext,
+        event: &wit::Event,
+        current: Option<&Arc<ContainerEntry>>,
+        run: &mut Run<'_>,
+        apply: F,
+    ) -> Result<bool, ChainError>
+    where
+        F: FnOnce(&str, wit::Reply, bool, &mut Run<'_>) -> Result<bool, PolicyFailure>,
+    {
+        let name = event_name(event);
+        let policy = entry.policy.name().to_string();
+        let audit = entry.policy.spec.mode == Mode::Audit;
+        match self.call(entry, cx, event, current) {
+            Err(f) => Self::on_failure(entry, f, run).map(|()| false),
+            Ok(Err(reason)) => {
+                self.succeeded(entry);
+                self.deny(entry, name, reason, run).map(|()| false)
+            }
+            Ok(Ok(Answer { reply, fuel, elapsed, writes })) => match apply(&policy, reply, audit, run) {
+                Ok(changed) => {
+                    self.succeeded(entry);
+                    if audit {
+                        run.steps.push(Step::AuditOnly { policy, fuel });
+                        return Ok(false);
+                    }
+                    if let Some(w) = writes {
+                        run.effects.writes.push((policy.clone(), w));
+                    }
+                    run.steps.push(Step::Applied { policy, fuel, elapsed });
+                    Ok(changed)
+                }
+                Err(f) => {
+                    let f = self.failed(entry, f);
+                    Self::on_failure(entry, f, run).map(|()| false)
+                }
+            },
+        }
+    }
+
+    /// Runs the chain for an event whose reply to the runtime carries
+    /// nothing (pod events, post-events, start, remove, pod updates).
+    /// Policies may deny it, and may update or evict other containers: those
+    /// go to the runtime with UpdateContainers once the event is answered.
     pub fn notify(
         &self,
         cx: &EvalContext,
         kind: EventKind,
         event: &wit::Event,
         target: &str,
-    ) -> Result<Vec<Step>, ChainError> {
-        let mut steps = Vec::new();
+    ) -> Result<Evaluated<()>, ChainError> {
+        let mut run = Run::new(target);
+        let mut merge = UpdatesMerge::new();
         for entry in self.subscribed(kind) {
-            let policy = entry.policy.name().to_string();
-            match self.call(entry, cx, event) {
-                Err(f) => Self::on_failure(entry, f, target, &mut steps)?,
-                Ok((Err(reason), _, _)) => {
-                    self.succeeded(entry);
-                    self.deny(entry, kind, target, reason, &mut steps)?;
+            self.run_one(entry, cx, event, None, &mut run, |policy, reply, audit, run| {
+                if reply.adjust.is_some() {
+                    return Err(invalid(policy, kind.name(), format!("{kind} allows no adjustment")));
                 }
-                Ok((Ok(reply), fuel, elapsed)) => {
-                    if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
-                        let f = self.failed(
-                            entry,
-                            PolicyFailure::InvalidOutput {
-                                policy,
-                                event: kind.name().into(),
-                                reason: format!("{kind} allows no adjustments, updates or evictions"),
-                            },
-                        );
-                        Self::on_failure(entry, f, target, &mut steps)?;
-                    } else {
-                        self.succeeded(entry);
-                        steps.push(Step::Applied { policy, fuel, elapsed });
-                    }
-                }
-            }
+                merge_updates(&mut merge, policy, kind.name(), reply, audit, &mut run.total).map(|_| false)
+            })?;
         }
-        Ok(steps)
+        let (update, evict) = merge.finish();
+        run.effects.update = update;
+        run.effects.evict = evict;
+        Ok(run.done(()))
     }
 
-    fn deny(
-        &self,
-        entry: &ChainEntry,
-        kind: EventKind,
-        target: &str,
-        reason: String,
-        steps: &mut Vec<Step>,
-    ) -> Result<(), ChainError> {
-        let policy = entry.policy.name().to_string();
-        let audit = entry.policy.spec.mode == Mode::Audit;
-        tracing::info!(policy, event = kind.name(), target, reason, audit, "policy denies");
-        steps.push(Step::Denied { policy: policy.clone(), reason: reason.clone(), audit });
-        if audit {
-            Ok(())
-        } else {
-            Err(ChainError::Denied { policy, event: kind.name().into(), target: target.into(), reason })
-        }
-    }
-
-    /// Runs one policy that may change things; `apply` converts, validates and
-    /// merges its reply (transactionally). Handles denial, audit and failure.
-    fn run_changing<F>(
-        &self,
-        entry: &ChainEntry,
-        cx: &EvalContext,
-        event: &wit::Event,
-        target: &str,
-        steps: &mut Vec<Step>,
-        apply: F,
-    ) -> Result<(), ChainError>
-    where
-        F: FnOnce(&str, wit::Reply, bool) -> Result<(), PolicyFailure>,
-    {
-        let kind = kind_of(event);
-        let policy = entry.policy.name().to_string();
-        let audit = entry.policy.spec.mode == Mode::Audit;
-        match self.call(entry, cx, event) {
-            Err(f) => Self::on_failure(entry, f, target, steps),
-            Ok((Err(reason), _, _)) => {
-                self.succeeded(entry);
-                self.deny(entry, kind, target, reason, steps)
-            }
-            Ok((Ok(reply), fuel, elapsed)) => match apply(&policy, reply, audit) {
-                Ok(()) => {
-                    self.succeeded(entry);
-                    steps.push(if audit {
-                        Step::AuditOnly { policy, fuel }
-                    } else {
-                        Step::Applied { policy, fuel, elapsed }
-                    });
-                    Ok(())
+    /// Synchronize: the node view was rebuilt from what the runtime reported.
+    /// Policies subscribed to `synchronize` reconcile their state; their
+    /// updates go into the Synchronize reply, their evictions out with
+    /// UpdateContainers.
+    pub fn synchronize(&self, cx: &EvalContext) -> Result<Evaluated<Vec<pb::ContainerUpdate>>, ChainError> {
+        let mut run = Run::new("the node");
+        let mut merge = UpdatesMerge::new();
+        let event = wit::Event::Synchronize;
+        for entry in self.entries.iter().filter(|e| e.policy.wants_synchronize()) {
+            self.run_one(entry, cx, &event, None, &mut run, |policy, reply, audit, run| {
+                if reply.adjust.is_some() {
+                    return Err(invalid(policy, "Synchronize", "Synchronize allows no adjustment"));
                 }
-                Err(f) => {
-                    let f = self.failed(entry, f);
-                    Self::on_failure(entry, f, target, steps)
-                }
-            },
+                merge_updates(&mut merge, policy, "Synchronize", reply, audit, &mut run.total).map(|_| false)
+            })?;
         }
+        let (update, evict) = merge.finish();
+        run.effects.evict = evict;
+        Ok(run.done(update))
     }
 
     /// CreateContainer: adjust the new container, update others, evict; then
@@ -367,7 +442,7 @@ impl Chain {
         &self,
         cx: &EvalContext,
         req: &pb::CreateContainerRequest,
-    ) -> Result<(pb::CreateContainerResponse, Vec<Step>), ChainError> {
+    ) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
         let kind = EventKind::CreateContainer;
         let target = container_target(&req.pod, &req.container);
         if let Some((policy, reason)) = self.unloadable.first() {
@@ -375,29 +450,41 @@ impl Chain {
                 PolicyFailure::NotLoaded { policy: policy.clone(), event: kind.name().into(), reason: reason.clone() };
             return Err(ChainError::Failed { target, failure: Box::new(failure) });
         }
+        let mut run = Run::new(&target);
         if !self.wants(kind) {
-            return Ok((CreateMerge::new(req).finish(), Vec::new()));
+            return Ok(run.done(pb::CreateContainerResponse::default()));
         }
-        let pod = wit::PodSandbox::from(&*req.pod);
         let mut merge = CreateMerge::new(req);
-        let mut steps = Vec::new();
-        let mut total = 0;
+        // The event is built once; after a policy changed the container, only
+        // the fields its adjustment touched are converted again.
+        let mut event = wit::Event::CreateContainer(wit::ContainerEvent {
+            pod: wit::PodSandbox::from(&*req.pod),
+            container: wit::Container::from(merge.container()),
+        });
+        let mut current: Option<Arc<ContainerEntry>> = None;
         for entry in self.subscribed(kind) {
-            let event = wit::Event::CreateContainer(wit::ContainerEvent {
-                pod: pod.clone(),
-                container: wit::Container::from(merge.container()),
-            });
-            self.run_changing(entry, cx, &event, &target, &mut steps, |policy, reply, audit| {
-                let resp = reply_to_create(policy, kind, reply)?;
-                bounded(policy, kind, &resp, &mut total, audit)?;
-                merge::validate_create_reply(policy, &resp).map_err(|e| invalid(policy, kind, e))?;
-                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))
-            })?;
+            if entry.policy.imports().node && current.is_none() {
+                current = Some(Arc::new(container_entry(merge.container())));
+            }
+            let mut touched = None;
+            let changed =
+                self.run_one(entry, cx, &event, current.as_ref(), &mut run, |policy, reply, audit, run| {
+                    let resp = reply_to_create(policy, kind, reply)?;
+                    bounded(policy, kind, &resp, &mut run.total, audit)?;
+                    merge::validate_create_reply(policy, &resp).map_err(|e| invalid(policy, kind.name(), e))?;
+                    fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))?;
+                    touched = resp.adjust.into_option();
+                    Ok(touched.is_some())
+                })?;
+            if let (true, Some(adjust), wit::Event::CreateContainer(e)) = (changed, &touched, &mut event) {
+                crate::convert::refresh_container(&mut e.container, merge.container(), adjust);
+                current = None;
+            }
         }
         let owners = merge.owners();
         let response = merge.finish();
-        self.validate(cx, req, &response, owners, &target, &mut steps)?;
-        Ok((response, steps))
+        self.validate(cx, req, &response, owners, &mut run)?;
+        Ok(run.done(response))
     }
 
     fn validate(
@@ -406,8 +493,7 @@ impl Chain {
         req: &pb::CreateContainerRequest,
         response: &pb::CreateContainerResponse,
         owners: pb::OwningPlugins,
-        target: &str,
-        steps: &mut Vec<Step>,
+        run: &mut Run<'_>,
     ) -> Result<(), ChainError> {
         let kind = EventKind::ValidateContainerAdjustment;
         if self.subscribed(kind).next().is_none() {
@@ -422,8 +508,18 @@ impl Chain {
             ..Default::default()
         };
         let event = wit::Event::ValidateContainerAdjustment(wit::ValidationEvent::from(&vreq));
-        let found = self.notify(cx, kind, &event, target)?;
-        steps.extend(found);
+        for entry in self.subscribed(kind) {
+            self.run_one(entry, cx, &event, None, run, |policy, reply, _, _| {
+                if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
+                    return Err(invalid(
+                        policy,
+                        kind.name(),
+                        format!("{kind} allows no adjustments, updates or evictions"),
+                    ));
+                }
+                Ok(false)
+            })?;
+        }
         Ok(())
     }
 
@@ -432,68 +528,84 @@ impl Chain {
         &self,
         cx: &EvalContext,
         req: &pb::UpdateContainerRequest,
-    ) -> Result<(pb::UpdateContainerResponse, Vec<Step>), ChainError> {
+    ) -> Result<Evaluated<pb::UpdateContainerResponse>, ChainError> {
         let kind = EventKind::UpdateContainer;
-        if !self.wants(kind) {
-            return Ok((UpdateMerge::new(req).finish(), Vec::new()));
-        }
         let target = container_target(&req.pod, &req.container);
+        let mut run = Run::new(&target);
+        if !self.wants(kind) {
+            return Ok(run.done(pb::UpdateContainerResponse::default()));
+        }
         let pod = wit::PodSandbox::from(&*req.pod);
         let container = wit::Container::from(&*req.container);
         let mut merge = UpdateMerge::new(req);
-        let mut steps = Vec::new();
-        let mut total = 0;
         for entry in self.subscribed(kind) {
+            let current = entry.policy.imports().node.then(|| {
+                let mut c = cx
+                    .env
+                    .view
+                    .container(&req.container.id)
+                    .cloned()
+                    .unwrap_or_else(|| container_entry(&req.container));
+                overlay_resources(c.resources.get_or_insert_with(Default::default), merge.resources());
+                Arc::new(c)
+            });
             let event = wit::Event::UpdateContainer(wit::UpdateContainerEvent {
                 pod: pod.clone(),
                 container: container.clone(),
                 linux_resources: Some(wit::LinuxResources::from(merge.resources())),
             });
-            self.run_changing(entry, cx, &event, &target, &mut steps, |policy, reply, audit| {
+            self.run_one(entry, cx, &event, current.as_ref(), &mut run, |policy, reply, audit, run| {
                 if reply.adjust.is_some() {
-                    return Err(invalid(policy, kind, "UpdateContainer allows no adjustment"));
+                    return Err(invalid(policy, kind.name(), "UpdateContainer allows no adjustment"));
                 }
-                let (update, evict) = reply_updates(policy, kind, reply)?;
-                merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind, e))?;
+                let (update, evict) = reply_updates(policy, kind.name(), reply)?;
+                merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind.name(), e))?;
                 let resp = pb::UpdateContainerResponse { update, evict, ..Default::default() };
-                bounded(policy, kind, &resp, &mut total, audit)?;
-                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))
+                bounded(policy, kind, &resp, &mut run.total, audit)?;
+                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))?;
+                Ok(true)
             })?;
         }
-        Ok((merge.finish(), steps))
+        Ok(run.done(merge.finish()))
     }
 
-    /// StopContainer: updates of other containers (no evictions).
+    /// StopContainer: updates of other containers in the reply; evictions
+    /// go out with UpdateContainers.
     pub fn stop_container(
         &self,
         cx: &EvalContext,
         req: &pb::StopContainerRequest,
-    ) -> Result<(pb::StopContainerResponse, Vec<Step>), ChainError> {
+    ) -> Result<Evaluated<pb::StopContainerResponse>, ChainError> {
         let kind = EventKind::StopContainer;
-        if !self.wants(kind) {
-            return Ok((StopMerge::new(req).finish(), Vec::new()));
-        }
         let target = container_target(&req.pod, &req.container);
+        let mut run = Run::new(&target);
+        if !self.wants(kind) {
+            return Ok(run.done(pb::StopContainerResponse::default()));
+        }
         let event = wit::Event::StopContainer(wit::ContainerEvent {
             pod: wit::PodSandbox::from(&*req.pod),
             container: wit::Container::from(&*req.container),
         });
         let mut merge = StopMerge::new(req);
-        let mut steps = Vec::new();
-        let mut total = 0;
+        let mut evictions = UpdatesMerge::new();
         for entry in self.subscribed(kind) {
-            self.run_changing(entry, cx, &event, &target, &mut steps, |policy, reply, audit| {
-                if reply.adjust.is_some() || !reply.evict.is_empty() {
-                    return Err(invalid(policy, kind, "StopContainer allows only updates"));
+            self.run_one(entry, cx, &event, None, &mut run, |policy, reply, audit, run| {
+                if reply.adjust.is_some() {
+                    return Err(invalid(policy, kind.name(), "StopContainer allows no adjustment"));
                 }
-                let (update, evict) = reply_updates(policy, kind, reply)?;
-                merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind, e))?;
+                let (update, evict) = reply_updates(policy, kind.name(), reply)?;
+                merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, kind.name(), e))?;
                 let resp = pb::StopContainerResponse { update, ..Default::default() };
-                bounded(policy, kind, &resp, &mut total, audit)?;
-                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))
+                bounded(policy, kind, &resp, &mut run.total, audit)?;
+                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))?;
+                if !audit {
+                    evictions.apply(policy, &[], &evict).map_err(|e| conflict(policy, kind, e))?;
+                }
+                Ok(true)
             })?;
         }
-        Ok((merge.finish(), steps))
+        run.effects.evict = evictions.finish().1;
+        Ok(run.done(merge.finish()))
     }
 }
 
@@ -536,6 +648,16 @@ fn bounded(
     total: &mut usize,
     audit: bool,
 ) -> Result<(), PolicyFailure> {
+    bounded_in(policy, kind.name(), reply, total, audit)
+}
+
+fn bounded_in(
+    policy: &str,
+    kind: &str,
+    reply: &impl protobuf::Message,
+    total: &mut usize,
+    audit: bool,
+) -> Result<(), PolicyFailure> {
     let size = reply.compute_size() as usize;
     if size > MAX_REPLY_BYTES {
         return Err(invalid(
@@ -557,20 +679,45 @@ fn bounded(
     Ok(())
 }
 
-fn invalid(policy: &str, kind: EventKind, reason: impl ToString) -> PolicyFailure {
-    PolicyFailure::InvalidOutput { policy: policy.into(), event: kind.name().into(), reason: reason.to_string() }
+fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {
+    PolicyFailure::InvalidOutput { policy: policy.into(), event: event.into(), reason: reason.to_string() }
 }
 
 fn conflict(policy: &str, kind: EventKind, e: MergeError) -> PolicyFailure {
+    conflict_in(policy, kind.name(), e)
+}
+
+fn conflict_in(policy: &str, event: &str, e: MergeError) -> PolicyFailure {
     match e {
-        MergeError::Invalid { reason, .. } => invalid(policy, kind, reason),
-        other => PolicyFailure::Conflict { policy: policy.into(), event: kind.name().into(), conflict: other },
+        MergeError::Invalid { reason, .. } => invalid(policy, event, reason),
+        other => PolicyFailure::Conflict { policy: policy.into(), event: event.into(), conflict: other },
     }
+}
+
+/// Merges the updates and evictions of a reply whose event has no reply of
+/// its own to put them in (they go out with UpdateContainers).
+fn merge_updates(
+    merge: &mut UpdatesMerge,
+    policy: &str,
+    event: &str,
+    reply: wit::Reply,
+    audit: bool,
+    total: &mut usize,
+) -> Result<bool, PolicyFailure> {
+    let (update, evict) = reply_updates(policy, event, reply)?;
+    if update.is_empty() && evict.is_empty() {
+        return Ok(false);
+    }
+    merge::validate_updates(policy, &update, &evict).map_err(|e| invalid(policy, event, e))?;
+    let req = pb::UpdateContainersRequest { update, evict, ..Default::default() };
+    bounded_in(policy, event, &req, total, audit)?;
+    fold(merge, audit, |m| m.apply(policy, &req.update, &req.evict)).map_err(|e| conflict_in(policy, event, e))?;
+    Ok(true)
 }
 
 fn reply_updates(
     policy: &str,
-    kind: EventKind,
+    event: &str,
     reply: wit::Reply,
 ) -> Result<(Vec<pb::ContainerUpdate>, Vec<pb::ContainerEviction>), PolicyFailure> {
     let update = reply
@@ -578,7 +725,7 @@ fn reply_updates(
         .into_iter()
         .map(pb::ContainerUpdate::try_from)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| invalid(policy, kind, e))?;
+        .map_err(|e| invalid(policy, event, e))?;
     let evict = reply.evict.into_iter().map(pb::ContainerEviction::from).collect();
     Ok((update, evict))
 }
@@ -589,11 +736,11 @@ fn reply_to_create(
     reply: wit::Reply,
 ) -> Result<pb::CreateContainerResponse, PolicyFailure> {
     let adjust = match reply.adjust {
-        Some(a) => {
-            protobuf::MessageField::some(pb::ContainerAdjustment::try_from(a).map_err(|e| invalid(policy, kind, e))?)
-        }
+        Some(a) => protobuf::MessageField::some(
+            pb::ContainerAdjustment::try_from(a).map_err(|e| invalid(policy, kind.name(), e))?,
+        ),
         None => protobuf::MessageField::none(),
     };
-    let (update, evict) = reply_updates(policy, kind, wit::Reply { adjust: None, ..reply })?;
+    let (update, evict) = reply_updates(policy, kind.name(), wit::Reply { adjust: None, ..reply })?;
     Ok(pb::CreateContainerResponse { adjust, update, evict, ..Default::default() })
 }

@@ -23,11 +23,13 @@ use nri_wasm_api::api as pb;
 use tokio::sync::Semaphore;
 
 use super::bindings::wit;
-use super::chain::{container_target, pod_target, Chain, ChainError, EvalContext, Step};
-use super::engine::{Facts, PolicyEngine};
+use super::chain::{container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated};
+use super::engine::{CallEnv, Facts, PolicyEngine};
+use super::state::StateStore;
+use crate::node::view::NodeView;
 use crate::nri::service::DEFAULT_REQUEST_TIMEOUT;
 use crate::nri::version::{EventKind, EventMask};
-use crate::nri::{DispatchError, Dispatcher, RuntimeInfo};
+use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
 
 /// Extra time the async side waits for a chain past its deadline before it
 /// gives up on the blocking thread (which ends shortly after anyway).
@@ -42,11 +44,27 @@ impl From<ChainError> for DispatchError {
     }
 }
 
-/// Runs the policy chain for every NRI event.
+/// The node view, shared with the tasks that send updates.
+type SharedView = Arc<Mutex<Arc<NodeView>>>;
+
+/// Changes the view in place, or a copy of it if an evaluation still reads
+/// the current one.
+fn change(view: &SharedView, f: impl FnOnce(&mut NodeView)) {
+    let mut view = view.lock().expect("view lock");
+    f(Arc::make_mut(&mut view));
+}
+
+/// Runs the policy chain for every NRI event, and keeps what policies read
+/// between events: the node view and their state.
 pub struct PolicyDispatcher {
     engine: Arc<PolicyEngine>,
     chain: RwLock<Arc<Chain>>,
     facts: RwLock<Arc<Facts>>,
+    /// The node as of the last event; replaced copy-on-write, so an
+    /// evaluation reads a consistent snapshot without holding a lock.
+    view: SharedView,
+    states: Arc<StateStore>,
+    link: RuntimeLink,
     request_timeout: Mutex<Duration>,
     permits: Arc<Semaphore>,
 }
@@ -58,15 +76,31 @@ impl std::fmt::Debug for PolicyDispatcher {
 }
 
 impl PolicyDispatcher {
-    /// A dispatcher for `chain`; `max_concurrent` evaluations at a time.
+    /// A dispatcher for `chain`; `max_concurrent` evaluations at a time;
+    /// policy state in memory only (see [`Self::with_states`]).
     pub fn new(engine: Arc<PolicyEngine>, chain: Chain, facts: Facts, max_concurrent: usize) -> Self {
         Self {
             engine,
             chain: RwLock::new(Arc::new(chain)),
             facts: RwLock::new(Arc::new(facts)),
+            view: SharedView::default(),
+            states: Arc::new(StateStore::in_memory()),
+            link: RuntimeLink::default(),
             request_timeout: Mutex::new(DEFAULT_REQUEST_TIMEOUT),
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         }
+    }
+
+    /// Uses `states` for the policies' state (e.g. one kept in a directory).
+    pub fn with_states(mut self, states: Arc<StateStore>) -> Self {
+        self.states = states;
+        self
+    }
+
+    /// The link to the runtime this dispatcher sends UpdateContainers on;
+    /// give it to the supervisor, which keeps it pointed at the connection.
+    pub fn link(&self) -> RuntimeLink {
+        self.link.clone()
     }
 
     /// The chain events are evaluated with now.
@@ -75,6 +109,7 @@ impl PolicyDispatcher {
     }
 
     /// Swaps in a new chain; evaluations under way finish with the old one.
+    /// Policy state is kept: it belongs to the policies' names.
     pub fn replace_chain(&self, chain: Chain) {
         *self.chain.write().expect("chain lock") = Arc::new(chain);
     }
@@ -84,25 +119,46 @@ impl PolicyDispatcher {
         self.facts.read().expect("facts lock").clone()
     }
 
-    /// The chain's time budget for one event.
-    pub fn budget(&self) -> Duration {
-        let timeout = *self.request_timeout.lock().expect("timeout lock");
-        self.chain().settings().budget(timeout)
+    /// The node view as of the last event.
+    pub fn view(&self) -> Arc<NodeView> {
+        self.view.lock().expect("view lock").clone()
     }
 
-    /// Evaluates `f` against the current chain within the chain deadline.
-    async fn evaluate<T, F>(&self, kind: EventKind, f: F) -> Result<T, DispatchError>
+    /// The policies' committed state.
+    pub fn states(&self) -> &Arc<StateStore> {
+        &self.states
+    }
+
+    fn change_view(&self, f: impl FnOnce(&mut NodeView)) {
+        change(&self.view, f)
+    }
+
+    fn request_timeout(&self) -> Duration {
+        *self.request_timeout.lock().expect("timeout lock")
+    }
+
+    /// The chain's time budget for one event.
+    pub fn budget(&self) -> Duration {
+        self.chain().settings().budget(self.request_timeout())
+    }
+
+    /// Evaluates `f` against the current chain within the chain deadline,
+    /// then does what the evaluation left to do: commits the policies'
+    /// state and sends the updates no reply could carry.
+    async fn evaluate<T, F>(&self, kind: &'static str, wants: bool, f: F) -> Result<T, DispatchError>
     where
         T: Send + 'static,
-        F: FnOnce(&Chain, &EvalContext) -> Result<(T, Vec<Step>), ChainError> + Send + 'static,
+        F: FnOnce(&Chain, &EvalContext) -> Result<Evaluated<T>, ChainError> + Send + 'static,
     {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
         let chain = self.chain();
-        let cx = EvalContext { engine: self.engine.clone(), facts: self.facts(), deadline };
-        if !chain.wants(kind) {
+        let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
+        let cx = EvalContext { engine: self.engine.clone(), env, deadline };
+        if !wants {
             // No policy runs: only conversion and merge, cheap enough inline.
-            return f(&chain, &cx).map(|(t, _)| t).map_err(DispatchError::from);
+            let done = f(&chain, &cx).map_err(DispatchError::from)?;
+            return Ok(self.finish(kind, done));
         }
         // Waiting for a permit counts against the deadline. Without one in
         // time the chain still runs: every call finds no time left and is
@@ -110,41 +166,83 @@ impl PolicyDispatcher {
         let permit = tokio::time::timeout_at(deadline.into(), self.permits.clone().acquire_owned()).await.ok();
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let out = f(&chain, &cx);
-            if let Ok((_, steps)) = &out {
-                for step in steps {
-                    tracing::debug!(event = kind.name(), ?step, "policy step");
-                }
-            }
-            out
+            f(&chain, &cx)
         });
+        // A result that arrives after the deadline is dropped with its
+        // effects: the runtime was told the event failed.
         match tokio::time::timeout_at((deadline + GRACE).into(), task).await {
-            Ok(Ok(out)) => out.map(|(t, _)| t).map_err(DispatchError::from),
+            Ok(Ok(out)) => out.map(|done| self.finish(kind, done)).map_err(DispatchError::from),
             Ok(Err(join)) => Err(DispatchError::Internal(format!("{kind}: policy evaluation panicked: {join}"))),
             Err(_) => Err(DispatchError::DeadlineExceeded(budget)),
         }
     }
 
-    /// An event whose policies may only observe or deny.
+    /// The event succeeded: log the steps, commit state, send updates.
+    fn finish<T>(&self, kind: &'static str, done: Evaluated<T>) -> T {
+        for step in &done.steps {
+            tracing::debug!(event = kind, ?step, "policy step");
+        }
+        self.apply_effects(kind, done.effects);
+        done.value
+    }
+
+    fn apply_effects(&self, kind: &'static str, effects: Effects) {
+        if effects.is_empty() {
+            return;
+        }
+        let Effects { writes, update, evict } = effects;
+        for (policy, w) in writes {
+            if self.states.commit(&policy, w) {
+                let states = self.states.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = states.persist(&policy) {
+                        tracing::error!(error = %e, "policy state not saved");
+                    }
+                });
+            }
+        }
+        if update.is_empty() && evict.is_empty() {
+            return;
+        }
+        self.send_updates(kind, update, evict);
+    }
+
+    /// Sends updates and evictions with UpdateContainers, after the event's
+    /// answer, and records in the view the updates the runtime took.
+    fn send_updates(&self, kind: &'static str, update: Vec<pb::ContainerUpdate>, evict: Vec<pb::ContainerEviction>) {
+        let link = self.link.clone();
+        let timeout = self.request_timeout();
+        let view = self.view.clone();
+        tokio::spawn(async move {
+            let sent = update.clone();
+            match link.update_containers(update, evict, timeout).await {
+                Ok(failed) => {
+                    for f in &failed {
+                        tracing::warn!(event = kind, container = f.container_id, "runtime could not apply an update");
+                    }
+                    let ok: Vec<_> =
+                        sent.into_iter().filter(|u| !failed.iter().any(|f| f.container_id == u.container_id)).collect();
+                    change(&view, |v| v.apply_updates(&ok));
+                }
+                Err(e) => tracing::error!(event = kind, error = %e, "updates of policies not delivered"),
+            }
+        });
+    }
+
+    /// An event whose reply carries nothing.
     async fn notify(&self, kind: EventKind, event: wit::Event, target: String) -> Result<(), DispatchError> {
-        self.evaluate(kind, move |chain, cx| chain.notify(cx, kind, &event, &target).map(|steps| ((), steps))).await
+        let wants = self.chain().wants(kind);
+        self.evaluate(kind.name(), wants, move |chain, cx| chain.notify(cx, kind, &event, &target)).await
     }
 }
-
 #[async_trait]
 impl Dispatcher for PolicyDispatcher {
+    /// Every event but validation, whatever the policies want: the node view
+    /// is kept current from all of them. Policy-level validation runs inside
+    /// CreateContainer; subscribing to the runtime's validation would make
+    /// the host a validator of every other plugin instead.
     fn events(&self) -> EventMask {
-        let wanted = self.chain().events();
-        if wanted.is_empty() {
-            return EventMask::all().without(EventKind::ValidateContainerAdjustment);
-        }
-        // Policy-level validation runs inside CreateContainer; subscribing to
-        // the runtime's validation would make the host a validator of every
-        // other plugin instead.
-        match wanted.contains(EventKind::ValidateContainerAdjustment) {
-            true => wanted.without(EventKind::ValidateContainerAdjustment).with(EventKind::CreateContainer),
-            false => wanted,
-        }
+        EventMask::all().without(EventKind::ValidateContainerAdjustment)
     }
 
     async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
@@ -164,15 +262,34 @@ impl Dispatcher for PolicyDispatcher {
         Ok(())
     }
 
+    async fn synchronize(
+        &self,
+        pods: Vec<pb::PodSandbox>,
+        containers: Vec<pb::Container>,
+    ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
+        self.change_view(|v| v.synchronize(&pods, &containers));
+        let (pods, containers) = self.view().len();
+        tracing::info!(pods, containers, "node view rebuilt from Synchronize");
+        let wants = self.chain().wants_synchronize();
+        let updates = self.evaluate("Synchronize", wants, |chain, cx| chain.synchronize(cx)).await?;
+        self.change_view(|v| v.apply_updates(&updates));
+        Ok(updates)
+    }
+
     async fn run_pod_sandbox(&self, req: pb::RunPodSandboxRequest) -> Result<(), DispatchError> {
-        self.notify(EventKind::RunPodSandbox, (&req).into(), pod_target(&req.pod)).await
+        self.notify(EventKind::RunPodSandbox, (&req).into(), pod_target(&req.pod)).await?;
+        self.change_view(|v| v.pod_started(&req.pod));
+        Ok(())
     }
 
     async fn update_pod_sandbox(&self, req: pb::UpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        self.notify(EventKind::UpdatePodSandbox, (&req).into(), pod_target(&req.pod)).await
+        self.notify(EventKind::UpdatePodSandbox, (&req).into(), pod_target(&req.pod)).await?;
+        self.change_view(|v| v.pod_started(&req.pod));
+        Ok(())
     }
 
     async fn post_update_pod_sandbox(&self, req: pb::PostUpdatePodSandboxRequest) -> Result<(), DispatchError> {
+        self.change_view(|v| v.pod_started(&req.pod));
         self.notify(EventKind::PostUpdatePodSandbox, (&req).into(), pod_target(&req.pod)).await
     }
 
@@ -181,27 +298,42 @@ impl Dispatcher for PolicyDispatcher {
     }
 
     async fn remove_pod_sandbox(&self, req: pb::RemovePodSandboxRequest) -> Result<(), DispatchError> {
-        self.notify(EventKind::RemovePodSandbox, (&req).into(), pod_target(&req.pod)).await
+        // The pod is gone whatever the policies say; they see it one last time.
+        let result = self.notify(EventKind::RemovePodSandbox, (&req).into(), pod_target(&req.pod)).await;
+        self.change_view(|v| v.pod_removed(&req.pod.id));
+        result
     }
 
     async fn create_container(
         &self,
         req: pb::CreateContainerRequest,
     ) -> Result<pb::CreateContainerResponse, DispatchError> {
-        self.evaluate(EventKind::CreateContainer, move |chain, cx| chain.create_container(cx, &req)).await
+        let req = Arc::new(req);
+        let wants = self.chain().wants(EventKind::CreateContainer);
+        let r = req.clone();
+        let resp = self.evaluate("CreateContainer", wants, move |chain, cx| chain.create_container(cx, &r)).await?;
+        self.change_view(|v| {
+            v.container_created(&req.container, resp.adjust.as_ref());
+            v.apply_updates(&resp.update);
+        });
+        Ok(resp)
     }
 
     async fn post_create_container(&self, req: pb::PostCreateContainerRequest) -> Result<(), DispatchError> {
+        self.change_view(|v| v.container_seen(&req.container));
         let target = container_target(&req.pod, &req.container);
         self.notify(EventKind::PostCreateContainer, (&req).into(), target).await
     }
 
     async fn start_container(&self, req: pb::StartContainerRequest) -> Result<(), DispatchError> {
         let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::StartContainer, (&req).into(), target).await
+        self.notify(EventKind::StartContainer, (&req).into(), target).await?;
+        self.change_view(|v| v.set_state(&req.container.id, pb::ContainerState::CONTAINER_RUNNING));
+        Ok(())
     }
 
     async fn post_start_container(&self, req: pb::PostStartContainerRequest) -> Result<(), DispatchError> {
+        self.change_view(|v| v.container_seen(&req.container));
         let target = container_target(&req.pod, &req.container);
         self.notify(EventKind::PostStartContainer, (&req).into(), target).await
     }
@@ -210,21 +342,50 @@ impl Dispatcher for PolicyDispatcher {
         &self,
         req: pb::UpdateContainerRequest,
     ) -> Result<pb::UpdateContainerResponse, DispatchError> {
-        self.evaluate(EventKind::UpdateContainer, move |chain, cx| chain.update_container(cx, &req)).await
+        let req = Arc::new(req);
+        let wants = self.chain().wants(EventKind::UpdateContainer);
+        let r = req.clone();
+        let resp = self.evaluate("UpdateContainer", wants, move |chain, cx| chain.update_container(cx, &r)).await?;
+        self.change_view(|v| {
+            if let Some(requested) = req.linux_resources.as_ref() {
+                v.update_resources(&req.container.id, requested);
+            }
+            v.apply_updates(&resp.update);
+        });
+        Ok(resp)
     }
 
     async fn post_update_container(&self, req: pb::PostUpdateContainerRequest) -> Result<(), DispatchError> {
+        self.change_view(|v| v.container_reported(&req.container));
         let target = container_target(&req.pod, &req.container);
         self.notify(EventKind::PostUpdateContainer, (&req).into(), target).await
     }
 
     async fn stop_container(&self, req: pb::StopContainerRequest) -> Result<pb::StopContainerResponse, DispatchError> {
-        self.evaluate(EventKind::StopContainer, move |chain, cx| chain.stop_container(cx, &req)).await
+        let req = Arc::new(req);
+        let wants = self.chain().wants(EventKind::StopContainer);
+        let r = req.clone();
+        let result = self.evaluate("StopContainer", wants, move |chain, cx| chain.stop_container(cx, &r)).await;
+        // The container stops whatever the policies say.
+        self.change_view(|v| {
+            v.set_state(&req.container.id, pb::ContainerState::CONTAINER_STOPPED);
+            if let Ok(resp) = &result {
+                v.apply_updates(&resp.update);
+            }
+        });
+        result
     }
 
     async fn remove_container(&self, req: pb::RemoveContainerRequest) -> Result<(), DispatchError> {
         let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::RemoveContainer, (&req).into(), target).await
+        let result = self.notify(EventKind::RemoveContainer, (&req).into(), target).await;
+        self.change_view(|v| v.container_removed(&req.container.id));
+        result
+    }
+
+    async fn disconnected(&self) {
+        // Rebuilt from the next Synchronize.
+        self.change_view(NodeView::clear);
     }
 }
 

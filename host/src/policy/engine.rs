@@ -22,19 +22,26 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, TypedFunc};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{host, wit, Policy, PolicyPre};
+use super::bindings::{host, node, state, wit, PolicyPre};
 use super::manifest::PolicySpec;
+use super::state::{StateSnapshot, StateStore, StateTxn, StateWrites};
+use crate::node::topology::Topology;
+use crate::node::view::{ContainerEntry, ContainerFilter, NodeView};
 use crate::nri::version::{EventKind, EventMask};
 
 /// Interval of the epoch ticker: the granularity of wall-clock limits.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Memory (and table) bytes a pool slot keeps resident between calls.
+const KEEP_RESIDENT: usize = 2 << 20;
+/// The `nri-wasm:policy` package versions this host loads: `0.2.x`.
+pub const WIT_VERSION: &str = "0.2";
 /// Most bytes of stdout/stderr kept per call (the rest is cut).
 const OUTPUT_CAPACITY: usize = 16 << 10;
 
@@ -105,6 +112,8 @@ pub enum LoadError {
     Compile { policy: String, reason: String },
     #[error("policy {policy}: imports {import}, which the host does not provide (allowed: nri-wasm:policy/*, wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets)")]
     ForbiddenImport { policy: String, import: String },
+    #[error("policy {policy}: built against {import}, but this host loads nri-wasm:policy@{WIT_VERSION}.x: rebuild it with the current SDK or WIT package")]
+    Version { policy: String, import: String },
     #[error("policy {policy}: cannot be linked: {reason}")]
     Link { policy: String, reason: String },
     #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
@@ -159,14 +168,16 @@ impl CallError {
 pub struct Facts {
     pub runtime: wit::RuntimeInfo,
     pub node: wit::NodeInfo,
+    /// The node's topology, as policies see it (`node.topology`).
+    pub topology: node::NodeTopology,
 }
 
 impl Facts {
     /// Facts before any runtime connected: the runtime's fields are empty
     /// until Configure names it.
-    pub fn unconfigured(node: wit::NodeInfo) -> Self {
+    pub fn unconfigured(node: wit::NodeInfo, topology: &Topology) -> Self {
         let runtime = wit::RuntimeInfo { name: String::new(), version: String::new(), nri_version: String::new() };
-        Self { runtime, node }
+        Self { runtime, node, topology: topology.into() }
     }
 
     /// Node facts read from the running system.
@@ -189,6 +200,23 @@ impl Facts {
     }
 }
 
+/// What a call may read besides its event: facts, the node view, the
+/// committed state of every policy. Cheap to clone (shared parts only).
+#[derive(Debug, Clone)]
+pub struct CallEnv {
+    pub facts: Arc<Facts>,
+    /// The node view as of before the event.
+    pub view: Arc<NodeView>,
+    pub states: Arc<StateStore>,
+}
+
+impl CallEnv {
+    /// An environment with an empty node view and in-memory state.
+    pub fn detached(facts: Arc<Facts>) -> Self {
+        Self { facts, view: Arc::default(), states: Arc::new(StateStore::in_memory()) }
+    }
+}
+
 /// Per-call state of a store.
 pub struct CallState {
     limits: StoreLimits,
@@ -198,7 +226,13 @@ pub struct CallState {
     stderr: MemoryOutputPipe,
     table: ResourceTable,
     policy: Arc<str>,
+    settings: Arc<str>,
     facts: Arc<Facts>,
+    view: Arc<NodeView>,
+    /// The event's container as the chain has it now, standing in for the
+    /// view's entry.
+    current: Option<Arc<ContainerEntry>>,
+    state: StateTxn,
 }
 
 impl std::fmt::Debug for CallState {
@@ -226,12 +260,69 @@ impl host::Host for CallState {
         }
     }
 
+    fn settings(&mut self) -> String {
+        self.settings.to_string()
+    }
+
     fn runtime(&mut self) -> wit::RuntimeInfo {
         self.facts.runtime.clone()
     }
 
     fn node(&mut self) -> wit::NodeInfo {
         self.facts.node.clone()
+    }
+}
+
+impl node::Host for CallState {
+    fn pods(&mut self) -> Vec<node::PodInfo> {
+        self.view.pods().map(node::PodInfo::from).collect()
+    }
+
+    fn pod(&mut self, id: String) -> Option<node::PodInfo> {
+        self.view.pod(&id).map(node::PodInfo::from)
+    }
+
+    fn containers(&mut self, filter: node::ContainerFilter) -> Vec<node::ContainerInfo> {
+        let filter = ContainerFilter::from(filter);
+        self.view.containers(&filter, self.current.as_deref()).map(node::ContainerInfo::from).collect()
+    }
+
+    fn container_ids(&mut self, filter: node::ContainerFilter) -> Vec<String> {
+        let filter = ContainerFilter::from(filter);
+        self.view.containers(&filter, self.current.as_deref()).map(|c| c.id.clone()).collect()
+    }
+
+    fn container(&mut self, id: String) -> Option<node::ContainerInfo> {
+        match &self.current {
+            Some(c) if c.id == id => Some(node::ContainerInfo::from(&**c)),
+            _ => self.view.container(&id).map(node::ContainerInfo::from),
+        }
+    }
+
+    fn topology(&mut self) -> node::NodeTopology {
+        self.facts.topology.clone()
+    }
+}
+
+impl state::Host for CallState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.state.get(&key).map(str::to_string)
+    }
+
+    fn set(&mut self, key: String, value: String) -> Result<(), state::StateError> {
+        let result = self.state.set(key, value);
+        if let Err(e) = &result {
+            tracing::warn!(policy = &*self.policy, error = ?e, "state write refused");
+        }
+        result
+    }
+
+    fn remove(&mut self, key: String) {
+        self.state.remove(key)
+    }
+
+    fn keys(&mut self, prefix: String) -> Vec<String> {
+        self.state.keys(&prefix)
     }
 }
 
@@ -316,7 +407,13 @@ impl PolicyEngine {
                 .max_core_instances_per_component(16)
                 .max_memories_per_component(4)
                 .max_tables_per_component(16)
-                .max_memory_size((settings.max_memory_mib as usize) << 20);
+                .max_memory_size((settings.max_memory_mib as usize) << 20)
+                // Keep the pages a call touched resident and reset only those
+                // (found with PAGEMAP_SCAN where the kernel has it): the next
+                // call then takes no page faults for its stack, data and heap.
+                .linear_memory_keep_resident(KEEP_RESIDENT)
+                .table_keep_resident(KEEP_RESIDENT)
+                .pagemap_scan(wasmtime::Enabled::Auto);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
             match Engine::new(&config) {
                 Ok(e) => (e, Allocator::Pooling),
@@ -335,8 +432,11 @@ impl PolicyEngine {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| EngineError::Link(format!("{e:#}")))?;
-        Policy::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut CallState| s)
-            .map_err(|e| EngineError::Link(format!("{e:#}")))?;
+        super::bindings::Policy::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s: &mut CallState| s,
+        )
+        .map_err(|e| EngineError::Link(format!("{e:#}")))?;
         let ticker = Ticker::start(&engine);
         Ok(Self {
             engine,
@@ -374,29 +474,45 @@ impl PolicyEngine {
         }
         let component =
             self.compile(bytes).map_err(|e| LoadError::Compile { policy: policy.clone(), reason: format!("{e:#}") })?;
+        let mut imports = Imports::default();
         for (import, _) in component.component_type().imports(&self.engine) {
+            if import.starts_with("nri-wasm:policy/") && !import.contains(&format!("@{WIT_VERSION}.")) {
+                return Err(LoadError::Version { policy, import: import.to_string() });
+            }
             if !import_allowed(import) {
                 return Err(LoadError::ForbiddenImport { policy, import: import.to_string() });
             }
+            imports.node |= import.starts_with("nri-wasm:policy/node@");
+            imports.state |= import.starts_with("nri-wasm:policy/state@");
         }
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Link { policy: policy.clone(), reason: format!("{e:#}") })?;
-        let pre = PolicyPre::new(instance_pre)
+        // Checks every export against the world once; calls then skip it.
+        let pre = PolicyPre::new(instance_pre.clone())
             .map_err(|e| LoadError::World { policy: policy.clone(), reason: format!("{e:#}") })?;
+        let handle = component
+            .get_export_index(None, "handle")
+            .ok_or_else(|| LoadError::World { policy: policy.clone(), reason: "no export named handle".into() })?;
         let mut compiled = CompiledPolicy {
             spec: spec.clone(),
             seed: seed_of(&spec.name),
             pre,
+            instance_pre,
+            handle,
+            imports,
             events: EventMask::EMPTY,
+            synchronize: false,
             name: spec.name.as_str().into(),
+            settings: spec.settings.as_str().into(),
         };
         // Validate the settings and learn the subscription once, at load.
-        let events = self
+        let kinds = self
             .init(&compiled, facts)
             .map_err(|e| LoadError::Init { policy: policy.clone(), reason: e.to_string() })?;
-        compiled.events = events;
+        compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
+        compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
         Ok(compiled)
     }
 
@@ -443,7 +559,13 @@ impl PolicyEngine {
         h.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    fn store(&self, policy: &CompiledPolicy, facts: &Arc<Facts>, budget: Duration) -> Store<CallState> {
+    fn store(
+        &self,
+        policy: &CompiledPolicy,
+        env: &CallEnv,
+        current: Option<Arc<ContainerEntry>>,
+        budget: Duration,
+    ) -> Store<CallState> {
         let limits = &policy.spec.limits;
         let store_limits = StoreLimitsBuilder::new()
             .memory_size(limits.memory_bytes())
@@ -468,6 +590,10 @@ impl PolicyEngine {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let state = match policy.imports.state {
+            true => StateTxn::new(env.states.snapshot(&policy.name), limits.state_bytes()),
+            false => StateTxn::new(Arc::new(StateSnapshot::default()), 0),
+        };
         let state = CallState {
             limits: store_limits,
             wasi,
@@ -475,7 +601,11 @@ impl PolicyEngine {
             stderr,
             table: ResourceTable::new(),
             policy: policy.name.clone(),
-            facts: facts.clone(),
+            settings: policy.settings.clone(),
+            facts: env.facts.clone(),
+            view: env.view.clone(),
+            current: if policy.imports.node { current } else { None },
+            state,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -486,8 +616,11 @@ impl PolicyEngine {
         store
     }
 
-    fn init(&self, policy: &CompiledPolicy, facts: &Arc<Facts>) -> Result<EventMask, CallError> {
-        let mut store = self.store(policy, facts, policy.spec.limits.timeout());
+    /// Runs `configure` in an instance of its own: the settings check and
+    /// the subscription.
+    fn init(&self, policy: &CompiledPolicy, facts: &Arc<Facts>) -> Result<Vec<wit::EventKind>, CallError> {
+        let env = CallEnv::detached(facts.clone());
+        let mut store = self.store(policy, &env, None, policy.spec.limits.timeout());
         let event = "configure";
         let outcome = (|| {
             let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, event))?;
@@ -496,35 +629,49 @@ impl PolicyEngine {
                 .map_err(|e| classify(e, policy, event))?
                 .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: event.into(), reason })
         })();
-        let outcome = with_output(outcome, store.data(), event);
-        Ok(outcome?.into_iter().map(event_kind).collect())
+        with_output(outcome, store.data(), event)
     }
 
     /// Runs one event through one policy in a fresh instance, within its
-    /// limits and at most `budget` of wall-clock time.
+    /// limits and at most `budget` of wall-clock time. `current` is the
+    /// event's container as the chain has it, shown in the node view.
     pub fn call(
         &self,
         policy: &CompiledPolicy,
         event: &wit::Event,
-        facts: &Arc<Facts>,
+        env: &CallEnv,
+        current: Option<&Arc<ContainerEntry>>,
         budget: Duration,
     ) -> CallReport {
         let started = Instant::now();
         let name = event_name(event);
-        let mut store = self.store(policy, facts, budget);
+        let mut store = self.store(policy, env, current.cloned(), budget);
         let fuel_start = policy.spec.limits.fuel;
         let outcome = (|| {
-            let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, name))?;
-            instance
-                .call_configure(&mut store, &policy.spec.settings)
-                .map_err(|e| classify(e, policy, name))?
-                .map_err(|reason| CallError::Init { policy: policy.spec.name.clone(), event: name.into(), reason })?;
-            instance.call_handle(&mut store, event).map_err(|e| classify(e, policy, name))
+            let instance = policy.instance_pre.instantiate(&mut store).map_err(|e| classify(e, policy, name))?;
+            let func = instance.get_func(&mut store, policy.handle).expect("export found at load");
+            // SAFETY: `PolicyPre::new` checked at load that this component's
+            // `handle` export has exactly the world's type, which these
+            // parameter and result types are the bindings of; instances of
+            // the same `InstancePre` share the component's types.
+            let handle = unsafe { TypedFunc::<(&wit::Event,), (Result<wit::Reply, String>,)>::new_unchecked(func) };
+            handle.call(&mut store, (event,)).map(|(r,)| r).map_err(|e| classify(e, policy, name))
         })();
         let fuel_used = fuel_start.saturating_sub(store.get_fuel().unwrap_or(0));
         let outcome = with_output(outcome, store.data(), name);
-        CallReport { outcome, fuel_used, elapsed: started.elapsed() }
+        let writes = match &outcome {
+            Ok(Ok(_)) => store.into_data().state.into_writes(),
+            _ => None,
+        };
+        CallReport { outcome, fuel_used, elapsed: started.elapsed(), writes }
     }
+}
+
+/// Which optional host interfaces a policy imports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imports {
+    pub node: bool,
+    pub state: bool,
 }
 
 /// Logs what the guest wrote to stdout and stderr, tagged with the policy
@@ -575,6 +722,8 @@ pub struct CallReport {
     pub outcome: Result<Result<wit::Reply, String>, CallError>,
     pub fuel_used: u64,
     pub elapsed: Duration,
+    /// What the call wrote to the policy's state (answered calls only).
+    pub writes: Option<StateWrites>,
 }
 
 /// A loaded policy: its spec, its pre-linked component and its subscription.
@@ -583,9 +732,16 @@ pub struct CompiledPolicy {
     pub spec: PolicySpec,
     /// Seed of the policy's random sources (from its name).
     seed: u64,
+    /// Used for `configure` (bindings checked the whole world's types).
     pre: PolicyPre<CallState>,
+    /// Used for `handle`, without the per-call export type check.
+    instance_pre: InstancePre<CallState>,
+    handle: ComponentExportIndex,
+    imports: Imports,
     events: EventMask,
+    synchronize: bool,
     name: Arc<str>,
+    settings: Arc<str>,
 }
 
 impl std::fmt::Debug for CompiledPolicy {
@@ -599,9 +755,19 @@ impl CompiledPolicy {
         &self.name
     }
 
-    /// Events the policy subscribed to in `configure`.
+    /// NRI events the policy subscribed to in `configure`.
     pub fn events(&self) -> EventMask {
         self.events
+    }
+
+    /// Whether the policy subscribed to `synchronize`.
+    pub fn wants_synchronize(&self) -> bool {
+        self.synchronize
+    }
+
+    /// Which optional host interfaces it imports.
+    pub fn imports(&self) -> Imports {
+        self.imports
     }
 }
 
@@ -643,9 +809,10 @@ fn classify(err: wasmtime::Error, policy: &CompiledPolicy, event: &str) -> CallE
     CallError::Trap { policy: p, event: e, trap: text }
 }
 
-/// Protocol event of a WIT event kind.
-pub fn event_kind(k: wit::EventKind) -> EventKind {
-    match k {
+/// Protocol event of a WIT event kind (`synchronize` has none: it is not
+/// an event a plugin subscribes to).
+pub fn event_kind(k: wit::EventKind) -> Option<EventKind> {
+    Some(match k {
         wit::EventKind::RunPodSandbox => EventKind::RunPodSandbox,
         wit::EventKind::StopPodSandbox => EventKind::StopPodSandbox,
         wit::EventKind::RemovePodSandbox => EventKind::RemovePodSandbox,
@@ -660,12 +827,13 @@ pub fn event_kind(k: wit::EventKind) -> EventKind {
         wit::EventKind::UpdatePodSandbox => EventKind::UpdatePodSandbox,
         wit::EventKind::PostUpdatePodSandbox => EventKind::PostUpdatePodSandbox,
         wit::EventKind::ValidateContainerAdjustment => EventKind::ValidateContainerAdjustment,
-    }
+        wit::EventKind::Synchronize => return None,
+    })
 }
 
-/// The protocol event a WIT event stands for.
-pub fn kind_of(e: &wit::Event) -> EventKind {
-    match e {
+/// The protocol event a WIT event stands for (`None` for `synchronize`).
+pub fn kind_of(e: &wit::Event) -> Option<EventKind> {
+    Some(match e {
         wit::Event::RunPodSandbox(_) => EventKind::RunPodSandbox,
         wit::Event::StopPodSandbox(_) => EventKind::StopPodSandbox,
         wit::Event::RemovePodSandbox(_) => EventKind::RemovePodSandbox,
@@ -680,10 +848,11 @@ pub fn kind_of(e: &wit::Event) -> EventKind {
         wit::Event::UpdatePodSandbox(_) => EventKind::UpdatePodSandbox,
         wit::Event::PostUpdatePodSandbox(_) => EventKind::PostUpdatePodSandbox,
         wit::Event::ValidateContainerAdjustment(_) => EventKind::ValidateContainerAdjustment,
-    }
+        wit::Event::Synchronize => return None,
+    })
 }
 
 /// The event's name in errors and logs.
 pub fn event_name(e: &wit::Event) -> &'static str {
-    kind_of(e).name()
+    kind_of(e).map_or("Synchronize", EventKind::name)
 }

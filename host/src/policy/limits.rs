@@ -30,6 +30,8 @@ pub struct Limits {
     pub tables: usize,
     /// Most linear memories.
     pub memories: usize,
+    /// Most bytes (keys and values) of the policy's state, in KiB.
+    pub state_kib: u64,
 }
 
 impl Default for Limits {
@@ -42,6 +44,7 @@ impl Default for Limits {
             instances: 32,
             tables: 16,
             memories: 4,
+            state_kib: 1024,
         }
     }
 }
@@ -57,6 +60,7 @@ pub struct LimitOverrides {
     pub instances: Option<usize>,
     pub tables: Option<usize>,
     pub memories: Option<usize>,
+    pub state_kib: Option<u64>,
 }
 
 impl Limits {
@@ -70,11 +74,16 @@ impl Limits {
             instances: o.instances.unwrap_or(self.instances),
             tables: o.tables.unwrap_or(self.tables),
             memories: o.memories.unwrap_or(self.memories),
+            state_kib: o.state_kib.unwrap_or(self.state_kib),
         }
     }
 
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        (self.state_kib as usize).saturating_mul(1 << 10)
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -89,12 +98,16 @@ impl Limits {
             ("memory-mib", self.memory_mib == 0),
             ("instances", self.instances == 0),
             ("memories", self.memories == 0),
+            ("state-kib", self.state_kib == 0),
         ];
         if let Some((name, _)) = zero.iter().find(|(_, z)| *z) {
             return Err(format!("{what}: limit {name} must be positive"));
         }
         if self.memory_mib > 4096 {
             return Err(format!("{what}: memory-mib {} exceeds the 4096 MiB a 32-bit memory can use", self.memory_mib));
+        }
+        if self.state_kib > 64 << 10 {
+            return Err(format!("{what}: state-kib {} exceeds the 64 MiB a policy's state may hold", self.state_kib));
         }
         if self.timeout_ms > 60_000 {
             return Err(format!("{what}: timeout-ms {} is longer than any runtime waits", self.timeout_ms));

@@ -17,3 +17,4 @@ pub mod engine;
 pub mod limits;
 pub mod loader;
 pub mod manifest;
+pub mod state;

@@ -257,14 +257,40 @@ pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
     ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
 }
 
+/// The topology tests show policies: 8 CPUs on two NUMA nodes, 16 GiB.
+pub fn test_topology() -> nri_wasm::node::topology::Topology {
+    use nri_wasm::node::topology::{NumaNode, Topology};
+    Topology {
+        online_cpus: (0..8).collect(),
+        numa_nodes: vec![
+            NumaNode { id: 0, cpus: vec![0, 1, 2, 3], memory_bytes: 8 << 30 },
+            NumaNode { id: 1, cpus: vec![4, 5, 6, 7], memory_bytes: 8 << 30 },
+        ],
+        memory_bytes: 16 << 30,
+    }
+}
+
 /// The facts tests show policies: a small fixed node, no runtime yet.
 pub fn test_facts() -> nri_wasm::policy::engine::Facts {
-    nri_wasm::policy::engine::Facts::unconfigured(nri_wasm::policy::bindings::wit::NodeInfo {
-        hostname: "node-1".into(),
-        arch: "x86_64".into(),
-        cpus: 4,
-        memory_bytes: 1 << 32,
-    })
+    nri_wasm::policy::engine::Facts::unconfigured(
+        nri_wasm::policy::bindings::wit::NodeInfo {
+            hostname: "node-1".into(),
+            arch: "x86_64".into(),
+            cpus: 8,
+            memory_bytes: 16 << 30,
+        },
+        &test_topology(),
+    )
+}
+
+/// An evaluation context with the test facts, an empty node view and
+/// in-memory state, ending `budget` from now.
+pub fn eval_cx(budget: Duration) -> nri_wasm::policy::chain::EvalContext {
+    nri_wasm::policy::chain::EvalContext {
+        engine: shared_engine(),
+        env: nri_wasm::policy::engine::CallEnv::detached(Arc::new(test_facts())),
+        deadline: std::time::Instant::now() + budget,
+    }
 }
 
 /// A policy spec as the loader would build it from `NN-name.wasm` + `.toml`.

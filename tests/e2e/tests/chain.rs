@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_sim::{RuntimeProfile, SimError};
-use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, PolicyFailure, Step};
+use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
 use nri_wasm::policy::limits::Limits;
@@ -39,7 +39,7 @@ fn request() -> pb::CreateContainerRequest {
 }
 
 fn cx(budget: Duration) -> EvalContext {
-    EvalContext { engine: engine(), facts: facts(), deadline: Instant::now() + budget }
+    nri_wasm_e2e::eval_cx(budget)
 }
 
 fn annotations(resp: &pb::CreateContainerResponse) -> Vec<(String, String)> {
@@ -61,7 +61,7 @@ fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
     let chain = Chain::new(vec![annotate("10-a", "a"), annotate("20-b", "b")], ChainSettings::default());
     let req = request();
     let before = req.container.env.len();
-    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     // The annotate guest reports how many env variables it saw: the second
     // policy sees the first one's variable.
     assert_eq!(
@@ -77,7 +77,7 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
     let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), audited], ChainSettings::default());
     let mut req = request();
-    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
     assert!(matches!(&steps[1], Step::AuditOnly { policy, .. } if policy == "20-audit"), "{steps:?}");
 
@@ -85,7 +85,7 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
     req.container.mut_or_insert_default().annotations.insert("example.com/deny".into(), "no".into());
     let audit_only = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
     let chain = Chain::new(vec![audit_only], ChainSettings::default());
-    let (_, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: _, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     assert!(matches!(&steps[0], Step::Denied { audit: true, reason, .. } if reason.contains("denied by annotation")));
 
     let chain = Chain::new(vec![annotate("20-enforce", "x")], ChainSettings::default());
@@ -106,18 +106,18 @@ fn a_failing_policy_is_quarantined_then_retried() {
         other => panic!("expected an ignored failure, got {other:?}"),
     };
     for _ in 0..3 {
-        let (_, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+        let Evaluated { value: _, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
         assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)));
     }
     // Open: the policy is not called, its on-error applies.
     let started = Instant::now();
-    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     assert!(matches!(failure_of(&steps), PolicyFailure::Quarantined { failures: 3, .. }));
     assert!(started.elapsed() < Duration::from_millis(100));
     assert_eq!(annotations(&resp).len(), 1, "the healthy policy still applies");
     // After the back-off the policy is tried again (and fails again).
     std::thread::sleep(Duration::from_millis(350));
-    let (_, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: _, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)), "{steps:?}");
 
     // With on-error = fail a quarantined policy fails the event, and says so.
@@ -140,7 +140,8 @@ fn calls_that_cannot_start_before_the_deadline_are_skipped() {
         // below min-call-ms, so the next call is not started.
         ChainSettings { min_call_ms: 5, ..ChainSettings::default() },
     );
-    let (resp, steps) = chain.create_container(&cx(Duration::from_millis(20)), &request()).unwrap();
+    let Evaluated { value: resp, steps, .. } =
+        chain.create_container(&cx(Duration::from_millis(20)), &request()).unwrap();
     assert!(annotations(&resp).is_empty());
     assert!(
         matches!(&steps[1], Step::Failed { failure: PolicyFailure::Skipped { policy, .. }, ignored: true } if policy == "20-a"),
@@ -155,11 +156,11 @@ fn the_same_input_gives_the_same_output_and_the_same_fuel() {
     let fuel = |steps: &[Step]| -> Vec<u64> {
         steps.iter().map(|s| if let Step::Applied { fuel, .. } = s { *fuel } else { panic!("{s:?}") }).collect()
     };
-    let (first, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: first, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     let first_fuel = fuel(&steps);
     assert!(first_fuel.iter().all(|f| *f > 0));
     for _ in 0..50 {
-        let (again, steps) = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+        let Evaluated { value: again, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
         assert_eq!(again, first);
         assert_eq!(fuel(&steps), first_fuel);
     }
@@ -169,13 +170,15 @@ fn the_same_input_gives_the_same_output_and_the_same_fuel() {
 fn randomness_is_seeded_per_policy_so_results_repeat() {
     let chain =
         Chain::new(vec![faulty("10-random", "random", OnError::Fail, Limits::default())], ChainSettings::default());
-    let (first, _) = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    let Evaluated { value: first, steps: _, .. } =
+        chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
     let order = annotations(&first);
     assert_eq!(order.len(), 1);
     let sorted: Vec<String> = (0..32).map(|i: u32| i.to_string()).collect();
     assert_ne!(order[0].1, sorted.join(","), "the hash map really is randomised");
     for _ in 0..10 {
-        let (again, _) = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+        let Evaluated { value: again, steps: _, .. } =
+            chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
         assert_eq!(annotations(&again), order);
     }
 }
@@ -185,7 +188,7 @@ fn policy_validation_sees_the_merged_result_and_may_reject_it() {
     let validator = || faulty("90-validate", "validate", OnError::Fail, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), validator()], ChainSettings::default());
     assert!(chain.wants(nri_wasm::nri::EventKind::CreateContainer));
-    let (resp, steps) = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
     assert_eq!(annotations(&resp).len(), 1);
     assert!(matches!(&steps[1], Step::Applied { policy, .. } if policy == "90-validate"), "{steps:?}");
 

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_wasm::policy::bindings::wit;
-use nri_wasm::policy::engine::{Allocator, CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine};
+use nri_wasm::policy::engine::{
+    Allocator, CallEnv, CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine,
+};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_e2e::guests;
@@ -31,6 +33,7 @@ fn facts() -> Arc<Facts> {
             nri_version: "v0.12.0".into(),
         },
         node: Facts::node_from_system(),
+        topology: (&nri_wasm_e2e::test_topology()).into(),
     })
 }
 
@@ -91,7 +94,7 @@ fn compiled_components_are_cached_and_reused() {
     // A new engine (a restart) loads from the cache and works.
     let second = PolicyEngine::new(&settings).unwrap();
     let p = second.load(&s, &f).unwrap();
-    let r = second.call(&p, &create_event(), &f, Duration::from_secs(1));
+    let r = second.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert!(r.outcome.unwrap().is_ok());
     // A corrupt artifact is ignored, not trusted.
     drop((p, second, first));
@@ -106,14 +109,14 @@ fn a_policy_answers_and_consumes_deterministic_fuel() {
     let f = facts();
     let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", Limits::default()), &f).unwrap();
     assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
-    let first = engine.call(&p, &create_event(), &f, Duration::from_secs(1));
+    let first = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     let reply = first.outcome.clone().unwrap().unwrap();
     let adjust = reply.adjust.unwrap();
     assert_eq!(adjust.annotations, vec![wit::KeyValue { key: "example.com/team".into(), value: "app".into() }]);
     assert_eq!(adjust.env, vec![wit::KeyValue { key: "POLICY_TEAM".into(), value: "1".into() }]);
     assert!(first.fuel_used > 0);
     for _ in 0..20 {
-        let again = engine.call(&p, &create_event(), &f, Duration::from_secs(1));
+        let again = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
         assert_eq!(again.outcome, first.outcome);
         assert_eq!(again.fuel_used, first.fuel_used, "same input, same fuel");
     }
@@ -135,7 +138,7 @@ fn run_fault(mode: &str, limits: Limits) -> (CallError, Duration) {
     let f = facts();
     let p = engine.load(&spec("20-faults", guests::FAULTS, mode, limits), &f).unwrap();
     let started = Instant::now();
-    let report = engine.call(&p, &create_event(), &f, Duration::from_secs(5));
+    let report = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(5));
     (report.outcome.expect_err("the call fails"), started.elapsed())
 }
 
@@ -183,7 +186,7 @@ fn a_policy_can_deny() {
     let engine = engine();
     let f = facts();
     let p = engine.load(&spec("20-faults", guests::FAULTS, "deny", Limits::default()), &f).unwrap();
-    let r = engine.call(&p, &create_event(), &f, Duration::from_secs(1));
+    let r = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert_eq!(r.outcome, Ok(Err("denied on purpose".to_string())));
 }
 
@@ -230,7 +233,11 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
     assert!(matches!(engine.allocator(), Allocator::OnDemand(why) if !why.is_empty()), "{:?}", engine.allocator());
     let f = facts();
     let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "x", Limits::default()), &f).unwrap();
-    assert!(engine.call(&p, &create_event(), &f, Duration::from_secs(1)).outcome.unwrap().is_ok());
+    assert!(engine
+        .call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1))
+        .outcome
+        .unwrap()
+        .is_ok());
     // The default settings get the pool.
     assert_eq!(PolicyEngine::new(&EngineSettings::default()).unwrap().allocator(), &Allocator::Pooling);
 }

@@ -213,8 +213,7 @@ async fn a_million_env_entries() {
     let p = engine.load(&spec("20-faulty", guests::FAULTS, "huge", OnError::Fail, limits), &f).expect("load");
     let chain = Chain::new(vec![p], ChainSettings::default());
     let request: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let cx = nri_wasm::policy::chain::EvalContext { engine: engine.clone(), facts: f, deadline };
+    let cx = nri_wasm_e2e::eval_cx(Duration::from_secs(10));
     for _ in 0..3 {
         let err = chain.create_container(&cx, &request).expect_err("a million entries never make it to the runtime");
         let text = err.to_string();
