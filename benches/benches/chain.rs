@@ -133,6 +133,18 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
             })
         });
     }
+    // The fixed cost of a call: the same no-op policy on an empty container.
+    let empty = wit::Event::CreateContainer(wit::ContainerEvent {
+        pod: wit::PodSandbox::from(&pb::PodSandbox::default()),
+        container: wit::Container::from(&pb::Container::default()),
+    });
+    g.bench_function("engine_call_noop_empty_event", |b| {
+        b.iter(|| {
+            let report = s.bench.engine.call(noop, black_box(&empty), &env, None, BUDGET);
+            assert!(report.outcome.is_ok());
+            report
+        })
+    });
     g.finish();
 }
 

@@ -53,6 +53,12 @@ pub mod bindings {
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
 
+pub mod alloc;
+
+#[cfg(all(feature = "bump-alloc", target_arch = "wasm32"))]
+#[global_allocator]
+static ALLOC: alloc::BumpAlloc = alloc::BumpAlloc::new();
+
 pub use bindings::nri_wasm::policy::host::{log as host_log, node, runtime};
 pub use bindings::nri_wasm::policy::types::*;
 

@@ -34,6 +34,8 @@ use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
 /// Extra time the async side waits for a chain past its deadline before it
 /// gives up on the blocking thread (which ends shortly after anyway).
 const GRACE: Duration = Duration::from_millis(20);
+/// Longest an event waits for the updates of earlier events to be answered.
+const OUTBOX_WAIT: Duration = Duration::from_millis(250);
 
 impl From<ChainError> for DispatchError {
     fn from(e: ChainError) -> Self {
@@ -54,6 +56,30 @@ fn change(view: &SharedView, f: impl FnOnce(&mut NodeView)) {
     f(Arc::make_mut(&mut view));
 }
 
+/// The outbox's sender: one batch at a time, in order.
+async fn deliver(
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
+    link: RuntimeLink,
+    view: SharedView,
+    done: Arc<tokio::sync::watch::Sender<u64>>,
+) {
+    while let Some(Outgoing { seq, event, update, evict, timeout }) = queue.recv().await {
+        let sent = update.clone();
+        match link.update_containers(update, evict, timeout).await {
+            Ok(failed) => {
+                for f in &failed {
+                    tracing::warn!(event, container = f.container_id, "runtime could not apply an update");
+                }
+                let ok: Vec<_> =
+                    sent.into_iter().filter(|u| !failed.iter().any(|f| f.container_id == u.container_id)).collect();
+                change(&view, |v| v.apply_updates(&ok));
+            }
+            Err(e) => tracing::error!(event, error = %e, "updates of policies not delivered"),
+        }
+        done.send_replace(seq);
+    }
+}
+
 /// Runs the policy chain for every NRI event, and keeps what policies read
 /// between events: the node view and their state.
 pub struct PolicyDispatcher {
@@ -65,8 +91,28 @@ pub struct PolicyDispatcher {
     view: SharedView,
     states: Arc<StateStore>,
     link: RuntimeLink,
+    outbox: Outbox,
     request_timeout: Mutex<Duration>,
     permits: Arc<Semaphore>,
+}
+
+/// One batch of updates for UpdateContainers, numbered in event order.
+struct Outgoing {
+    seq: u64,
+    event: &'static str,
+    update: Vec<pb::ContainerUpdate>,
+    evict: Vec<pb::ContainerEviction>,
+    timeout: Duration,
+}
+
+/// Sends UpdateContainers in event order, one batch at a time, so that what
+/// one event decided reaches the runtime before the next event is
+/// evaluated (the next event waits for it, within limits).
+#[derive(Default)]
+struct Outbox {
+    queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Outgoing>>,
+    queued: std::sync::atomic::AtomicU64,
+    done: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for PolicyDispatcher {
@@ -86,6 +132,7 @@ impl PolicyDispatcher {
             view: SharedView::default(),
             states: Arc::new(StateStore::in_memory()),
             link: RuntimeLink::default(),
+            outbox: Outbox::default(),
             request_timeout: Mutex::new(DEFAULT_REQUEST_TIMEOUT),
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         }
@@ -152,6 +199,8 @@ impl PolicyDispatcher {
     {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
+        // What earlier events decided reaches the runtime first.
+        self.outbox_flushed((budget / 4).min(OUTBOX_WAIT)).await;
         let chain = self.chain();
         let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
         let cx = EvalContext { engine: self.engine.clone(), env, deadline };
@@ -207,26 +256,33 @@ impl PolicyDispatcher {
         self.send_updates(kind, update, evict);
     }
 
-    /// Sends updates and evictions with UpdateContainers, after the event's
-    /// answer, and records in the view the updates the runtime took.
-    fn send_updates(&self, kind: &'static str, update: Vec<pb::ContainerUpdate>, evict: Vec<pb::ContainerEviction>) {
-        let link = self.link.clone();
-        let timeout = self.request_timeout();
-        let view = self.view.clone();
-        tokio::spawn(async move {
-            let sent = update.clone();
-            match link.update_containers(update, evict, timeout).await {
-                Ok(failed) => {
-                    for f in &failed {
-                        tracing::warn!(event = kind, container = f.container_id, "runtime could not apply an update");
-                    }
-                    let ok: Vec<_> =
-                        sent.into_iter().filter(|u| !failed.iter().any(|f| f.container_id == u.container_id)).collect();
-                    change(&view, |v| v.apply_updates(&ok));
-                }
-                Err(e) => tracing::error!(event = kind, error = %e, "updates of policies not delivered"),
-            }
+    /// Queues updates and evictions for UpdateContainers, sent after the
+    /// event's answer; the view records the updates the runtime took.
+    fn send_updates(&self, event: &'static str, update: Vec<pb::ContainerUpdate>, evict: Vec<pb::ContainerEviction>) {
+        use std::sync::atomic::Ordering;
+        let queue = self.outbox.queue.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(deliver(rx, self.link.clone(), self.view.clone(), self.outbox.done.clone()));
+            tx
         });
+        let seq = self.outbox.queued.fetch_add(1, Ordering::SeqCst) + 1;
+        let timeout = self.request_timeout();
+        if queue.send(Outgoing { seq, event, update, evict, timeout }).is_err() {
+            tracing::error!(event, "updates of policies not delivered: the sender is gone");
+        }
+    }
+
+    /// Waits (at most `limit`) until every batch of UpdateContainers queued
+    /// so far was answered.
+    pub async fn outbox_flushed(&self, limit: Duration) {
+        let queued = self.outbox.queued.load(std::sync::atomic::Ordering::SeqCst);
+        let mut done = self.outbox.done.subscribe();
+        if *done.borrow() >= queued {
+            return;
+        }
+        if tokio::time::timeout(limit, done.wait_for(|d| *d >= queued)).await.is_err() {
+            tracing::warn!(waited_ms = limit.as_millis() as u64, "earlier updates still unanswered; evaluating anyway");
+        }
     }
 
     /// An event whose reply carries nothing.

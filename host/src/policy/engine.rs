@@ -396,6 +396,12 @@ impl PolicyEngine {
     pub fn new(settings: &EngineSettings) -> Result<Self, EngineError> {
         let (engine, allocator) = if settings.pooling {
             let mut config = base_config();
+            // Bounds are checked by compiled code rather than by guard pages:
+            // a pool slot then never changes its page protections, so an
+            // instance costs no mprotect (and no TLB shoot-down on the other
+            // cores) when it is created, grows or is reset. Policies do
+            // little arithmetic; the checks cost them less than the syscalls.
+            config.signals_based_traps(false).memory_guard_size(0).guard_before_linear_memory(false);
             let calls = settings.max_concurrent_calls.max(1);
             let mut pool = PoolingAllocationConfig::default();
             // A component is a handful of core instances, memories and tables.

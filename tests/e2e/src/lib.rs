@@ -12,6 +12,7 @@ use nri_wasm::nri::{
     ConnectOptions, DispatchError, Dispatcher, Endpoint, EventMask, PluginHandles, PluginIdentity, RuntimeInfo,
     Supervisor,
 };
+use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm_api::api as pb;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -204,6 +205,22 @@ impl Harness {
         Self { sim, stop, handles, task, _dir: dir, socket }
     }
 
+    /// Starts a simulator and the host serving `dispatcher`, whose
+    /// UpdateContainers go over the live connection.
+    pub async fn start_policies(profile: RuntimeProfile, dispatcher: Arc<PolicyDispatcher>) -> Self {
+        init_logging();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("nri.sock");
+        let sim = Simulator::listen(&socket, profile).await.expect("listen");
+        let stop = CancellationToken::new();
+        let link = dispatcher.link();
+        let supervisor =
+            Supervisor::new(options(Endpoint::Socket(socket.clone())), dispatcher, stop.clone()).with_link(link);
+        let handles = supervisor.handles();
+        let task = tokio::spawn(supervisor.run());
+        Self { sim, stop, handles, task, _dir: dir, socket }
+    }
+
     /// Accepts the plugin and configures it (the runtime's first two steps).
     pub async fn connect(&self) -> PluginConn {
         let mut conn = tokio::time::timeout(Duration::from_secs(10), self.sim.accept())
@@ -324,4 +341,10 @@ pub mod guests {
     pub const REPLAY: &str = env!("GUEST_REPLAY");
     /// A realistic policy (benchmarks).
     pub const REALISTIC: &str = env!("GUEST_REALISTIC");
+    /// Uses the node view and the state store as its settings say.
+    pub const PROBE: &str = env!("GUEST_PROBE");
+    /// `example-policies/exclusive-cpus`.
+    pub const EXCLUSIVE_CPUS: &str = env!("EXAMPLE_EXCLUSIVE_CPUS");
+    /// `example-policies/colocation-qos`.
+    pub const COLOCATION_QOS: &str = env!("EXAMPLE_COLOCATION_QOS");
 }

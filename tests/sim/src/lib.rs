@@ -19,6 +19,7 @@
 
 pub mod fixtures;
 pub mod goio;
+pub mod node;
 pub mod populate;
 pub mod reference;
 pub mod wire;
@@ -197,6 +198,8 @@ struct RuntimeRecord {
     registered: Mutex<Option<pb::RegisterPluginRequest>>,
     registered_notify: tokio::sync::Notify,
     fail_updates: Mutex<Vec<String>>,
+    /// The ground truth UpdateContainers is applied to, if a test keeps one.
+    model: Mutex<Option<node::SharedModel>>,
 }
 
 /// The Runtime service (conn 2) of the simulated runtime.
@@ -228,7 +231,16 @@ impl services::Runtime for RuntimeService {
         req: pb::UpdateContainersRequest,
     ) -> ttrpc::Result<pb::UpdateContainersResponse> {
         let fail = self.record.fail_updates.lock().expect("fail list lock").clone();
-        let failed = req.update.iter().filter(|u| fail.contains(&u.container_id)).cloned().collect();
+        let (refused, accepted): (Vec<_>, Vec<_>) =
+            req.update.iter().cloned().partition(|u| fail.contains(&u.container_id));
+        let mut failed = refused;
+        if let Some(model) = self.record.model.lock().expect("model lock").as_ref() {
+            let mut model = model.lock().expect("model lock");
+            failed.extend(model.apply_updates(&accepted));
+            for e in &req.evict {
+                model.set_state(&e.container_id, pb::ContainerState::CONTAINER_STOPPED);
+            }
+        }
         let _ = self.updates.send(req);
         Ok(pb::UpdateContainersResponse { failed, ..Default::default() })
     }
@@ -342,6 +354,12 @@ impl PluginConn {
     /// Waits until the connection closes.
     pub async fn closed(&self) {
         self.closed.cancelled().await
+    }
+
+    /// Applies every UpdateContainers request to `model` (updates of
+    /// unknown containers are reported failed; evicted containers stop).
+    pub fn attach_model(&self, model: node::SharedModel) {
+        *self.record.model.lock().expect("model lock") = Some(model);
     }
 
     /// Makes UpdateContainers report these containers as failed.

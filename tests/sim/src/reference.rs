@@ -637,7 +637,7 @@ fn apply_linux(c: &mut pb::Container, l: &pb::LinuxContainerAdjustment) {
     }
 }
 
-fn apply_resources(t: &mut pb::LinuxResources, r: &pb::LinuxResources) {
+pub(crate) fn apply_resources(t: &mut pb::LinuxResources, r: &pb::LinuxResources) {
     if let Some(m) = r.memory.as_ref().filter(|m| **m != pb::LinuxMemory::default()) {
         let tm = t.memory.mut_or_insert_default();
         let mut dst = [tm];

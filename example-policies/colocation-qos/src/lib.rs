@@ -1,0 +1,242 @@
+//! `colocation-qos`: offline work yields while latency-critical work runs.
+//!
+//! Pods are classed by the pod label `qos.nri-wasm.io/class`:
+//! `latency-critical` (online) or `offline`. While at least one
+//! latency-critical container runs on the node, every offline container is
+//! throttled: its CPU quota is cut to a share of its period and its cgroup v2
+//! `memory.high` is set, so it is reclaimed first. When the last
+//! latency-critical container stops, the offline containers get their
+//! original settings back.
+//!
+//! - a latency-critical container starting (StartContainer) throttles the
+//!   offline containers: StartContainer has no reply, so the host sends the
+//!   updates with UpdateContainers;
+//! - its stop (StopContainer) or removal restores them when it was the last:
+//!   in the StopContainer reply, or with UpdateContainers on removal;
+//! - an offline container created while throttling is on is created
+//!   throttled (its adjustment), and forgotten when it is removed.
+//!
+//! Settings, words separated by spaces (all optional):
+//! `cpu-percent=20` (quota as a share of the period), `period=100000`
+//! (microseconds, used when a container has none), `memory-high=256M`
+//! (a `memory.high` value), `label=qos.nri-wasm.io/class`.
+//!
+//! State: `online/<id>` for every running latency-critical container, and
+//! `saved/<id>` = `quota,period` for every throttled offline container (its
+//! original CPU quota and period, `-` for none), so a restore needs nothing
+//! but the state.
+use nri_wasm_sdk::view::{self, ContainerFilter, ContainerInfo};
+use nri_wasm_sdk::*;
+
+const ONLINE: &str = "online/";
+const SAVED: &str = "saved/";
+const DEFAULT_PERIOD: u64 = 100_000;
+
+struct ColocationQos;
+
+struct Settings {
+    cpu_percent: u64,
+    period: u64,
+    memory_high: String,
+    label: String,
+}
+
+fn parse_settings(text: &str) -> Result<Settings, String> {
+    let mut s = Settings {
+        cpu_percent: 20,
+        period: DEFAULT_PERIOD,
+        memory_high: "256M".into(),
+        label: "qos.nri-wasm.io/class".into(),
+    };
+    for word in text.split_whitespace() {
+        let (key, value) = word.split_once('=').ok_or_else(|| format!("setting {word:?} is not key=value"))?;
+        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("{key} {v:?} is not a number"));
+        match key {
+            "cpu-percent" => s.cpu_percent = number(value)?,
+            "period" => s.period = number(value)?,
+            "memory-high" => s.memory_high = value.into(),
+            "label" => s.label = value.into(),
+            _ => return Err(format!("unknown setting {key:?} (known: cpu-percent, period, memory-high, label)")),
+        }
+    }
+    if !(1..=100).contains(&s.cpu_percent) {
+        return Err(format!("cpu-percent {} must be within 1..=100", s.cpu_percent));
+    }
+    if s.period == 0 {
+        return Err("period must be positive".into());
+    }
+    Ok(s)
+}
+
+fn settings_now() -> Settings {
+    parse_settings(settings()).expect("settings were checked at load")
+}
+
+fn class(pod_labels: &[KeyValue], s: &Settings) -> Option<String> {
+    pod_labels.iter().find(|kv| kv.key == s.label).map(|kv| kv.value.clone())
+}
+
+fn throttled_cpu(period: Option<u64>, s: &Settings) -> LinuxCpu {
+    let period = period.unwrap_or(s.period);
+    LinuxCpu { quota: Some((period * s.cpu_percent / 100) as i64), period: Some(period), ..LinuxCpu::default() }
+}
+
+fn throttled(period: Option<u64>, s: &Settings) -> LinuxResources {
+    LinuxResources {
+        cpu: Some(throttled_cpu(period, s)),
+        unified: vec![KeyValue { key: "memory.high".into(), value: s.memory_high.clone() }],
+        ..LinuxResources::default()
+    }
+}
+
+/// `quota,period` of a container's current CPU settings.
+fn saved_cpu(c: &ContainerInfo) -> String {
+    let cpu = c.resources.as_ref().and_then(|r| r.cpu.as_ref());
+    let q = cpu.and_then(|c| c.quota).map_or("-".to_string(), |q| q.to_string());
+    let p = cpu.and_then(|c| c.period).map_or("-".to_string(), |p| p.to_string());
+    format!("{q},{p}")
+}
+
+fn restored(saved: &str) -> LinuxResources {
+    let (q, p) = saved.split_once(',').unwrap_or(("-", "-"));
+    // No quota before: -1 is "unlimited" for the CPU controller.
+    let quota = q.parse::<i64>().unwrap_or(-1);
+    let period = p.parse::<u64>().unwrap_or(DEFAULT_PERIOD);
+    LinuxResources {
+        cpu: Some(LinuxCpu { quota: Some(quota), period: Some(period), ..LinuxCpu::default() }),
+        unified: vec![KeyValue { key: "memory.high".into(), value: "max".into() }],
+        ..LinuxResources::default()
+    }
+}
+
+fn offline_containers(s: &Settings) -> Vec<ContainerInfo> {
+    let filter = ContainerFilter::all()
+        .with_pod_label(&s.label, "offline")
+        .in_states(&[ContainerState::Created, ContainerState::Running]);
+    view::containers(&filter)
+}
+
+fn save(key: &str, value: &str) -> Result<(), String> {
+    state::set(key, value).map_err(|e| format!("cannot record {key}: {e:?}"))
+}
+
+/// Throttles every offline container not throttled yet.
+fn throttle_all(s: &Settings) -> Result<Vec<ContainerUpdate>, String> {
+    let mut updates = Vec::new();
+    for c in offline_containers(s) {
+        let key = format!("{SAVED}{}", c.id);
+        if state::get(&key).is_some() {
+            continue;
+        }
+        save(&key, &saved_cpu(&c))?;
+        let period = c.resources.as_ref().and_then(|r| r.cpu.as_ref()).and_then(|c| c.period);
+        updates.push(ContainerUpdate::new(&c.id, throttled(period, s)).ignoring_failure());
+    }
+    Ok(updates)
+}
+
+/// Gives every throttled container its settings back.
+fn restore_all() -> Vec<ContainerUpdate> {
+    let mut updates = Vec::new();
+    for key in state::keys(SAVED) {
+        let id = &key[SAVED.len()..];
+        if let Some(saved) = state::get(&key) {
+            if view::container(id).is_some() {
+                updates.push(ContainerUpdate::new(id, restored(&saved)).ignoring_failure());
+            }
+        }
+        state::remove(&key);
+    }
+    updates
+}
+
+/// An online container is gone: restore if it was the last one.
+fn online_gone(id: &str) -> Vec<ContainerUpdate> {
+    let key = format!("{ONLINE}{id}");
+    if state::get(&key).is_none() {
+        return Vec::new();
+    }
+    state::remove(&key);
+    if !state::keys(ONLINE).is_empty() {
+        return Vec::new();
+    }
+    log(LogLevel::Info, "last latency-critical container gone: restoring offline containers");
+    restore_all()
+}
+
+fn updates(update: Vec<ContainerUpdate>) -> Reply {
+    Reply { adjust: None, update, evict: Vec::new() }
+}
+
+impl Policy for ColocationQos {
+    fn events() -> Vec<EventKind> {
+        vec![
+            EventKind::CreateContainer,
+            EventKind::StartContainer,
+            EventKind::StopContainer,
+            EventKind::RemoveContainer,
+            EventKind::Synchronize,
+        ]
+    }
+
+    fn init(settings: &str) -> Result<(), String> {
+        parse_settings(settings).map(drop)
+    }
+
+    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
+        let s = settings_now();
+        if class(&e.pod.labels, &s).as_deref() != Some("offline") || state::keys(ONLINE).is_empty() {
+            return Ok(Reply::none());
+        }
+        let c = &e.container;
+        let cpu = c.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.cpu.as_ref());
+        let (quota, period) = (cpu.and_then(|c| c.quota), cpu.and_then(|c| c.period));
+        let saved = format!("{},{}", quota.map_or("-".into(), |q| q.to_string()), period.map_or("-".into(), |p| p.to_string()));
+        save(&format!("{SAVED}{}", c.id), &saved)?;
+        let mut adjust = ContainerAdjustment::new();
+        *adjust.resources_mut() = throttled(period, &s);
+        Ok(Reply::adjust(adjust))
+    }
+
+    fn start_container(e: ContainerEvent) -> Result<Reply, String> {
+        let s = settings_now();
+        if class(&e.pod.labels, &s).as_deref() != Some("latency-critical") {
+            return Ok(Reply::none());
+        }
+        let first = state::keys(ONLINE).is_empty();
+        save(&format!("{ONLINE}{}", e.container.id), "1")?;
+        if !first {
+            return Ok(Reply::none());
+        }
+        log(LogLevel::Info, &format!("latency-critical {} started: throttling offline containers", e.container.name));
+        Ok(updates(throttle_all(&s)?))
+    }
+
+    fn stop_container(e: ContainerEvent) -> Result<Reply, String> {
+        Ok(updates(online_gone(&e.container.id)))
+    }
+
+    fn remove_container(e: ContainerEvent) -> Result<Reply, String> {
+        state::remove(&format!("{SAVED}{}", e.container.id));
+        Ok(updates(online_gone(&e.container.id)))
+    }
+
+    fn synchronize() -> Result<Reply, String> {
+        // Forget containers that went away while the host was disconnected.
+        for key in state::keys(ONLINE).into_iter().chain(state::keys(SAVED)) {
+            let id = key.split_once('/').map_or("", |(_, id)| id);
+            let alive = view::container(id).is_some_and(|c| matches!(c.state, ContainerState::Created | ContainerState::Running));
+            if !alive {
+                state::remove(&key);
+            }
+        }
+        let s = settings_now();
+        if state::keys(ONLINE).is_empty() {
+            Ok(updates(restore_all()))
+        } else {
+            Ok(updates(throttle_all(&s)?))
+        }
+    }
+}
+
+export_policy!(ColocationQos);

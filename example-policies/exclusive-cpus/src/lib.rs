@@ -1,0 +1,217 @@
+//! `exclusive-cpus`: whole CPUs for the containers of pods that ask for them.
+//!
+//! A pod annotated `exclusive-cpus.nri-wasm.io/count: "N"` gets N CPUs of its
+//! own for each of its containers, taken from a pool the operator configures,
+//! NUMA-aligned when one node has room. Every other container runs on the
+//! *shared* CPUs: all online CPUs minus those handed out. When a container
+//! gets CPUs, the other containers' cpusets shrink (updates in the
+//! CreateContainer reply); when it is removed, its CPUs go back to the pool
+//! and the others grow back (the host sends those updates with
+//! UpdateContainers, since RemoveContainer has no reply).
+//!
+//! Settings, words separated by spaces (all optional):
+//! - `pool=2-7`: the CPUs that may be handed out (default: every online CPU
+//!   but the first, which stays shared);
+//! - `annotation=exclusive-cpus.nri-wasm.io/count`: the pod annotation;
+//! - `min-shared=1`: CPUs that always stay shared; a request that would
+//!   leave fewer is denied.
+//!
+//! State: `cpus/<container id>` = the container's CPU list. The state is the
+//! allocation table; the node view is used to find the shared containers and
+//! to drop allocations of containers the runtime no longer reports (a
+//! container whose creation failed after the answer, or that went away while
+//! the host was disconnected) at the next CreateContainer or Synchronize.
+use std::collections::BTreeSet;
+
+use nri_wasm_sdk::view::{self, ContainerFilter};
+use nri_wasm_sdk::*;
+
+const DEFAULT_ANNOTATION: &str = "exclusive-cpus.nri-wasm.io/count";
+/// Annotation set on a container that got CPUs (for people reading the spec).
+const CPUS_ANNOTATION: &str = "exclusive-cpus.nri-wasm.io/cpus";
+const KEY: &str = "cpus/";
+
+struct ExclusiveCpus;
+
+struct Settings {
+    pool: Option<BTreeSet<u32>>,
+    annotation: String,
+    min_shared: usize,
+}
+
+fn parse_settings(text: &str) -> Result<Settings, String> {
+    let mut s = Settings { pool: None, annotation: DEFAULT_ANNOTATION.into(), min_shared: 1 };
+    for word in text.split_whitespace() {
+        let (key, value) = word.split_once('=').ok_or_else(|| format!("setting {word:?} is not key=value"))?;
+        match key {
+            "pool" => s.pool = Some(parse_cpu_list(value)?.into_iter().collect()),
+            "annotation" if !value.is_empty() => s.annotation = value.into(),
+            "min-shared" => s.min_shared = value.parse().map_err(|_| format!("min-shared {value:?} is not a number"))?,
+            _ => return Err(format!("unknown setting {key:?} (known: pool, annotation, min-shared)")),
+        }
+    }
+    Ok(s)
+}
+
+fn settings_now() -> Settings {
+    parse_settings(settings()).expect("settings were checked at load")
+}
+
+/// The node's CPUs, NUMA nodes and the allocation table.
+struct Node {
+    online: BTreeSet<u32>,
+    numa: Vec<BTreeSet<u32>>,
+    pool: BTreeSet<u32>,
+    /// (container id, its CPUs), sorted by id.
+    allocated: Vec<(String, BTreeSet<u32>)>,
+}
+
+impl Node {
+    fn load(s: &Settings) -> Self {
+        let topo = view::topology();
+        let online: BTreeSet<u32> = topo.online_cpus.iter().copied().collect();
+        let numa = topo.numa_nodes.iter().map(|n| n.cpus.iter().copied().collect()).collect();
+        let pool = match &s.pool {
+            Some(p) => p.intersection(&online).copied().collect(),
+            None => online.iter().skip(1).copied().collect(),
+        };
+        let allocated = state::keys(KEY)
+            .into_iter()
+            .filter_map(|k| {
+                let cpus = parse_cpu_list(&state::get(&k)?).ok()?;
+                Some((k[KEY.len()..].to_string(), cpus.into_iter().collect()))
+            })
+            .collect();
+        Self { online, numa, pool, allocated }
+    }
+
+    fn taken(&self) -> BTreeSet<u32> {
+        self.allocated.iter().flat_map(|(_, c)| c.iter().copied()).collect()
+    }
+
+    fn free(&self) -> BTreeSet<u32> {
+        self.pool.difference(&self.taken()).copied().collect()
+    }
+
+    fn shared(&self) -> BTreeSet<u32> {
+        self.online.difference(&self.taken()).copied().collect()
+    }
+
+    fn is_exclusive(&self, id: &str) -> bool {
+        self.allocated.iter().any(|(c, _)| c == id)
+    }
+
+    /// `n` free CPUs, from one NUMA node if one has room (the fullest that
+    /// fits, to keep large holes for large requests), lowest first otherwise.
+    fn pick(&self, n: usize) -> Option<BTreeSet<u32>> {
+        let free = self.free();
+        let fitting = self
+            .numa
+            .iter()
+            .map(|node| node.intersection(&free).copied().collect::<Vec<u32>>())
+            .filter(|f| f.len() >= n)
+            .min_by_key(Vec::len);
+        match fitting {
+            Some(f) => Some(f.into_iter().take(n).collect()),
+            None if free.len() >= n => Some(free.into_iter().take(n).collect()),
+            None => None,
+        }
+    }
+
+    /// Forgets allocations of containers the runtime no longer has.
+    fn reconcile(&mut self, keep: Option<&str>) {
+        let live: BTreeSet<String> = view::container_ids(&ContainerFilter::all()).into_iter().collect();
+        self.allocated.retain(|(id, _)| {
+            let alive = live.contains(id) || Some(id.as_str()) == keep;
+            if !alive {
+                state::remove(&format!("{KEY}{id}"));
+                log(LogLevel::Info, &format!("released CPUs of vanished container {id}"));
+            }
+            alive
+        });
+    }
+
+    /// Updates that give every shared container (but `except`) the shared CPUs.
+    fn shared_updates(&self, except: &str) -> Vec<ContainerUpdate> {
+        let cpus = format_cpu_list(&self.shared().into_iter().collect::<Vec<_>>());
+        let live = ContainerFilter::all().in_states(&[ContainerState::Created, ContainerState::Running]);
+        view::container_ids(&live)
+            .into_iter()
+            .filter(|id| id != except && !self.is_exclusive(id))
+            .map(|id| ContainerUpdate::cpu(&id, LinuxCpu { cpus: cpus.clone(), ..LinuxCpu::default() }).ignoring_failure())
+            .collect()
+    }
+}
+
+fn requested(pod: &PodSandbox, s: &Settings) -> Result<usize, String> {
+    match pod.annotation(&s.annotation) {
+        None => Ok(0),
+        Some(v) => v.trim().parse().map_err(|_| format!("pod {}: annotation {} = {v:?} is not a CPU count", pod.name, s.annotation)),
+    }
+}
+
+impl Policy for ExclusiveCpus {
+    fn events() -> Vec<EventKind> {
+        vec![EventKind::CreateContainer, EventKind::RemoveContainer, EventKind::Synchronize]
+    }
+
+    fn init(settings: &str) -> Result<(), String> {
+        parse_settings(settings).map(drop)
+    }
+
+    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
+        let s = settings_now();
+        let mut node = Node::load(&s);
+        let id = e.container.id.clone();
+        node.reconcile(Some(&id));
+        let n = requested(&e.pod, &s)?;
+        if n == 0 {
+            // A shared container: run it on the shared CPUs only.
+            let cpus = format_cpu_list(&node.shared().into_iter().collect::<Vec<_>>());
+            return Ok(Reply::adjust(ContainerAdjustment::new().set_cpuset(&cpus)));
+        }
+        if node.is_exclusive(&id) {
+            return Err(format!("container {id} already holds exclusive CPUs"));
+        }
+        let Some(cpus) = node.pick(n) else {
+            return Err(format!(
+                "pod {}/{}: {n} exclusive CPUs requested, {} free in the pool",
+                e.pod.namespace,
+                e.pod.name,
+                node.free().len()
+            ));
+        };
+        if node.shared().len() - cpus.len() < s.min_shared {
+            return Err(format!("pod {}/{}: {n} exclusive CPUs would leave fewer than {} shared", e.pod.namespace, e.pod.name, s.min_shared));
+        }
+        let list = format_cpu_list(&cpus.iter().copied().collect::<Vec<_>>());
+        state::set(&format!("{KEY}{id}"), &list).map_err(|err| format!("cannot record the allocation: {err:?}"))?;
+        node.allocated.push((id.clone(), cpus));
+        log(LogLevel::Info, &format!("container {} ({}) gets CPUs {list}", e.container.name, id));
+        let adjust = ContainerAdjustment::new().set_cpuset(&list).set_annotation(CPUS_ANNOTATION, &list);
+        let mut reply = Reply::adjust(adjust);
+        reply.update = node.shared_updates(&id);
+        Ok(reply)
+    }
+
+    fn remove_container(e: ContainerEvent) -> Result<Reply, String> {
+        let key = format!("{KEY}{}", e.container.id);
+        if state::get(&key).is_none() {
+            return Ok(Reply::none());
+        }
+        state::remove(&key);
+        let s = settings_now();
+        let node = Node::load(&s);
+        log(LogLevel::Info, &format!("container {} released its CPUs", e.container.id));
+        Ok(Reply { adjust: None, update: node.shared_updates(&e.container.id), evict: Vec::new() })
+    }
+
+    fn synchronize() -> Result<Reply, String> {
+        let s = settings_now();
+        let mut node = Node::load(&s);
+        node.reconcile(None);
+        Ok(Reply { adjust: None, update: node.shared_updates(""), evict: Vec::new() })
+    }
+}
+
+export_policy!(ExclusiveCpus);

@@ -1,0 +1,103 @@
+//! The SDK's allocator: a bump allocator for instances that live one call.
+//!
+//! The host runs every call in a fresh instance and drops it afterwards, so
+//! freeing memory inside a call buys little, while the allocator is on the
+//! hot path of every call: the host copies each string and list of the event
+//! into the guest through `cabi_realloc`, a few hundred allocations for a
+//! typical container, and the guest frees them all again when the event is
+//! dropped. Bumping a pointer makes both nearly free.
+//!
+//! Memory is taken from the end of linear memory in chunks; a freed block is
+//! reused only when it was the last one handed out, and growing the last
+//! block happens in place (the pattern of a growing `Vec` or `String`). A
+//! policy that churns through far more memory than it keeps can turn this off
+//! with `default-features = false` and gets the standard allocator back; the
+//! memory limit of the policy bounds either.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::cell::Cell;
+
+/// Smallest amount of memory taken from the host at a time.
+const CHUNK: usize = 256 << 10;
+const PAGE: usize = 64 << 10;
+
+/// A bump allocator over `memory.grow`.
+#[derive(Debug)]
+pub struct BumpAlloc {
+    next: Cell<usize>,
+    end: Cell<usize>,
+}
+
+// SAFETY: a WebAssembly instance of this target runs one thread.
+unsafe impl Sync for BumpAlloc {}
+
+impl BumpAlloc {
+    pub const fn new() -> Self {
+        Self { next: Cell::new(0), end: Cell::new(0) }
+    }
+
+    /// Makes room for `size` bytes aligned to `align` after `next`.
+    fn grow(&self, size: usize, align: usize) -> bool {
+        let want = size.saturating_add(align).max(CHUNK);
+        let pages = want.div_ceil(PAGE);
+        #[cfg(target_arch = "wasm32")]
+        let old = core::arch::wasm32::memory_grow(0, pages);
+        #[cfg(not(target_arch = "wasm32"))]
+        let old = usize::MAX;
+        if old == usize::MAX {
+            return false;
+        }
+        let start = old * PAGE;
+        // Contiguous with the current chunk: extend it, otherwise start anew.
+        if self.end.get() != start {
+            self.next.set(start);
+        }
+        self.end.set(start + pages * PAGE);
+        true
+    }
+}
+
+impl Default for BumpAlloc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+unsafe impl GlobalAlloc for BumpAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let align = layout.align();
+        let mut start = (self.next.get() + align - 1) & !(align - 1);
+        if self.next.get() == 0 || start + layout.size() > self.end.get() {
+            if !self.grow(layout.size(), align) {
+                return core::ptr::null_mut();
+            }
+            start = (self.next.get() + align - 1) & !(align - 1);
+        }
+        self.next.set(start + layout.size());
+        start as *mut u8
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if ptr as usize + layout.size() == self.next.get() {
+            self.next.set(ptr as usize);
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let at = ptr as usize;
+        if at + layout.size() == self.next.get() && at + new_size <= self.end.get() {
+            self.next.set(at + new_size);
+            return ptr;
+        }
+        if new_size <= layout.size() {
+            return ptr;
+        }
+        // SAFETY: the caller's layout is valid and `new_size` is nonzero.
+        let new = unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };
+        if !new.is_null() {
+            // SAFETY: both blocks are valid for the old size and distinct.
+            unsafe { core::ptr::copy_nonoverlapping(ptr, new, layout.size()) };
+        }
+        new
+    }
+}
