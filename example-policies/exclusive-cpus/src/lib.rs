@@ -120,9 +120,10 @@ impl Node {
 
     /// Forgets allocations of containers the runtime no longer has.
     fn reconcile(&mut self, keep: Option<&str>) {
-        let live: BTreeSet<String> = view::container_ids(&ContainerFilter::all()).into_iter().collect();
+        let ids = view::container_ids(&ContainerFilter::all());
+        let live: BTreeSet<&str> = ids.iter().collect();
         self.allocated.retain(|(id, _)| {
-            let alive = live.contains(id) || Some(id.as_str()) == keep;
+            let alive = live.contains(id.as_str()) || Some(id.as_str()) == keep;
             if !alive {
                 state::remove(&format!("{KEY}{id}"));
                 log(LogLevel::Info, &format!("released CPUs of vanished container {id}"));
@@ -136,9 +137,9 @@ impl Node {
         let cpus = format_cpu_list(&self.shared().into_iter().collect::<Vec<_>>());
         let live = ContainerFilter::all().in_states(&[ContainerState::Created, ContainerState::Running]);
         view::container_ids(&live)
-            .into_iter()
-            .filter(|id| id != except && !self.is_exclusive(id))
-            .map(|id| ContainerUpdate::cpu(&id, LinuxCpu { cpus: cpus.clone(), ..LinuxCpu::default() }).ignoring_failure())
+            .iter()
+            .filter(|id| *id != except && !self.is_exclusive(id))
+            .map(|id| ContainerUpdate::cpu(id, LinuxCpu { cpus: cpus.clone(), ..LinuxCpu::default() }).ignoring_failure())
             .collect()
     }
 }

@@ -66,6 +66,36 @@ pub use bindings::nri_wasm::policy::types::*;
 pub mod view {
     pub use crate::bindings::nri_wasm::policy::node::*;
 
+    /// The ids of the containers `filter` selects, sorted.
+    pub fn container_ids(filter: &ContainerFilter) -> ContainerIds {
+        ContainerIds { text: crate::bindings::nri_wasm::policy::node::container_ids(filter) }
+    }
+
+    /// Container ids as the host sends them: one string, one id per line,
+    /// read in place.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct ContainerIds {
+        text: String,
+    }
+
+    impl ContainerIds {
+        pub fn iter(&self) -> impl Iterator<Item = &str> {
+            self.text.lines()
+        }
+
+        pub fn len(&self) -> usize {
+            self.iter().count()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.text.is_empty()
+        }
+
+        pub fn contains(&self, id: &str) -> bool {
+            self.iter().any(|i| i == id)
+        }
+    }
+
     impl ContainerFilter {
         /// Every container.
         pub fn all() -> Self {

@@ -287,9 +287,18 @@ impl node::Host for CallState {
         self.view.containers(&filter, self.current.as_deref()).map(node::ContainerInfo::from).collect()
     }
 
-    fn container_ids(&mut self, filter: node::ContainerFilter) -> Vec<String> {
+    fn container_ids(&mut self, filter: node::ContainerFilter) -> String {
         let filter = ContainerFilter::from(filter);
-        self.view.containers(&filter, self.current.as_deref()).map(|c| c.id.clone()).collect()
+        let (_, known) = self.view.len();
+        // Container ids are 64 hex digits: one allocation for all of them.
+        let mut ids = String::with_capacity((known + 1) * 65);
+        for c in self.view.containers(&filter, self.current.as_deref()) {
+            if !ids.is_empty() {
+                ids.push('\n');
+            }
+            ids.push_str(&c.id);
+        }
+        ids
     }
 
     fn container(&mut self, id: String) -> Option<node::ContainerInfo> {
