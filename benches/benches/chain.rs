@@ -29,6 +29,10 @@ use nri_wasm_benches::{guests, native_chain, request, Bench};
 use protobuf::Message;
 
 /// Time every chain evaluation may take (never reached by the benchmarks).
+/// The allocator of the `nri-wasm` binary, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BUDGET: Duration = Duration::from_secs(10);
 
 /// Everything the benchmarks share, loaded once.

@@ -22,6 +22,10 @@ use nri_wasm_api::api as pb;
 use nri_wasm_benches::{guests, Bench};
 use protobuf::MessageField;
 
+/// The allocator of the `nri-wasm` binary, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BUDGET: Duration = Duration::from_secs(10);
 
 fn view(pods: usize, per_pod: usize) -> NodeView {

@@ -68,27 +68,31 @@ pub mod view {
 
     /// The ids of the containers `filter` selects, sorted.
     pub fn container_ids(filter: &ContainerFilter) -> ContainerIds {
-        ContainerIds { text: crate::bindings::nri_wasm::policy::node::container_ids(filter) }
+        ContainerIds(crate::bindings::nri_wasm::policy::node::container_ids(filter))
     }
 
-    /// Container ids as the host sends them: one string, one id per line,
-    /// read in place.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
-    pub struct ContainerIds {
-        text: String,
-    }
+    /// Container ids as the host sends them (packed), read in place.
+    #[derive(Debug, Clone)]
+    pub struct ContainerIds(IdList);
 
     impl ContainerIds {
+        /// The id at `i`.
+        pub fn get(&self, i: usize) -> Option<&str> {
+            let end = *self.0.ends.get(i)? as usize;
+            let start = if i == 0 { 0 } else { self.0.ends[i - 1] as usize };
+            self.0.ids.get(start..end)
+        }
+
         pub fn iter(&self) -> impl Iterator<Item = &str> {
-            self.text.lines()
+            (0..self.len()).filter_map(|i| self.get(i))
         }
 
         pub fn len(&self) -> usize {
-            self.iter().count()
+            self.0.ends.len()
         }
 
         pub fn is_empty(&self) -> bool {
-            self.text.is_empty()
+            self.0.ends.is_empty()
         }
 
         pub fn contains(&self, id: &str) -> bool {

@@ -287,18 +287,17 @@ impl node::Host for CallState {
         self.view.containers(&filter, self.current.as_deref()).map(node::ContainerInfo::from).collect()
     }
 
-    fn container_ids(&mut self, filter: node::ContainerFilter) -> String {
+    fn container_ids(&mut self, filter: node::ContainerFilter) -> node::IdList {
         let filter = ContainerFilter::from(filter);
         let (_, known) = self.view.len();
         // Container ids are 64 hex digits: one allocation for all of them.
-        let mut ids = String::with_capacity((known + 1) * 65);
+        let mut list =
+            node::IdList { ids: String::with_capacity((known + 1) * 64), ends: Vec::with_capacity(known + 1) };
         for c in self.view.containers(&filter, self.current.as_deref()) {
-            if !ids.is_empty() {
-                ids.push('\n');
-            }
-            ids.push_str(&c.id);
+            list.ids.push_str(&c.id);
+            list.ends.push(list.ids.len() as u32);
         }
-        ids
+        list
     }
 
     fn container(&mut self, id: String) -> Option<node::ContainerInfo> {

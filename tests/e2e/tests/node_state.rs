@@ -329,32 +329,41 @@ struct Seen {
     memory: Option<i64>,
 }
 
-fn seen_resources(r: Option<&pb::LinuxResources>) -> (String, Option<u64>, Option<i64>, Option<i64>) {
-    let cpu = r.and_then(|r| r.cpu.as_ref());
-    (
-        cpu.map_or(String::new(), |c| c.cpus.clone()),
-        cpu.and_then(|c| c.shares.as_ref()).map(|v| v.value),
-        cpu.and_then(|c| c.quota.as_ref()).map(|v| v.value),
-        r.and_then(|r| r.memory.as_ref()).and_then(|m| m.limit.as_ref()).map(|v| v.value),
-    )
+impl Seen {
+    fn new(
+        pod: &str,
+        state: pb::ContainerState,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+        r: Option<&pb::LinuxResources>,
+    ) -> Self {
+        let cpu = r.and_then(|r| r.cpu.as_ref());
+        Self {
+            pod: pod.to_string(),
+            state,
+            labels,
+            annotations,
+            cpus: cpu.map_or(String::new(), |c| c.cpus.clone()),
+            shares: cpu.and_then(|c| c.shares.as_ref()).map(|v| v.value),
+            quota: cpu.and_then(|c| c.quota.as_ref()).map(|v| v.value),
+            memory: r.and_then(|r| r.memory.as_ref()).and_then(|m| m.limit.as_ref()).map(|v| v.value),
+        }
+    }
+}
+
+fn sorted(map: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 fn truth(model: &NodeModel) -> BTreeMap<String, Seen> {
+    let resources = |c: &pb::Container| c.linux.as_ref().and_then(|l| l.resources.as_ref()).cloned();
     model
         .containers
         .values()
         .map(|c| {
-            let (cpus, shares, quota, memory) = seen_resources(c.linux.as_ref().and_then(|l| l.resources.as_ref()));
-            let seen = Seen {
-                pod: c.pod_sandbox_id.clone(),
-                state: c.state.enum_value_or_default(),
-                labels: c.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                annotations: c.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                cpus,
-                shares,
-                quota,
-                memory,
-            };
+            let state = c.state.enum_value_or_default();
+            let r = resources(c);
+            let seen = Seen::new(&c.pod_sandbox_id, state, sorted(&c.labels), sorted(&c.annotations), r.as_ref());
             (c.id.clone(), seen)
         })
         .collect()
@@ -364,17 +373,7 @@ fn believed(d: &PolicyDispatcher) -> BTreeMap<String, Seen> {
     d.view()
         .containers(&Default::default(), None)
         .map(|c| {
-            let (cpus, shares, quota, memory) = seen_resources(c.resources.as_ref());
-            let seen = Seen {
-                pod: c.pod_id.clone(),
-                state: c.state,
-                labels: c.labels.clone(),
-                annotations: c.annotations.clone(),
-                cpus,
-                shares,
-                quota,
-                memory,
-            };
+            let seen = Seen::new(&c.pod_id, c.state, c.labels.clone(), c.annotations.clone(), c.resources.as_ref());
             (c.id.clone(), seen)
         })
         .collect()
