@@ -235,6 +235,12 @@ mod tests {
         assert!(e.contains("memory-mib") && e.contains("max-memory-mib"), "{e}");
         let e = parse("[policies.limits]\nfuel = 0\n").unwrap_err().to_string();
         assert!(e.contains("fuel"), "{e}");
+        let c =
+            parse("[policies]\nstate-dir = \"/var/lib/nri-wasm/state\"\n[policies.limits]\nstate-kib = 64\n").unwrap();
+        assert_eq!(c.policies.state_dir.as_deref(), Some(Path::new("/var/lib/nri-wasm/state")));
+        assert_eq!(c.policies.limits().state_kib, 64);
+        let e = parse("[policies.limits]\nstate-kib = 0\n").unwrap_err().to_string();
+        assert!(e.contains("state-kib"), "{e}");
         let e = parse("[engine]\npoolng = true\n").unwrap_err().to_string();
         assert!(e.contains("poolng"), "{e}");
     }

@@ -486,3 +486,46 @@ fn replies_become_responses() {
     assert_eq!(err, ConvertError::NotInResponse { part: "evictions", response: "StopContainerResponse" });
     assert_eq!(err.to_string(), "StopContainerResponse has no place for evictions");
 }
+
+/// The chain converts again only the fields an adjustment touched; that must
+/// give what a full conversion of the merged container gives, for each kind
+/// of adjustment.
+#[test]
+fn refreshing_touched_fields_equals_a_full_conversion() {
+    let req: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+    let mut merge = crate::merge::CreateMerge::new(&req);
+    let mut container = wit::Container::from(merge.container());
+    let populated_adjust: pb::ContainerAdjustment = full(3);
+    // One policy per field of a fully populated adjustment.
+    let mut parts: Vec<pb::ContainerAdjustment> = Vec::new();
+    let pick = |f: &dyn Fn(&mut pb::ContainerAdjustment)| {
+        let mut a = pb::ContainerAdjustment::default();
+        f(&mut a);
+        a
+    };
+    let src = &populated_adjust;
+    parts.push(pick(&|a| a.annotations.clone_from(&src.annotations)));
+    parts.push(pick(&|a| a.mounts.clone_from(&src.mounts)));
+    parts.push(pick(&|a| a.env.clone_from(&src.env)));
+    parts.push(pick(&|a| a.hooks.clone_from(&src.hooks)));
+    parts.push(pick(&|a| {
+        let mut linux = (*src.linux).clone();
+        // Keep the adjustment mergeable: no removal markers, no RDT removal.
+        linux.devices.retain(|d| !d.path.starts_with('-'));
+        linux.namespaces.retain(|n| !n.type_.starts_with('-'));
+        linux.sysctl.retain(|k, _| !k.starts_with('-'));
+        linux.net_devices.retain(|k, _| !k.starts_with('-'));
+        a.linux = MessageField::some(linux);
+    }));
+    parts.push(pick(&|a| a.rlimits.clone_from(&src.rlimits)));
+    parts.push(pick(&|a| a.CDI_devices.clone_from(&src.CDI_devices)));
+    parts.push(pick(&|a| a.args = vec!["/bin/app".into(), "--flag".into()]));
+    for (i, adjust) in parts.into_iter().enumerate() {
+        let reply = pb::CreateContainerResponse { adjust: MessageField::some(adjust.clone()), ..Default::default() };
+        if let Err(e) = merge.apply(&format!("{i:02}-p"), &reply) {
+            panic!("part {i} does not merge: {e}");
+        }
+        super::refresh_container(&mut container, merge.container(), &adjust);
+        assert_eq!(container, wit::Container::from(merge.container()), "after part {i}");
+    }
+}

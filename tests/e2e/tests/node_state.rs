@@ -189,6 +189,31 @@ async fn exclusive_cpus_over_200_pods_in_random_order_with_a_restart() {
     h.shutdown().await;
 }
 
+/// CPUs come from one NUMA node when one has room (the fullest that fits),
+/// and a request the pool cannot meet is denied with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_cpus_are_numa_aligned_when_a_node_has_room() {
+    // Test topology: node 0 has CPUs 0-3, node 1 has 4-7; CPU 0 stays shared.
+    let policy = load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=1-7", Limits::default());
+    let d = dispatcher(vec![policy]);
+    let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
+    let rt = SimRuntime::new(h.connect().await, NodeModel::shared());
+    rt.synchronize().await.unwrap();
+    let mut got = Vec::new();
+    for (n, count) in [(0, 3), (1, 3), (2, 1)] {
+        let p = pod(n, count, None);
+        rt.run_pod(&p).await.unwrap();
+        got.push(cpuset(&rt.create(&workload::container(&p, 0)).await.unwrap()));
+    }
+    assert_eq!(got, [BTreeSet::from([1, 2, 3]), BTreeSet::from([4, 5, 6]), BTreeSet::from([7])]);
+    let p = pod(3, 1, None);
+    rt.run_pod(&p).await.unwrap();
+    let err = rt.create(&workload::container(&p, 0)).await.unwrap_err().to_string();
+    assert!(err.contains("1 exclusive CPUs requested, 0 free in the pool"), "{err}");
+    rt.close().await;
+    h.shutdown().await;
+}
+
 fn quota(c: &pb::Container) -> Option<i64> {
     c.linux.as_ref()?.resources.as_ref()?.cpu.as_ref()?.quota.as_ref().map(|q| q.value)
 }
@@ -479,9 +504,9 @@ async fn view_follows_the_runtime(ops: Vec<Op>) {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 6, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 10, ..Default::default() })]
     #[test]
-    fn the_view_matches_the_runtime_after_random_events(ops in proptest::collection::vec(op(), 40..80)) {
+    fn the_view_matches_the_runtime_after_random_events(ops in proptest::collection::vec(op(), 100..200)) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(view_follows_the_runtime(ops));
     }
