@@ -214,6 +214,18 @@ fn forbidden_imports_are_refused_with_the_import_named() {
 }
 
 #[test]
+fn components_built_against_another_package_version_are_refused_with_the_reason() {
+    let wat = r#"(component
+        (import "nri-wasm:policy/host@0.1.0" (instance))
+    )"#;
+    let err =
+        engine().load_bytes(&spec("31-old", "inline", "", Limits::default()), wat.as_bytes(), &facts()).unwrap_err();
+    assert!(matches!(&err, LoadError::Version { import, .. } if import == "nri-wasm:policy/host@0.1.0"), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("31-old") && text.contains("nri-wasm:policy@0.2.x") && text.contains("rebuild"), "{text}");
+}
+
+#[test]
 fn garbage_and_wrong_worlds_are_refused() {
     let engine = engine();
     let err = engine.load_bytes(&spec("40-junk", "inline", "", Limits::default()), b"not wasm", &facts()).unwrap_err();
