@@ -327,7 +327,15 @@ impl Dispatcher for PolicyDispatcher {
         let (pods, containers) = self.view().len();
         tracing::info!(pods, containers, "node view rebuilt from Synchronize");
         let wants = self.chain().wants_synchronize();
-        let updates = self.evaluate("Synchronize", wants, |chain, cx| chain.synchronize(cx)).await?;
+        // A runtime drops a plugin whose Synchronize fails, taking every
+        // policy with it: a policy's failure here is reported, never passed on.
+        let updates = match self.evaluate("Synchronize", wants, |chain, cx| chain.synchronize(cx)).await {
+            Ok(updates) => updates,
+            Err(e) => {
+                tracing::error!(error = %e, "policies failed to reconcile on Synchronize; answering without updates");
+                Vec::new()
+            }
+        };
         self.change_view(|v| v.apply_updates(&updates));
         Ok(updates)
     }

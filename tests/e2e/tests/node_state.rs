@@ -319,6 +319,25 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
     h.shutdown().await;
 }
 
+/// A policy that fails to reconcile never fails Synchronize (the runtime
+/// would drop the plugin): the host answers, stays connected and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_failing_on_synchronize_does_not_fail_it() {
+    let spec = policy_spec("10-sync", guests::PROBE, "sync-trap;count", OnError::Fail, Limits::default());
+    let policy = shared_engine().load(&spec, &Arc::new(test_facts())).unwrap();
+    let d = dispatcher(vec![policy]);
+    let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
+    let rt = SimRuntime::new(h.connect().await, NodeModel::shared());
+    rt.synchronize().await.expect("Synchronize is answered");
+    let p = pod(0, 0, None);
+    rt.run_pod(&p).await.unwrap();
+    let c = rt.create(&workload::container(&p, 0)).await.expect("the host still serves events");
+    assert_eq!(c.annotations.get("example.com/count").map(String::as_str), Some("1"));
+    assert!(!rt.conn.is_closed());
+    rt.close().await;
+    h.shutdown().await;
+}
+
 /// A policy sees the container being created in the view as the policies
 /// before it left it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

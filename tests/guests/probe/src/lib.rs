@@ -9,7 +9,8 @@
 //! - `self`: sets `example.com/self` to what the view says of the container
 //!   being created (its name, and the annotation `example.com/count` as the
 //!   policies before this one left it);
-//! - `deny`: denies the event; `trap`: traps.
+//! - `deny`: denies the event; `trap`: traps;
+//! - `sync-trap`: also subscribes to `synchronize`, and traps there.
 use nri_wasm_sdk::view::{self, ContainerFilter};
 use nri_wasm_sdk::*;
 
@@ -17,7 +18,17 @@ struct Probe;
 
 impl Policy for Probe {
     fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
+        match settings().contains("sync-trap") {
+            true => vec![EventKind::CreateContainer, EventKind::Synchronize],
+            false => vec![EventKind::CreateContainer],
+        }
+    }
+
+    fn synchronize() -> Result<Reply, String> {
+        if settings().contains("sync-trap") {
+            core::arch::wasm32::unreachable()
+        }
+        Ok(Reply::none())
     }
 
     fn create_container(e: ContainerEvent) -> Result<Reply, String> {
@@ -52,6 +63,7 @@ impl Policy for Probe {
                     adjust = adjust.set_annotation("example.com/self", &format!("{} {count}", me.name));
                 }
                 ("deny", _) => return Err("denied by the probe".into()),
+                ("sync-trap", _) => {}
                 ("trap", _) => core::arch::wasm32::unreachable(),
                 (other, _) => return Err(format!("unknown probe step {other:?}")),
             }
