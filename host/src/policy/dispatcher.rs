@@ -276,10 +276,11 @@ impl PolicyDispatcher {
     /// so far was answered.
     pub async fn outbox_flushed(&self, limit: Duration) {
         let queued = self.outbox.queued.load(std::sync::atomic::Ordering::SeqCst);
-        let mut done = self.outbox.done.subscribe();
-        if *done.borrow() >= queued {
+        // The common case, nothing outstanding, costs two atomic reads.
+        if *self.outbox.done.borrow() >= queued {
             return;
         }
+        let mut done = self.outbox.done.subscribe();
         if tokio::time::timeout(limit, done.wait_for(|d| *d >= queued)).await.is_err() {
             tracing::warn!(waited_ms = limit.as_millis() as u64, "earlier updates still unanswered; evaluating anyway");
         }
