@@ -22,6 +22,7 @@ use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainSettings, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CallEnv, CallError};
+use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -43,6 +44,8 @@ struct Setup {
     empty: Chain,
     noop: Chain,
     realistic: Vec<(usize, Chain)>,
+    /// 10 realistic policies that each read the whole pod and container.
+    full_10: Chain,
 }
 
 impl Setup {
@@ -52,7 +55,15 @@ impl Setup {
         let bytes = req.write_to_bytes().expect("encode request");
         eprintln!("CreateContainerRequest: {} bytes encoded", bytes.len());
         let realistic = [1, 10, 50].into_iter().map(|n| (n, bench.realistic(n))).collect();
-        Self { empty: Chain::default(), noop: bench.noop(), realistic, bench, req, bytes }
+        Self {
+            empty: Chain::default(),
+            noop: bench.noop(),
+            realistic,
+            full_10: bench.realistic_full(10),
+            bench,
+            req,
+            bytes,
+        }
     }
 
     fn chain(&self, n: usize) -> &Chain {
@@ -86,6 +97,8 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
         heavy(&mut g, *n);
         g.bench_function(format!("realistic_{n}"), |b| b.iter(|| black_box(s.round_trip(chain))));
     }
+    heavy(&mut g, 10);
+    g.bench_function("realistic_full_read_10", |b| b.iter(|| black_box(s.round_trip(&s.full_10))));
     for n in [1, 10, 50] {
         heavy(&mut g, n);
         g.bench_function(format!("native_{n}"), |b| b.iter(|| black_box(native_chain(n, black_box(&s.req)))));
@@ -111,10 +124,11 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     let mut g = c.benchmark_group("parts");
     let response = s.evaluate(s.chain(10));
     let merge = CreateMerge::new(&s.req);
-    let event = wit::Event::CreateContainer(wit::ContainerEvent {
-        pod: wit::PodSandbox::from(&*s.req.pod),
-        container: wit::Container::from(&*s.req.container),
-    });
+    let event = CallEvent::container(
+        wit::EventKind::CreateContainer,
+        Arc::new((*s.req.pod).clone()),
+        Arc::new((*s.req.container).clone()),
+    );
     g.bench_function("decode_request", |b| {
         b.iter(|| pb::CreateContainerRequest::parse_from_bytes(black_box(&s.bytes)).expect("decode"))
     });
@@ -128,23 +142,33 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     let env = CallEnv::detached(s.bench.facts.clone());
     let noop = s.noop.policies().next().expect("noop policy");
     let realistic = s.chain(1).policies().next().expect("realistic policy");
-    for (name, policy) in [("engine_call_noop", noop), ("engine_call_realistic", realistic)] {
+    let full = s.full_10.policies().next().expect("realistic policy reading everything");
+    for (name, policy) in
+        [("engine_call_noop", noop), ("engine_call_realistic", realistic), ("engine_call_realistic_full_read", full)]
+    {
         g.bench_function(name, |b| {
             b.iter(|| {
-                let report = s.bench.engine.call(policy, black_box(&event), &env, None, BUDGET);
+                let report = s.bench.engine.call(policy, black_box(event.clone()), &env, None, BUDGET);
                 assert!(report.outcome.is_ok());
                 report
             })
         });
     }
-    // The fixed cost of a call: the same no-op policy on an empty container.
-    let empty = wit::Event::CreateContainer(wit::ContainerEvent {
-        pod: wit::PodSandbox::from(&pb::PodSandbox::default()),
-        container: wit::Container::from(&pb::Container::default()),
+    let ten: Vec<_> = s.chain(10).policies().collect();
+    g.bench_function("engine_call_realistic_ten_components", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % ten.len();
+            let report = s.bench.engine.call(ten[i], black_box(event.clone()), &env, None, BUDGET);
+            assert!(report.outcome.is_ok());
+            report
+        })
     });
+    // The fixed cost of a call: the same no-op policy on an empty container.
+    let empty = CallEvent::container(wit::EventKind::CreateContainer, Arc::default(), Arc::default());
     g.bench_function("engine_call_noop_empty_event", |b| {
         b.iter(|| {
-            let report = s.bench.engine.call(noop, black_box(&empty), &env, None, BUDGET);
+            let report = s.bench.engine.call(noop, black_box(empty.clone()), &env, None, BUDGET);
             assert!(report.outcome.is_ok());
             report
         })
@@ -206,6 +230,7 @@ fn percentile_pass(s: &Setup, full: bool) {
         let name = format!("realistic_{k}");
         percentiles(&name, warm, n, || drop(black_box(s.round_trip(chain))));
     }
+    percentiles("realistic_full_read_10", warm, n, || drop(black_box(s.round_trip(&s.full_10))));
     for k in [1, 10, 50] {
         percentiles(&format!("native_{k}"), warm, n, || drop(black_box(native_chain(k, &s.req))));
     }

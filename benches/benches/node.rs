@@ -15,6 +15,7 @@ use nri_sim::workload::{self, Workload};
 use nri_wasm::node::view::{NodeView, ViewLimits};
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::CallEnv;
+use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm::policy::state::StateStore;
@@ -40,17 +41,14 @@ fn benches(c: &mut Criterion) {
     let big = Arc::new(view(250, 4));
     assert_eq!(big.len(), (250, 1000));
     let env = CallEnv { facts: bench.facts.clone(), view: big.clone(), states: Arc::new(StateStore::in_memory()) };
-    let event = wit::Event::CreateContainer(wit::ContainerEvent {
-        pod: wit::PodSandbox::from(&pb::PodSandbox::default()),
-        container: wit::Container::from(&pb::Container::default()),
-    });
+    let event = CallEvent::container(wit::EventKind::CreateContainer, Arc::default(), Arc::default());
     let probe = |settings: &str| bench.load("10-probe", guests::PROBE, settings, OnError::Fail, Limits::default());
     let mut g = c.benchmark_group("node_view");
     for (name, settings) in [("call_baseline", ""), ("list_ids_1000", "list-ids"), ("list_full_1000", "list-full")] {
         let policy = probe(settings);
         g.bench_function(name, |b| {
             b.iter(|| {
-                let report = bench.engine.call(&policy, black_box(&event), &env, None, BUDGET);
+                let report = bench.engine.call(&policy, black_box(event.clone()), &env, None, BUDGET);
                 assert!(matches!(report.outcome, Ok(Ok(_))), "{:?}", report.outcome);
                 report
             })

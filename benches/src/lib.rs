@@ -63,6 +63,18 @@ impl Bench {
         Chain::new(policies, ChainSettings::default())
     }
 
+    /// The same chain, but every policy reads the whole pod and container
+    /// (settings `full-0` to `full-<n - 1>`): what records handed over
+    /// whole would cost.
+    pub fn realistic_full(&self, n: usize) -> Chain {
+        let policies = (0..n)
+            .map(|i| {
+                self.load(&policy_name(i), guests::REALISTIC, &format!("full-{i}"), OnError::Fail, Limits::default())
+            })
+            .collect();
+        Chain::new(policies, ChainSettings::default())
+    }
+
     /// One instance of the no-op guest.
     pub fn noop(&self) -> Chain {
         let noop = self.load("00-noop", guests::NOOP, "", OnError::Fail, Limits::default());

@@ -72,8 +72,8 @@ fn settings_now() -> Settings {
     parse_settings(settings()).expect("settings were checked at load")
 }
 
-fn class(pod_labels: &[KeyValue], s: &Settings) -> Option<String> {
-    pod_labels.iter().find(|kv| kv.key == s.label).map(|kv| kv.value.clone())
+fn class(e: &Event, s: &Settings) -> Option<String> {
+    e.pod_label(&s.label)
 }
 
 fn throttled_cpu(period: Option<u64>, s: &Settings) -> LinuxCpu {
@@ -183,49 +183,53 @@ impl Policy for ColocationQos {
         parse_settings(settings).map(drop)
     }
 
-    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
+    fn create_container(e: &Event) -> Result<Reply, String> {
         let s = settings_now();
-        if class(&e.pod.labels, &s).as_deref() != Some("offline") || state::keys(ONLINE).is_empty() {
+        if class(e, &s).as_deref() != Some("offline") || state::keys(ONLINE).is_empty() {
             return Ok(Reply::none());
         }
-        let c = &e.container;
-        let cpu = c.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.cpu.as_ref());
+        let cpu = e.resources().and_then(|r| r.cpu.as_ref());
         let (quota, period) = (cpu.and_then(|c| c.quota), cpu.and_then(|c| c.period));
-        let saved = format!("{},{}", quota.map_or("-".into(), |q| q.to_string()), period.map_or("-".into(), |p| p.to_string()));
-        save(&format!("{SAVED}{}", c.id), &saved)?;
+        let saved =
+            format!("{},{}", quota.map_or("-".into(), |q| q.to_string()), period.map_or("-".into(), |p| p.to_string()));
+        save(&format!("{SAVED}{}", e.container_meta().id), &saved)?;
         let mut adjust = ContainerAdjustment::new();
         *adjust.resources_mut() = throttled(period, &s);
         Ok(Reply::adjust(adjust))
     }
 
-    fn start_container(e: ContainerEvent) -> Result<Reply, String> {
+    fn start_container(e: &Event) -> Result<Reply, String> {
         let s = settings_now();
-        if class(&e.pod.labels, &s).as_deref() != Some("latency-critical") {
+        if class(e, &s).as_deref() != Some("latency-critical") {
             return Ok(Reply::none());
         }
         let first = state::keys(ONLINE).is_empty();
-        save(&format!("{ONLINE}{}", e.container.id), "1")?;
+        save(&format!("{ONLINE}{}", e.container_meta().id), "1")?;
         if !first {
             return Ok(Reply::none());
         }
-        log(LogLevel::Info, &format!("latency-critical {} started: throttling offline containers", e.container.name));
+        log(
+            LogLevel::Info,
+            &format!("latency-critical {} started: throttling offline containers", e.container_meta().name),
+        );
         Ok(updates(throttle_all(&s)?))
     }
 
-    fn stop_container(e: ContainerEvent) -> Result<Reply, String> {
-        Ok(updates(online_gone(&e.container.id)))
+    fn stop_container(e: &Event) -> Result<Reply, String> {
+        Ok(updates(online_gone(&e.container_meta().id)))
     }
 
-    fn remove_container(e: ContainerEvent) -> Result<Reply, String> {
-        state::remove(&format!("{SAVED}{}", e.container.id));
-        Ok(updates(online_gone(&e.container.id)))
+    fn remove_container(e: &Event) -> Result<Reply, String> {
+        state::remove(&format!("{SAVED}{}", e.container_meta().id));
+        Ok(updates(online_gone(&e.container_meta().id)))
     }
 
     fn synchronize() -> Result<Reply, String> {
         // Forget containers that went away while the host was disconnected.
         for key in state::keys(ONLINE).into_iter().chain(state::keys(SAVED)) {
             let id = key.split_once('/').map_or("", |(_, id)| id);
-            let alive = view::container(id).is_some_and(|c| matches!(c.state, ContainerState::Created | ContainerState::Running));
+            let alive = view::container(id)
+                .is_some_and(|c| matches!(c.state, ContainerState::Created | ContainerState::Running));
             if !alive {
                 state::remove(&key);
             }

@@ -46,7 +46,9 @@ fn parse_settings(text: &str) -> Result<Settings, String> {
         match key {
             "pool" => s.pool = Some(parse_cpu_list(value)?.into_iter().collect()),
             "annotation" if !value.is_empty() => s.annotation = value.into(),
-            "min-shared" => s.min_shared = value.parse().map_err(|_| format!("min-shared {value:?} is not a number"))?,
+            "min-shared" => {
+                s.min_shared = value.parse().map_err(|_| format!("min-shared {value:?} is not a number"))?
+            }
             _ => return Err(format!("unknown setting {key:?} (known: pool, annotation, min-shared)")),
         }
     }
@@ -139,15 +141,20 @@ impl Node {
         view::container_ids(&live)
             .iter()
             .filter(|id| *id != except && !self.is_exclusive(id))
-            .map(|id| ContainerUpdate::cpu(id, LinuxCpu { cpus: cpus.clone(), ..LinuxCpu::default() }).ignoring_failure())
+            .map(|id| {
+                ContainerUpdate::cpu(id, LinuxCpu { cpus: cpus.clone(), ..LinuxCpu::default() }).ignoring_failure()
+            })
             .collect()
     }
 }
 
-fn requested(pod: &PodSandbox, s: &Settings) -> Result<usize, String> {
-    match pod.annotation(&s.annotation) {
+fn requested(e: &Event, s: &Settings) -> Result<usize, String> {
+    match e.pod_annotation(&s.annotation) {
         None => Ok(0),
-        Some(v) => v.trim().parse().map_err(|_| format!("pod {}: annotation {} = {v:?} is not a CPU count", pod.name, s.annotation)),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("pod {}: annotation {} = {v:?} is not a CPU count", e.pod_meta().name, s.annotation)),
     }
 }
 
@@ -160,12 +167,12 @@ impl Policy for ExclusiveCpus {
         parse_settings(settings).map(drop)
     }
 
-    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
+    fn create_container(e: &Event) -> Result<Reply, String> {
         let s = settings_now();
         let mut node = Node::load(&s);
-        let id = e.container.id.clone();
+        let id = e.container_meta().id.clone();
         node.reconcile(Some(&id));
-        let n = requested(&e.pod, &s)?;
+        let n = requested(e, &s)?;
         if n == 0 {
             // A shared container: run it on the shared CPUs only.
             let cpus = format_cpu_list(&node.shared().into_iter().collect::<Vec<_>>());
@@ -177,34 +184,39 @@ impl Policy for ExclusiveCpus {
         let Some(cpus) = node.pick(n) else {
             return Err(format!(
                 "pod {}/{}: {n} exclusive CPUs requested, {} free in the pool",
-                e.pod.namespace,
-                e.pod.name,
+                e.pod_meta().namespace,
+                e.pod_meta().name,
                 node.free().len()
             ));
         };
         if node.shared().len() - cpus.len() < s.min_shared {
-            return Err(format!("pod {}/{}: {n} exclusive CPUs would leave fewer than {} shared", e.pod.namespace, e.pod.name, s.min_shared));
+            return Err(format!(
+                "pod {}/{}: {n} exclusive CPUs would leave fewer than {} shared",
+                e.pod_meta().namespace,
+                e.pod_meta().name,
+                s.min_shared
+            ));
         }
         let list = format_cpu_list(&cpus.iter().copied().collect::<Vec<_>>());
         state::set(&format!("{KEY}{id}"), &list).map_err(|err| format!("cannot record the allocation: {err:?}"))?;
         node.allocated.push((id.clone(), cpus));
-        log(LogLevel::Info, &format!("container {} ({}) gets CPUs {list}", e.container.name, id));
+        log(LogLevel::Info, &format!("container {} ({}) gets CPUs {list}", e.container_meta().name, id));
         let adjust = ContainerAdjustment::new().set_cpuset(&list).set_annotation(CPUS_ANNOTATION, &list);
         let mut reply = Reply::adjust(adjust);
         reply.update = node.shared_updates(&id);
         Ok(reply)
     }
 
-    fn remove_container(e: ContainerEvent) -> Result<Reply, String> {
-        let key = format!("{KEY}{}", e.container.id);
+    fn remove_container(e: &Event) -> Result<Reply, String> {
+        let key = format!("{KEY}{}", e.container_meta().id);
         if state::get(&key).is_none() {
             return Ok(Reply::none());
         }
         state::remove(&key);
         let s = settings_now();
         let node = Node::load(&s);
-        log(LogLevel::Info, &format!("container {} released its CPUs", e.container.id));
-        Ok(Reply { adjust: None, update: node.shared_updates(&e.container.id), evict: Vec::new() })
+        log(LogLevel::Info, &format!("container {} released its CPUs", e.container_meta().id));
+        Ok(Reply { adjust: None, update: node.shared_updates(&e.container_meta().id), evict: Vec::new() })
     }
 
     fn synchronize() -> Result<Reply, String> {

@@ -15,8 +15,8 @@
 //!         vec![EventKind::CreateContainer]
 //!     }
 //!
-//!     fn create_container(e: ContainerEvent) -> Result<Reply, String> {
-//!         if e.container.annotation("example.com/privileged") == Some("true") {
+//!     fn create_container(e: &Event) -> Result<Reply, String> {
+//!         if e.container_annotation("example.com/privileged").as_deref() == Some("true") {
 //!             return Err("privileged containers are not allowed".into());
 //!         }
 //!         Ok(Reply::none())
@@ -25,6 +25,10 @@
 //!
 //! export_policy!(DenyPrivileged);
 //! ```
+//!
+//! A handler receives an [`Event`] and reads from it what it needs: each
+//! read asks the host once (and is kept), so a policy that looks at one
+//! annotation pays for one string, not for the whole pod and container.
 //!
 //! Build with `cargo build --release --target wasm32-wasip2`; the `.wasm` in
 //! `target/wasm32-wasip2/release/` is the component to install as
@@ -36,6 +40,7 @@
 
 extern crate self as nri_wasm_sdk;
 
+use std::cell::OnceCell;
 use std::sync::OnceLock;
 
 /// Generated bindings of the `nri-wasm:policy` world.
@@ -47,6 +52,7 @@ pub mod bindings {
         export_macro_name: "__export_policy_world",
         default_bindings_module: "nri_wasm_sdk::bindings",
         runtime_path: "nri_wasm_sdk::__wit_bindgen::rt",
+        additional_derives: [PartialEq],
     });
 }
 
@@ -59,8 +65,214 @@ pub mod alloc;
 #[global_allocator]
 static ALLOC: alloc::BumpAlloc = alloc::BumpAlloc::new();
 
+pub use bindings::nri_wasm::policy::event::{ContainerMeta, PodMeta};
 pub use bindings::nri_wasm::policy::host::{log as host_log, node, runtime};
+/// The whole event as one value (see [`Event::whole`]).
+pub use bindings::nri_wasm::policy::types::Event as WholeEvent;
 pub use bindings::nri_wasm::policy::types::*;
+
+use bindings::nri_wasm::policy::event as host_event;
+
+/// The event a handler handles, read from the host on demand.
+///
+/// Every accessor asks the host at most once and keeps the answer; the
+/// lookups (`pod_label`, `container_annotation`, ...) answer from the whole
+/// record instead when it was read already. What a policy sees is the event
+/// as the policies before it in the chain left it.
+#[derive(Debug)]
+pub struct Event {
+    kind: EventKind,
+    whole: OnceCell<WholeEvent>,
+    pod: OnceCell<Option<PodSandbox>>,
+    container: OnceCell<Option<Container>>,
+    pod_meta: OnceCell<Option<PodMeta>>,
+    container_meta: OnceCell<Option<ContainerMeta>>,
+    env: OnceCell<Vec<String>>,
+    resources: OnceCell<Option<LinuxResources>>,
+    requested: OnceCell<Option<LinuxResources>>,
+}
+
+impl Event {
+    #[doc(hidden)]
+    pub fn __new(kind: EventKind) -> Self {
+        Event {
+            kind,
+            whole: OnceCell::new(),
+            pod: OnceCell::new(),
+            container: OnceCell::new(),
+            pod_meta: OnceCell::new(),
+            container_meta: OnceCell::new(),
+            env: OnceCell::new(),
+            resources: OnceCell::new(),
+            requested: OnceCell::new(),
+        }
+    }
+
+    /// Which event this is.
+    pub fn kind(&self) -> EventKind {
+        self.kind
+    }
+
+    /// Everything at once: the costliest read. The event-specific parts
+    /// (the resources of an update, the merged adjustment being validated)
+    /// are only here; see [`Event::requested_resources`] and
+    /// [`Event::validation`].
+    pub fn whole(&self) -> &WholeEvent {
+        self.whole.get_or_init(host_event::whole)
+    }
+
+    /// The whole pod. Panics on synchronize, which has none.
+    pub fn pod(&self) -> &PodSandbox {
+        self.pod.get_or_init(host_event::pod).as_ref().unwrap_or_else(|| panic!("{:?} has no pod", self.kind))
+    }
+
+    /// The whole container. Panics on pod events, which have none.
+    pub fn container(&self) -> &Container {
+        self.container
+            .get_or_init(host_event::container)
+            .as_ref()
+            .unwrap_or_else(|| panic!("{:?} has no container", self.kind))
+    }
+
+    fn pod_read(&self) -> Option<&PodSandbox> {
+        self.pod.get().and_then(Option::as_ref)
+    }
+
+    fn container_read(&self) -> Option<&Container> {
+        self.container.get().and_then(Option::as_ref)
+    }
+
+    /// The pod's id, name, uid, namespace, runtime handler and pid. Panics
+    /// on synchronize.
+    pub fn pod_meta(&self) -> &PodMeta {
+        self.pod_meta
+            .get_or_init(host_event::pod_metadata)
+            .as_ref()
+            .unwrap_or_else(|| panic!("{:?} has no pod", self.kind))
+    }
+
+    /// The container's id, pod id, name, state and pid. Panics on pod
+    /// events.
+    pub fn container_meta(&self) -> &ContainerMeta {
+        self.container_meta
+            .get_or_init(host_event::container_metadata)
+            .as_ref()
+            .unwrap_or_else(|| panic!("{:?} has no container", self.kind))
+    }
+
+    pub fn pod_label(&self, key: &str) -> Option<String> {
+        match self.pod_read() {
+            Some(p) => p.label(key).map(str::to_string),
+            None => host_event::pod_label(key),
+        }
+    }
+
+    /// Every pod label, sorted by key.
+    pub fn pod_labels(&self) -> Vec<KeyValue> {
+        match self.pod_read() {
+            Some(p) => p.labels.clone(),
+            None => host_event::pod_labels(),
+        }
+    }
+
+    pub fn pod_annotation(&self, key: &str) -> Option<String> {
+        match self.pod_read() {
+            Some(p) => p.annotation(key).map(str::to_string),
+            None => host_event::pod_annotation(key),
+        }
+    }
+
+    /// Every pod annotation, sorted by key.
+    pub fn pod_annotations(&self) -> Vec<KeyValue> {
+        match self.pod_read() {
+            Some(p) => p.annotations.clone(),
+            None => host_event::pod_annotations(),
+        }
+    }
+
+    pub fn container_label(&self, key: &str) -> Option<String> {
+        match self.container_read() {
+            Some(c) => c.label(key).map(str::to_string),
+            None => host_event::container_label(key),
+        }
+    }
+
+    /// Every container label, sorted by key.
+    pub fn container_labels(&self) -> Vec<KeyValue> {
+        match self.container_read() {
+            Some(c) => c.labels.clone(),
+            None => host_event::container_labels(),
+        }
+    }
+
+    pub fn container_annotation(&self, key: &str) -> Option<String> {
+        match self.container_read() {
+            Some(c) => c.annotation(key).map(str::to_string),
+            None => host_event::container_annotation(key),
+        }
+    }
+
+    /// Every container annotation, sorted by key.
+    pub fn container_annotations(&self) -> Vec<KeyValue> {
+        match self.container_read() {
+            Some(c) => c.annotations.clone(),
+            None => host_event::container_annotations(),
+        }
+    }
+
+    /// The container's environment, `NAME=value` strings in order.
+    pub fn env(&self) -> &[String] {
+        if let Some(c) = self.container_read() {
+            return &c.env;
+        }
+        self.env.get_or_init(host_event::container_env)
+    }
+
+    /// The value of the container's environment variable `name`.
+    pub fn env_var(&self, name: &str) -> Option<String> {
+        if let Some(c) = self.container_read() {
+            return c.env_var(name).map(str::to_string);
+        }
+        match self.env.get() {
+            Some(env) => env_value(env, name).map(str::to_string),
+            None => host_event::container_env_var(name),
+        }
+    }
+
+    /// The container's Linux resources, as far as they are set.
+    pub fn resources(&self) -> Option<&LinuxResources> {
+        if let Some(c) = self.container_read() {
+            return c.linux.as_ref().and_then(|l| l.resources.as_ref());
+        }
+        self.resources.get_or_init(host_event::container_resources).as_ref()
+    }
+
+    /// On update-container: the resources the runtime is about to apply,
+    /// as the policies before left them.
+    pub fn requested_resources(&self) -> Option<&LinuxResources> {
+        self.requested.get_or_init(host_event::requested_resources).as_ref()
+    }
+
+    /// On update-pod-sandbox: the pod's new resources and overhead.
+    pub fn pod_update(&self) -> Option<&UpdatePodSandboxEvent> {
+        match self.whole() {
+            WholeEvent::UpdatePodSandbox(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// On validate-container-adjustment: the merged result of the chain.
+    pub fn validation(&self) -> Option<&ValidationEvent> {
+        match self.whole() {
+            WholeEvent::ValidateContainerAdjustment(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+}
 
 /// The host's view of the node: pods, containers, topology.
 pub mod view {
@@ -225,47 +437,47 @@ pub trait Policy {
         Ok(())
     }
 
-    fn run_pod_sandbox(_event: PodEvent) -> Result<Reply, String> {
+    fn run_pod_sandbox(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn stop_pod_sandbox(_event: PodEvent) -> Result<Reply, String> {
+    fn stop_pod_sandbox(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn remove_pod_sandbox(_event: PodEvent) -> Result<Reply, String> {
+    fn remove_pod_sandbox(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn create_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn create_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn post_create_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn post_create_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn start_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn start_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn post_start_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn post_start_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn update_container(_event: UpdateContainerEvent) -> Result<Reply, String> {
+    fn update_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn post_update_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn post_update_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn stop_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn stop_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn remove_container(_event: ContainerEvent) -> Result<Reply, String> {
+    fn remove_container(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn update_pod_sandbox(_event: UpdatePodSandboxEvent) -> Result<Reply, String> {
+    fn update_pod_sandbox(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
-    fn post_update_pod_sandbox(_event: PodEvent) -> Result<Reply, String> {
+    fn post_update_pod_sandbox(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
     /// Return `Err(reason)` to reject the chain's merged adjustment.
-    fn validate_container_adjustment(_event: ValidationEvent) -> Result<Reply, String> {
+    fn validate_container_adjustment(_event: &Event) -> Result<Reply, String> {
         Ok(Reply::none())
     }
     /// The runtime (re)connected; the node view holds everything it
@@ -282,23 +494,24 @@ pub fn __init<P: Policy>(settings: String) -> Result<Vec<EventKind>, String> {
 }
 
 #[doc(hidden)]
-pub fn __handle<P: Policy>(event: Event) -> Result<Reply, String> {
-    match event {
-        Event::RunPodSandbox(e) => P::run_pod_sandbox(e),
-        Event::StopPodSandbox(e) => P::stop_pod_sandbox(e),
-        Event::RemovePodSandbox(e) => P::remove_pod_sandbox(e),
-        Event::CreateContainer(e) => P::create_container(e),
-        Event::PostCreateContainer(e) => P::post_create_container(e),
-        Event::StartContainer(e) => P::start_container(e),
-        Event::PostStartContainer(e) => P::post_start_container(e),
-        Event::UpdateContainer(e) => P::update_container(e),
-        Event::PostUpdateContainer(e) => P::post_update_container(e),
-        Event::StopContainer(e) => P::stop_container(e),
-        Event::RemoveContainer(e) => P::remove_container(e),
-        Event::UpdatePodSandbox(e) => P::update_pod_sandbox(e),
-        Event::PostUpdatePodSandbox(e) => P::post_update_pod_sandbox(e),
-        Event::ValidateContainerAdjustment(e) => P::validate_container_adjustment(e),
-        Event::Synchronize => P::synchronize(),
+pub fn __handle<P: Policy>(kind: EventKind) -> Result<Reply, String> {
+    let e = Event::__new(kind);
+    match kind {
+        EventKind::RunPodSandbox => P::run_pod_sandbox(&e),
+        EventKind::StopPodSandbox => P::stop_pod_sandbox(&e),
+        EventKind::RemovePodSandbox => P::remove_pod_sandbox(&e),
+        EventKind::CreateContainer => P::create_container(&e),
+        EventKind::PostCreateContainer => P::post_create_container(&e),
+        EventKind::StartContainer => P::start_container(&e),
+        EventKind::PostStartContainer => P::post_start_container(&e),
+        EventKind::UpdateContainer => P::update_container(&e),
+        EventKind::PostUpdateContainer => P::post_update_container(&e),
+        EventKind::StopContainer => P::stop_container(&e),
+        EventKind::RemoveContainer => P::remove_container(&e),
+        EventKind::UpdatePodSandbox => P::update_pod_sandbox(&e),
+        EventKind::PostUpdatePodSandbox => P::post_update_pod_sandbox(&e),
+        EventKind::ValidateContainerAdjustment => P::validate_container_adjustment(&e),
+        EventKind::Synchronize => P::synchronize(),
     }
 }
 
@@ -314,8 +527,8 @@ macro_rules! export_policy {
                 $crate::__init::<$policy>(settings)
             }
 
-            fn handle(event: $crate::Event) -> Result<$crate::Reply, String> {
-                $crate::__handle::<$policy>(event)
+            fn handle(kind: $crate::EventKind) -> Result<$crate::Reply, String> {
+                $crate::__handle::<$policy>(kind)
             }
         }
 
@@ -338,7 +551,7 @@ impl Container {
 
     /// The value of environment variable `name`.
     pub fn env_var(&self, name: &str) -> Option<&str> {
-        self.env.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+        env_value(&self.env, name)
     }
 }
 

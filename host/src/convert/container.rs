@@ -8,7 +8,7 @@ use super::{
     cdi_to_pb, cdi_to_wit, get, kv_to_pb, kv_to_wit, list_to_pb, list_to_wit, net_devices_to_pb, net_devices_to_wit,
     opt_to_pb, opt_to_wit, opt_try_to_pb, wrap, ConvertError,
 };
-use crate::policy::bindings::wit;
+use crate::policy::bindings::{event, wit};
 
 impl From<&pb::Container> for wit::Container {
     fn from(c: &pb::Container) -> Self {
@@ -60,6 +60,19 @@ impl From<&pb::Container> for wit::Container {
             cdi_devices: cdi_to_wit(cdi_devices),
             user: opt_to_wit(user),
             image: opt_to_wit(image),
+        }
+    }
+}
+
+/// The container's scalar fields, what `event.container-metadata` returns.
+impl From<&pb::Container> for event::ContainerMeta {
+    fn from(c: &pb::Container) -> Self {
+        Self {
+            id: c.id.clone(),
+            pod_sandbox_id: c.pod_sandbox_id.clone(),
+            name: c.name.clone(),
+            state: wit::ContainerState::informational(c.state),
+            pid: c.pid,
         }
     }
 }
@@ -491,48 +504,5 @@ impl From<wit::LinuxRdt> for pb::LinuxRdt {
             remove,
             ..Default::default()
         }
-    }
-}
-
-/// Brings `wit` (the WIT form of a container) up to date with `pb` after
-/// `adjust` was merged into `pb`: only the fields the adjustment touched are
-/// converted again. The chain shows every policy the container as the ones
-/// before it left it; converting the whole container for each of them would
-/// cost more than most policies do.
-pub fn refresh_container(wit: &mut wit::Container, pb: &pb::Container, adjust: &pb::ContainerAdjustment) {
-    let pb::ContainerAdjustment {
-        annotations,
-        mounts,
-        env,
-        hooks,
-        linux,
-        rlimits,
-        CDI_devices,
-        args,
-        special_fields: _,
-    } = adjust;
-    if !annotations.is_empty() {
-        wit.annotations = kv_to_wit(&pb.annotations);
-    }
-    if !mounts.is_empty() {
-        wit.mounts = list_to_wit(&pb.mounts);
-    }
-    if !env.is_empty() {
-        wit.env.clone_from(&pb.env);
-    }
-    if hooks.is_some() {
-        wit.hooks = opt_to_wit(&pb.hooks);
-    }
-    if linux.is_some() {
-        wit.linux = opt_to_wit(&pb.linux);
-    }
-    if !rlimits.is_empty() {
-        wit.rlimits = list_to_wit(&pb.rlimits);
-    }
-    if !CDI_devices.is_empty() {
-        wit.cdi_devices = cdi_to_wit(&pb.CDI_devices);
-    }
-    if !args.is_empty() {
-        wit.args.clone_from(&pb.args);
     }
 }

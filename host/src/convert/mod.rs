@@ -98,7 +98,6 @@ use protobuf::MessageField;
 use crate::policy::bindings::wit;
 
 pub use adjust::{reply_parts, ReplyParts};
-pub use container::refresh_container;
 pub use event::{owners_from_wit, owners_to_wit};
 
 /// Why a value could not be converted.
@@ -195,7 +194,7 @@ fn list_try_to_pb<W, P: TryFrom<W, Error = ConvertError>>(list: Vec<W>) -> Resul
 }
 
 /// A string map as a list of key-values, sorted by key.
-fn kv_to_wit(map: &HashMap<String, String>) -> Vec<wit::KeyValue> {
+pub fn kv_to_wit(map: &HashMap<String, String>) -> Vec<wit::KeyValue> {
     let mut list: Vec<_> = map.iter().map(|(k, v)| wit::KeyValue { key: k.clone(), value: v.clone() }).collect();
     list.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     list

@@ -3,7 +3,7 @@
 use nri_wasm_api::api as pb;
 
 use super::{kv_to_pb, kv_to_wit, list_to_pb, list_to_wit, opt_to_wit, opt_try_to_pb, ConvertError};
-use crate::policy::bindings::wit;
+use crate::policy::bindings::{event, wit};
 
 impl From<&pb::PodSandbox> for wit::PodSandbox {
     fn from(p: &pb::PodSandbox) -> Self {
@@ -31,6 +31,20 @@ impl From<&pb::PodSandbox> for wit::PodSandbox {
             linux: opt_to_wit(linux),
             pid: *pid,
             ips: ips.clone(),
+        }
+    }
+}
+
+/// The pod's scalar fields, what `event.pod-metadata` returns.
+impl From<&pb::PodSandbox> for event::PodMeta {
+    fn from(p: &pb::PodSandbox) -> Self {
+        Self {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            namespace: p.namespace.clone(),
+            runtime_handler: p.runtime_handler.clone(),
+            pid: p.pid,
         }
     }
 }

@@ -12,6 +12,7 @@
 //! and the resulting order are deterministic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
@@ -23,7 +24,9 @@ use pb::Field as F;
 /// The create-side state: working container and combined adjustment.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Adjuster {
-    pub container: pb::Container,
+    /// Shared with the calls of the policies that read it; they end before
+    /// the next reply is folded in, so `make_mut` finds it unshared.
+    pub container: Arc<pb::Container>,
     reply: pb::ContainerAdjustment,
     /// Removal markers of devices and environment variables that no later
     /// addition re-set; the runtime's merge does not carry these itself (see
@@ -45,7 +48,7 @@ impl Adjuster {
         resources.memory.mut_or_insert_default();
         resources.cpu.mut_or_insert_default();
         Self {
-            container,
+            container: Arc::new(container),
             reply: pb::ContainerAdjustment::default(),
             removed_devices: Vec::new(),
             removed_env: Vec::new(),
@@ -114,7 +117,7 @@ impl Adjuster {
             step,
             F::Annotations,
             input,
-            &mut self.container.annotations,
+            &mut Arc::make_mut(&mut self.container).annotations,
             &mut self.reply.annotations,
             String::new(),
         )
@@ -132,7 +135,7 @@ impl Adjuster {
             F::Mounts,
             input,
             |m| &m.destination,
-            &mut self.container.mounts,
+            &mut Arc::make_mut(&mut self.container).mounts,
             &mut self.reply.mounts,
             &mut removed,
         )?;
@@ -163,7 +166,7 @@ impl Adjuster {
             }
             !drop
         });
-        self.container.env.retain(|e| {
+        Arc::make_mut(&mut self.container).env.retain(|e| {
             let name = env_name(e);
             !removed.contains(name) && !modified.contains(name)
         });
@@ -171,7 +174,7 @@ impl Adjuster {
             owners.claim_key(*scope, F::Env, &kv.key, policy)?;
             self.reply.env.push((*kv).clone());
         }
-        self.container.env.extend(add.iter().map(|kv| format!("{}={}", kv.key, kv.value)));
+        Arc::make_mut(&mut self.container).env.extend(add.iter().map(|kv| format!("{}={}", kv.key, kv.value)));
 
         self.removed_env.retain(|kv| removal(&kv.key).is_some_and(|name| !modified.contains(name)));
         for (name, marker) in removed.entries {
@@ -194,7 +197,7 @@ impl Adjuster {
         }
         step.owners.claim(step.scope, F::Args, step.policy)?;
         self.reply.args = args.to_vec();
-        self.container.args = args.to_vec();
+        Arc::make_mut(&mut self.container).args = args.to_vec();
         self.args_claimed = true;
         Ok(())
     }
@@ -202,7 +205,7 @@ impl Adjuster {
     /// OCI hooks accumulate, in chain order, in both reply and container.
     fn hooks(&mut self, step: &mut Step<'_, '_>, hooks: &pb::Hooks) {
         let reply = self.reply.hooks.mut_or_insert_default();
-        let container = self.container.hooks.mut_or_insert_default();
+        let container = Arc::make_mut(&mut self.container).hooks.mut_or_insert_default();
         let added = [
             append(&hooks.prestart, &mut reply.prestart, &mut container.prestart),
             append(&hooks.poststart, &mut reply.poststart, &mut container.poststart),
@@ -221,8 +224,10 @@ impl Adjuster {
         if let Some(resources) = linux.resources.as_ref() {
             self.resources(step, resources)?;
         }
-        let (container, reply) =
-            (self.container.linux.mut_or_insert_default(), self.reply.linux.mut_or_insert_default());
+        let (container, reply) = (
+            Arc::make_mut(&mut self.container).linux.mut_or_insert_default(),
+            self.reply.linux.mut_or_insert_default(),
+        );
         if !linux.cgroups_path.is_empty() {
             step.claim(F::CgroupsPath)?;
             container.cgroups_path.clone_from(&linux.cgroups_path);
@@ -238,8 +243,10 @@ impl Adjuster {
             &mut reply.seccomp_policy,
         )?;
         self.namespaces(step, &linux.namespaces)?;
-        let (container, reply) =
-            (self.container.linux.mut_or_insert_default(), self.reply.linux.mut_or_insert_default());
+        let (container, reply) = (
+            Arc::make_mut(&mut self.container).linux.mut_or_insert_default(),
+            self.reply.linux.mut_or_insert_default(),
+        );
         keyed_map(step, F::Sysctl, &linux.sysctl, &mut container.sysctl, &mut reply.sysctl, String::new())?;
         keyed_map(
             step,
@@ -267,7 +274,7 @@ impl Adjuster {
         if input.is_empty() {
             return Ok(());
         }
-        let container = &mut self.container.linux.mut_or_insert_default().devices;
+        let container = &mut Arc::make_mut(&mut self.container).linux.mut_or_insert_default().devices;
         let reply = &mut self.reply.linux.mut_or_insert_default().devices;
         let mut removed = Vec::new();
         keyed_list(step, F::Devices, input, |d| &d.path, container, reply, &mut removed)?;
@@ -286,7 +293,8 @@ impl Adjuster {
     /// appended/set in reply and container), device cgroup rules appended
     /// without any claim.
     fn resources(&mut self, step: &mut Step<'_, '_>, input: &pb::LinuxResources) -> Result<(), MergeError> {
-        let container = self.container.linux.mut_or_insert_default().resources.mut_or_insert_default();
+        let container =
+            Arc::make_mut(&mut self.container).linux.mut_or_insert_default().resources.mut_or_insert_default();
         let reply = self.reply.linux.mut_or_insert_default().resources.mut_or_insert_default();
         if let Some(memory) = input.memory.as_ref() {
             set_memory(
@@ -327,7 +335,7 @@ impl Adjuster {
         if input.is_empty() {
             return Ok(());
         }
-        let linux = self.container.linux.mut_or_insert_default();
+        let linux = Arc::make_mut(&mut self.container).linux.mut_or_insert_default();
         let mut by_type: Vec<(String, Option<pb::LinuxNamespace>)> = Vec::new();
         let mut put = |kind: &str, ns: Option<pb::LinuxNamespace>| match by_type.iter_mut().find(|(k, _)| k == kind) {
             Some(slot) => slot.1 = ns,
@@ -386,7 +394,7 @@ impl Adjuster {
     fn rlimits(&mut self, step: &mut Step<'_, '_>, input: &[pb::POSIXRlimit]) -> Result<(), MergeError> {
         for limit in input {
             step.claim_key(F::Rlimits, &limit.type_)?;
-            self.container.rlimits.push(limit.clone());
+            Arc::make_mut(&mut self.container).rlimits.push(limit.clone());
             self.reply.rlimits.push(limit.clone());
         }
         Ok(())

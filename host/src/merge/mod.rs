@@ -65,6 +65,8 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
 
@@ -137,6 +139,12 @@ impl<'r> CreateMerge<'r> {
 
     /// The container as the policies so far have modified it (what the next policy sees).
     pub fn container(&self) -> &pb::Container {
+        &self.state.adjuster.container
+    }
+
+    /// [`Self::container`], shared: a reference held while the next reply
+    /// is applied makes the merge copy the container first.
+    pub fn shared_container(&self) -> &Arc<pb::Container> {
         &self.state.adjuster.container
     }
 

@@ -50,7 +50,12 @@ impl Owners {
     }
 
     fn of(&mut self, id: &str) -> &mut pb::FieldOwners {
-        self.records.owners.entry(id.to_string()).or_default()
+        // Most claims are about a container already recorded: look it up
+        // before allocating its key.
+        if !self.records.owners.contains_key(id) {
+            self.records.owners.insert(id.to_string(), pb::FieldOwners::default());
+        }
+        self.records.owners.get_mut(id).expect("inserted above")
     }
 
     /// `policy` sets the simple `field`.

@@ -7,7 +7,12 @@ wasmtime::component::bindgen!({
     path: "../wit",
     world: "policy",
     additional_derives: [PartialEq],
+    // Reading the event from `configure`, where there is none, traps.
+    imports: { "nri-wasm:policy/event": trappable },
 });
+
+/// The event being handled, read on demand (`nri-wasm:policy/event`).
+pub use nri_wasm::policy::event;
 
 /// The host interface a policy imports (`nri-wasm:policy/host`).
 pub use nri_wasm::policy::host;

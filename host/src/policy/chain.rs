@@ -21,8 +21,8 @@ use nri_wasm_api::api as pb;
 use serde::Deserialize;
 
 use super::bindings::wit;
-use super::engine::LoadError;
-use super::engine::{event_name, CallEnv, CallError, CompiledPolicy, PolicyEngine};
+use super::engine::{CallEnv, CallError, CompiledPolicy, LoadError, PolicyEngine};
+use super::event::CallEvent;
 use super::manifest::{Mode, OnError, PolicySpec};
 use super::state::StateWrites;
 use crate::merge::{self, CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
@@ -266,16 +266,18 @@ impl Chain {
         self.synchronize
     }
 
-    /// Calls one policy, or explains why not; updates its breaker.
+    /// Calls one policy, or explains why not; updates its breaker. The
+    /// event is dropped when the call returns, so that the merge can then
+    /// change the parts it shares with it in place.
     fn call(
         &self,
         entry: &ChainEntry,
         cx: &EvalContext,
-        event: &wit::Event,
+        event: CallEvent,
         current: Option<&Arc<ContainerEntry>>,
     ) -> Result<Result<Answer, String>, PolicyFailure> {
         let policy = entry.policy.name().to_string();
-        let name = event_name(event).to_string();
+        let name = event.name().to_string();
         let now = Instant::now();
         {
             let mut b = entry.breaker.lock().expect("breaker lock");
@@ -350,7 +352,7 @@ impl Chain {
         &self,
         entry: &ChainEntry,
         cx: &EvalContext,
-        event: &wit::Event,
+        event: CallEvent,
         current: Option<&Arc<ContainerEntry>>,
         run: &mut Run<'_>,
         apply: F,
@@ -358,7 +360,7 @@ impl Chain {
     where
         F: FnOnce(&str, wit::Reply, bool, &mut Run<'_>) -> Result<bool, PolicyFailure>,
     {
-        let name = event_name(event);
+        let name = event.name();
         let policy = entry.policy.name().to_string();
         let audit = entry.policy.spec.mode == Mode::Audit;
         match self.call(entry, cx, event, current) {
@@ -392,17 +394,22 @@ impl Chain {
     /// nothing (pod events, post-events, start, remove, pod updates).
     /// Policies may deny it, and may update or evict other containers: those
     /// go to the runtime with UpdateContainers once the event is answered.
+    /// `event` is built only if some policy subscribed to `kind`.
     pub fn notify(
         &self,
         cx: &EvalContext,
         kind: EventKind,
-        event: &wit::Event,
+        event: impl FnOnce() -> CallEvent,
         target: &str,
     ) -> Result<Evaluated<()>, ChainError> {
         let mut run = Run::new(target);
+        if !self.events.contains(kind) {
+            return Ok(run.done(()));
+        }
+        let event = event();
         let mut merge = UpdatesMerge::new();
         for entry in self.subscribed(kind) {
-            self.run_one(entry, cx, event, None, &mut run, |policy, reply, audit, run| {
+            self.run_one(entry, cx, event.clone(), None, &mut run, |policy, reply, audit, run| {
                 if reply.adjust.is_some() {
                     return Err(invalid(policy, kind.name(), format!("{kind} allows no adjustment")));
                 }
@@ -422,9 +429,9 @@ impl Chain {
     pub fn synchronize(&self, cx: &EvalContext) -> Result<Evaluated<Vec<pb::ContainerUpdate>>, ChainError> {
         let mut run = Run::new("the node");
         let mut merge = UpdatesMerge::new();
-        let event = wit::Event::Synchronize;
+        let event = CallEvent::synchronize();
         for entry in self.entries.iter().filter(|e| e.policy.wants_synchronize()) {
-            self.run_one(entry, cx, &event, None, &mut run, |policy, reply, audit, run| {
+            self.run_one(entry, cx, event.clone(), None, &mut run, |policy, reply, audit, run| {
                 if reply.adjust.is_some() {
                     return Err(invalid(policy, "Synchronize", "Synchronize allows no adjustment"));
                 }
@@ -455,29 +462,23 @@ impl Chain {
             return Ok(run.done(pb::CreateContainerResponse::default()));
         }
         let mut merge = CreateMerge::new(req);
-        // The event is built once; after a policy changed the container, only
-        // the fields its adjustment touched are converted again.
-        let mut event = wit::Event::CreateContainer(wit::ContainerEvent {
-            pod: wit::PodSandbox::from(&*req.pod),
-            container: wit::Container::from(merge.container()),
-        });
+        let pod = Arc::new((*req.pod).clone());
         let mut current: Option<Arc<ContainerEntry>> = None;
         for entry in self.subscribed(kind) {
             if entry.policy.imports().node && current.is_none() {
                 current = Some(Arc::new(container_entry(merge.container())));
             }
-            let mut touched = None;
-            let changed =
-                self.run_one(entry, cx, &event, current.as_ref(), &mut run, |policy, reply, audit, run| {
-                    let resp = reply_to_create(policy, kind, reply)?;
-                    bounded(policy, kind, &resp, &mut run.total, audit)?;
-                    merge::validate_create_reply(policy, &resp).map_err(|e| invalid(policy, kind.name(), e))?;
-                    fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))?;
-                    touched = resp.adjust.into_option();
-                    Ok(touched.is_some())
-                })?;
-            if let (true, Some(adjust), wit::Event::CreateContainer(e)) = (changed, &touched, &mut event) {
-                crate::convert::refresh_container(&mut e.container, merge.container(), adjust);
+            // Each policy reads the container as the ones before it left it:
+            // the merge's own copy, shared for the length of the call.
+            let event =
+                CallEvent::container(wit::EventKind::CreateContainer, pod.clone(), merge.shared_container().clone());
+            let changed = self.run_one(entry, cx, event, current.as_ref(), &mut run, |policy, reply, audit, run| {
+                let resp = reply_to_create(policy, kind, reply)?;
+                bounded(policy, kind, &resp, &mut run.total, audit)?;
+                fold(&mut merge, audit, |m| m.apply(policy, &resp)).map_err(|e| conflict(policy, kind, e))?;
+                Ok(resp.adjust.is_some())
+            })?;
+            if changed {
                 current = None;
             }
         }
@@ -507,9 +508,9 @@ impl Chain {
             owners: protobuf::MessageField::some(owners),
             ..Default::default()
         };
-        let event = wit::Event::ValidateContainerAdjustment(wit::ValidationEvent::from(&vreq));
+        let event = CallEvent::validation(vreq);
         for entry in self.subscribed(kind) {
-            self.run_one(entry, cx, &event, None, run, |policy, reply, _, _| {
+            self.run_one(entry, cx, event.clone(), None, run, |policy, reply, _, _| {
                 if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
                     return Err(invalid(
                         policy,
@@ -535,8 +536,8 @@ impl Chain {
         if !self.wants(kind) {
             return Ok(run.done(pb::UpdateContainerResponse::default()));
         }
-        let pod = wit::PodSandbox::from(&*req.pod);
-        let container = wit::Container::from(&*req.container);
+        let pod = Arc::new((*req.pod).clone());
+        let container = Arc::new((*req.container).clone());
         let mut merge = UpdateMerge::new(req);
         for entry in self.subscribed(kind) {
             let current = entry.policy.imports().node.then(|| {
@@ -549,12 +550,9 @@ impl Chain {
                 overlay_resources(c.resources.get_or_insert_with(Default::default), merge.resources());
                 Arc::new(c)
             });
-            let event = wit::Event::UpdateContainer(wit::UpdateContainerEvent {
-                pod: pod.clone(),
-                container: container.clone(),
-                linux_resources: Some(wit::LinuxResources::from(merge.resources())),
-            });
-            self.run_one(entry, cx, &event, current.as_ref(), &mut run, |policy, reply, audit, run| {
+            let requested = Arc::new(merge.resources().clone());
+            let event = CallEvent::update_container(pod.clone(), container.clone(), requested);
+            self.run_one(entry, cx, event, current.as_ref(), &mut run, |policy, reply, audit, run| {
                 if reply.adjust.is_some() {
                     return Err(invalid(policy, kind.name(), "UpdateContainer allows no adjustment"));
                 }
@@ -582,14 +580,11 @@ impl Chain {
         if !self.wants(kind) {
             return Ok(run.done(pb::StopContainerResponse::default()));
         }
-        let event = wit::Event::StopContainer(wit::ContainerEvent {
-            pod: wit::PodSandbox::from(&*req.pod),
-            container: wit::Container::from(&*req.container),
-        });
+        let event = CallEvent::from(req);
         let mut merge = StopMerge::new(req);
         let mut evictions = UpdatesMerge::new();
         for entry in self.subscribed(kind) {
-            self.run_one(entry, cx, &event, None, &mut run, |policy, reply, audit, run| {
+            self.run_one(entry, cx, event.clone(), None, &mut run, |policy, reply, audit, run| {
                 if reply.adjust.is_some() {
                     return Err(invalid(policy, kind.name(), "StopContainer allows no adjustment"));
                 }

@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use super::bindings::wit;
 use super::chain::{container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated};
 use super::engine::{CallEnv, Facts, PolicyEngine};
+use super::event::CallEvent;
 use super::state::StateStore;
 use crate::node::view::NodeView;
 use crate::nri::service::DEFAULT_REQUEST_TIMEOUT;
@@ -286,10 +287,17 @@ impl PolicyDispatcher {
         }
     }
 
-    /// An event whose reply carries nothing.
-    async fn notify(&self, kind: EventKind, event: wit::Event, target: String) -> Result<(), DispatchError> {
+    /// An event whose reply carries nothing. The policies' view of it is
+    /// built from the request only if some policy is subscribed.
+    async fn notify<R>(&self, kind: EventKind, req: &Arc<R>, target: String) -> Result<(), DispatchError>
+    where
+        R: Send + Sync + 'static,
+        for<'r> CallEvent: From<&'r R>,
+    {
         let wants = self.chain().wants(kind);
-        self.evaluate(kind.name(), wants, move |chain, cx| chain.notify(cx, kind, &event, &target)).await
+        let req = req.clone();
+        self.evaluate(kind.name(), wants, move |chain, cx| chain.notify(cx, kind, || CallEvent::from(&*req), &target))
+            .await
     }
 }
 #[async_trait]
@@ -342,29 +350,34 @@ impl Dispatcher for PolicyDispatcher {
     }
 
     async fn run_pod_sandbox(&self, req: pb::RunPodSandboxRequest) -> Result<(), DispatchError> {
-        self.notify(EventKind::RunPodSandbox, (&req).into(), pod_target(&req.pod)).await?;
+        let req = Arc::new(req);
+        self.notify(EventKind::RunPodSandbox, &req, pod_target(&req.pod)).await?;
         self.change_view(|v| v.pod_started(&req.pod));
         Ok(())
     }
 
     async fn update_pod_sandbox(&self, req: pb::UpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        self.notify(EventKind::UpdatePodSandbox, (&req).into(), pod_target(&req.pod)).await?;
+        let req = Arc::new(req);
+        self.notify(EventKind::UpdatePodSandbox, &req, pod_target(&req.pod)).await?;
         self.change_view(|v| v.pod_started(&req.pod));
         Ok(())
     }
 
     async fn post_update_pod_sandbox(&self, req: pb::PostUpdatePodSandboxRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         self.change_view(|v| v.pod_started(&req.pod));
-        self.notify(EventKind::PostUpdatePodSandbox, (&req).into(), pod_target(&req.pod)).await
+        self.notify(EventKind::PostUpdatePodSandbox, &req, pod_target(&req.pod)).await
     }
 
     async fn stop_pod_sandbox(&self, req: pb::StopPodSandboxRequest) -> Result<(), DispatchError> {
-        self.notify(EventKind::StopPodSandbox, (&req).into(), pod_target(&req.pod)).await
+        let req = Arc::new(req);
+        self.notify(EventKind::StopPodSandbox, &req, pod_target(&req.pod)).await
     }
 
     async fn remove_pod_sandbox(&self, req: pb::RemovePodSandboxRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         // The pod is gone whatever the policies say; they see it one last time.
-        let result = self.notify(EventKind::RemovePodSandbox, (&req).into(), pod_target(&req.pod)).await;
+        let result = self.notify(EventKind::RemovePodSandbox, &req, pod_target(&req.pod)).await;
         self.change_view(|v| v.pod_removed(&req.pod.id));
         result
     }
@@ -385,22 +398,25 @@ impl Dispatcher for PolicyDispatcher {
     }
 
     async fn post_create_container(&self, req: pb::PostCreateContainerRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         self.change_view(|v| v.container_seen(&req.container));
         let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::PostCreateContainer, (&req).into(), target).await
+        self.notify(EventKind::PostCreateContainer, &req, target).await
     }
 
     async fn start_container(&self, req: pb::StartContainerRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::StartContainer, (&req).into(), target).await?;
+        self.notify(EventKind::StartContainer, &req, target).await?;
         self.change_view(|v| v.set_state(&req.container.id, pb::ContainerState::CONTAINER_RUNNING));
         Ok(())
     }
 
     async fn post_start_container(&self, req: pb::PostStartContainerRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         self.change_view(|v| v.container_seen(&req.container));
         let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::PostStartContainer, (&req).into(), target).await
+        self.notify(EventKind::PostStartContainer, &req, target).await
     }
 
     async fn update_container(
@@ -421,9 +437,10 @@ impl Dispatcher for PolicyDispatcher {
     }
 
     async fn post_update_container(&self, req: pb::PostUpdateContainerRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         self.change_view(|v| v.container_reported(&req.container));
         let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::PostUpdateContainer, (&req).into(), target).await
+        self.notify(EventKind::PostUpdateContainer, &req, target).await
     }
 
     async fn stop_container(&self, req: pb::StopContainerRequest) -> Result<pb::StopContainerResponse, DispatchError> {
@@ -442,8 +459,9 @@ impl Dispatcher for PolicyDispatcher {
     }
 
     async fn remove_container(&self, req: pb::RemoveContainerRequest) -> Result<(), DispatchError> {
+        let req = Arc::new(req);
         let target = container_target(&req.pod, &req.container);
-        let result = self.notify(EventKind::RemoveContainer, (&req).into(), target).await;
+        let result = self.notify(EventKind::RemoveContainer, &req, target).await;
         self.change_view(|v| v.container_removed(&req.container.id));
         result
     }

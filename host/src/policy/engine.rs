@@ -30,6 +30,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{host, node, state, wit, PolicyPre};
+use super::event::CallEvent;
 use super::manifest::PolicySpec;
 use super::state::{StateSnapshot, StateStore, StateTxn, StateWrites};
 use crate::node::topology::Topology;
@@ -40,8 +41,8 @@ use crate::nri::version::{EventKind, EventMask};
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Memory (and table) bytes a pool slot keeps resident between calls.
 const KEEP_RESIDENT: usize = 2 << 20;
-/// The `nri-wasm:policy` package versions this host loads: `0.2.x`.
-pub const WIT_VERSION: &str = "0.2";
+/// The `nri-wasm:policy` package versions this host loads: `0.3.x`.
+pub const WIT_VERSION: &str = "0.3";
 /// Most bytes of stdout/stderr kept per call (the rest is cut).
 const OUTPUT_CAPACITY: usize = 16 << 10;
 
@@ -220,10 +221,11 @@ impl CallEnv {
 /// Per-call state of a store.
 pub struct CallState {
     limits: StoreLimits,
-    wasi: WasiCtx,
-    /// The guest's stdout and stderr (shared with the WASI context).
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    /// Built on the guest's first WASI call: most calls make none, and an
+    /// empty context still costs the seeding of its random sources.
+    wasi: Option<Box<Wasi>>,
+    /// Seed of the policy's random sources.
+    seed: u64,
     table: ResourceTable,
     policy: Arc<str>,
     settings: Arc<str>,
@@ -233,6 +235,47 @@ pub struct CallState {
     /// view's entry.
     current: Option<Arc<ContainerEntry>>,
     state: StateTxn,
+    /// The event being handled; `None` in `configure`.
+    event: Option<CallEvent>,
+}
+
+impl CallState {
+    /// The event of this call (`None` in `configure`).
+    pub fn event(&self) -> Option<&CallEvent> {
+        self.event.as_ref()
+    }
+
+    pub fn policy_name(&self) -> &str {
+        &self.policy
+    }
+}
+
+/// The empty WASI context of a call, and the guest's stdout and stderr.
+struct Wasi {
+    ctx: WasiCtx,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl Wasi {
+    /// No files, environment, arguments, sockets or name lookup. Randomness
+    /// is seeded per policy, not per call: a policy's language runtime (hash
+    /// maps, for one) draws on it, and the same input must give the same
+    /// output and cost the same fuel every time.
+    fn new(seed: u64) -> Self {
+        let (stdout, stderr) = (MemoryOutputPipe::new(OUTPUT_CAPACITY), MemoryOutputPipe::new(OUTPUT_CAPACITY));
+        let ctx = WasiCtxBuilder::new()
+            .secure_random(StdRng::seed_from_u64(seed))
+            .insecure_random(StdRng::seed_from_u64(seed.rotate_left(32)))
+            .insecure_random_seed(u128::from(seed))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self { ctx, stdout, stderr }
+    }
 }
 
 impl std::fmt::Debug for CallState {
@@ -243,7 +286,9 @@ impl std::fmt::Debug for CallState {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        let seed = self.seed;
+        let wasi = self.wasi.get_or_insert_with(|| Box::new(Wasi::new(seed)));
+        WasiCtxView { ctx: &mut wasi.ctx, table: &mut self.table }
     }
 }
 
@@ -410,14 +455,16 @@ impl PolicyEngine {
             // cores) when it is created, grows or is reset. Policies do
             // little arithmetic; the checks cost them less than the syscalls.
             config.signals_based_traps(false).memory_guard_size(0).guard_before_linear_memory(false);
-            let calls = settings.max_concurrent_calls.max(1);
+            // Instances alive at once: one per call under way, as many again
+            // for loads.
+            let instances = settings.max_concurrent_calls.max(1) * 2;
             let mut pool = PoolingAllocationConfig::default();
             // A component is a handful of core instances, memories and tables.
-            pool.total_component_instances(calls * 2)
-                .total_core_instances(calls * 2 * 16)
-                .total_memories(calls * 2 * 4)
-                .total_tables(calls * 2 * 16)
-                .total_stacks(calls * 2)
+            pool.total_component_instances(instances)
+                .total_core_instances(instances * 16)
+                .total_memories(instances * 4)
+                .total_tables(instances * 16)
+                .total_stacks(instances)
                 .max_core_instances_per_component(16)
                 .max_memories_per_component(4)
                 .max_tables_per_component(16)
@@ -578,6 +625,7 @@ impl PolicyEngine {
         policy: &CompiledPolicy,
         env: &CallEnv,
         current: Option<Arc<ContainerEntry>>,
+        event: Option<CallEvent>,
         budget: Duration,
     ) -> Store<CallState> {
         let limits = &policy.spec.limits;
@@ -589,30 +637,14 @@ impl PolicyEngine {
             .memories(limits.memories)
             .trap_on_grow_failure(true)
             .build();
-        // Randomness is seeded per policy, not per call: a policy's language
-        // runtime (hash maps, for one) draws on it, and the same input must
-        // give the same output and cost the same fuel every time.
-        let seed = policy.seed;
-        let (stdout, stderr) = (MemoryOutputPipe::new(OUTPUT_CAPACITY), MemoryOutputPipe::new(OUTPUT_CAPACITY));
-        let wasi = WasiCtxBuilder::new()
-            .secure_random(StdRng::seed_from_u64(seed))
-            .insecure_random(StdRng::seed_from_u64(seed.rotate_left(32)))
-            .insecure_random_seed(u128::from(seed))
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
         let state = match policy.imports.state {
             true => StateTxn::new(env.states.snapshot(&policy.name), limits.state_bytes()),
             false => StateTxn::new(Arc::new(StateSnapshot::default()), 0),
         };
         let state = CallState {
             limits: store_limits,
-            wasi,
-            stdout,
-            stderr,
+            wasi: None,
+            seed: policy.seed,
             table: ResourceTable::new(),
             policy: policy.name.clone(),
             settings: policy.settings.clone(),
@@ -620,6 +652,7 @@ impl PolicyEngine {
             view: env.view.clone(),
             current: if policy.imports.node { current } else { None },
             state,
+            event,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -634,7 +667,7 @@ impl PolicyEngine {
     /// the subscription.
     fn init(&self, policy: &CompiledPolicy, facts: &Arc<Facts>) -> Result<Vec<wit::EventKind>, CallError> {
         let env = CallEnv::detached(facts.clone());
-        let mut store = self.store(policy, &env, None, policy.spec.limits.timeout());
+        let mut store = self.store(policy, &env, None, None, policy.spec.limits.timeout());
         let event = "configure";
         let outcome = (|| {
             let instance = policy.pre.instantiate(&mut store).map_err(|e| classify(e, policy, event))?;
@@ -652,14 +685,15 @@ impl PolicyEngine {
     pub fn call(
         &self,
         policy: &CompiledPolicy,
-        event: &wit::Event,
+        event: CallEvent,
         env: &CallEnv,
         current: Option<&Arc<ContainerEntry>>,
         budget: Duration,
     ) -> CallReport {
         let started = Instant::now();
-        let name = event_name(event);
-        let mut store = self.store(policy, env, current.cloned(), budget);
+        let name = event.name();
+        let kind = event.kind();
+        let mut store = self.store(policy, env, current.cloned(), Some(event), budget);
         let fuel_start = policy.spec.limits.fuel;
         let outcome = (|| {
             let instance = policy.instance_pre.instantiate(&mut store).map_err(|e| classify(e, policy, name))?;
@@ -668,13 +702,13 @@ impl PolicyEngine {
             // `handle` export has exactly the world's type, which these
             // parameter and result types are the bindings of; instances of
             // the same `InstancePre` share the component's types.
-            let handle = unsafe { TypedFunc::<(&wit::Event,), (Result<wit::Reply, String>,)>::new_unchecked(func) };
-            handle.call(&mut store, (event,)).map(|(r,)| r).map_err(|e| classify(e, policy, name))
+            let handle = unsafe { TypedFunc::<(wit::EventKind,), (Result<wit::Reply, String>,)>::new_unchecked(func) };
+            handle.call(&mut store, (kind,)).map(|(r,)| r).map_err(|e| classify(e, policy, name))
         })();
         let fuel_used = fuel_start.saturating_sub(store.get_fuel().unwrap_or(0));
         let outcome = with_output(outcome, store.data(), name);
         let writes = match &outcome {
-            Ok(Ok(_)) => store.into_data().state.into_writes(),
+            Ok(Ok(_)) => store.data_mut().state.take_writes(),
             _ => None,
         };
         CallReport { outcome, fuel_used, elapsed: started.elapsed(), writes }
@@ -693,8 +727,9 @@ pub struct Imports {
 /// for one, leaves its message).
 fn with_output<T>(outcome: Result<T, CallError>, state: &CallState, event: &str) -> Result<T, CallError> {
     let policy = &*state.policy;
-    let stdout = state.stdout.contents();
-    let stderr = state.stderr.contents();
+    let Some(wasi) = &state.wasi else { return outcome };
+    let stdout = wasi.stdout.contents();
+    let stderr = wasi.stderr.contents();
     for line in String::from_utf8_lossy(&stdout).lines().filter(|l| !l.trim().is_empty()) {
         tracing::info!(policy, event, stream = "stdout", "{line}");
     }
@@ -843,30 +878,4 @@ pub fn event_kind(k: wit::EventKind) -> Option<EventKind> {
         wit::EventKind::ValidateContainerAdjustment => EventKind::ValidateContainerAdjustment,
         wit::EventKind::Synchronize => return None,
     })
-}
-
-/// The protocol event a WIT event stands for (`None` for `synchronize`).
-pub fn kind_of(e: &wit::Event) -> Option<EventKind> {
-    Some(match e {
-        wit::Event::RunPodSandbox(_) => EventKind::RunPodSandbox,
-        wit::Event::StopPodSandbox(_) => EventKind::StopPodSandbox,
-        wit::Event::RemovePodSandbox(_) => EventKind::RemovePodSandbox,
-        wit::Event::CreateContainer(_) => EventKind::CreateContainer,
-        wit::Event::PostCreateContainer(_) => EventKind::PostCreateContainer,
-        wit::Event::StartContainer(_) => EventKind::StartContainer,
-        wit::Event::PostStartContainer(_) => EventKind::PostStartContainer,
-        wit::Event::UpdateContainer(_) => EventKind::UpdateContainer,
-        wit::Event::PostUpdateContainer(_) => EventKind::PostUpdateContainer,
-        wit::Event::StopContainer(_) => EventKind::StopContainer,
-        wit::Event::RemoveContainer(_) => EventKind::RemoveContainer,
-        wit::Event::UpdatePodSandbox(_) => EventKind::UpdatePodSandbox,
-        wit::Event::PostUpdatePodSandbox(_) => EventKind::PostUpdatePodSandbox,
-        wit::Event::ValidateContainerAdjustment(_) => EventKind::ValidateContainerAdjustment,
-        wit::Event::Synchronize => return None,
-    })
-}
-
-/// The event's name in errors and logs.
-pub fn event_name(e: &wit::Event) -> &'static str {
-    kind_of(e).map_or("Synchronize", EventKind::name)
 }

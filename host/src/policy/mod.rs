@@ -14,6 +14,7 @@ pub mod bindings;
 pub mod chain;
 pub mod dispatcher;
 pub mod engine;
+pub mod event;
 pub mod limits;
 pub mod loader;
 pub mod manifest;

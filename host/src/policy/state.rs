@@ -153,8 +153,9 @@ impl StateTxn {
     }
 
     /// The call's writes, if it made any.
-    pub fn into_writes(self) -> Option<StateWrites> {
-        (!self.writes.is_empty()).then_some(StateWrites { writes: self.writes })
+    /// What the call wrote (`None` if nothing), taken out of the transaction.
+    pub fn take_writes(&mut self) -> Option<StateWrites> {
+        (!self.writes.is_empty()).then(|| StateWrites { writes: std::mem::take(&mut self.writes) })
     }
 }
 
@@ -321,7 +322,7 @@ mod tests {
         assert_eq!(t.get("cpu/a"), Some("0-1"));
         assert_eq!(t.keys("cpu/"), ["cpu/a", "cpu/b"]);
         assert!(store.snapshot("10-p").is_empty(), "nothing is committed before the event ends");
-        store.commit("10-p", t.into_writes().unwrap());
+        store.commit("10-p", t.take_writes().unwrap());
         let s = store.snapshot("10-p");
         assert_eq!((s.get("cpu/a"), s.len(), s.bytes()), (Some("0-1"), 3, 5 + 3 + 5 + 1 + 5 + 1));
 
@@ -348,8 +349,8 @@ mod tests {
         t.set("i".into(), "1234567".into()).unwrap();
         assert!(matches!(t.set(String::new(), "x".into()), Err(StateError::InvalidKey(_))));
         assert!(matches!(t.set("x".repeat(257), String::new()), Err(StateError::InvalidKey(_))));
-        assert!(t.into_writes().is_some());
-        assert!(txn(&store, 10).into_writes().is_none(), "no writes, nothing to commit");
+        assert!(t.take_writes().is_some());
+        assert!(txn(&store, 10).take_writes().is_none(), "no writes, nothing to commit");
     }
 
     #[test]
@@ -358,7 +359,7 @@ mod tests {
         let store = StateStore::in_dir(dir.path().to_path_buf());
         let mut t = txn(&store, 1024);
         t.set("a".into(), "1".into()).unwrap();
-        assert!(store.commit("10-p", t.into_writes().unwrap()));
+        assert!(store.commit("10-p", t.take_writes().unwrap()));
         store.persist("10-p").unwrap();
         let again = StateStore::in_dir(dir.path().to_path_buf());
         assert_eq!(again.snapshot("10-p").get("a"), Some("1"));

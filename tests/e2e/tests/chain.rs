@@ -72,6 +72,26 @@ fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
     assert!(steps.iter().all(|s| matches!(s, Step::Applied { .. })), "{steps:?}");
 }
 
+/// Through the runtime simulator: a policy reading the event piece by piece
+/// (`event` interface) finds exactly what the whole event holds, and both
+/// show the container as the policy before it left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_it() {
+    let probe = load("20-probe", guests::PROBE, "read-all", OnError::Fail, Mode::Enforce, Limits::default());
+    let chain = Chain::new(vec![annotate("10-a", "a"), probe], ChainSettings::default());
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
+    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher).await;
+    let conn = h.connect().await;
+    let req = request();
+    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    let reply = conn.create_container(&pod, &ctr).await.expect("the probe finds no difference");
+    // 10-a added one annotation and one env variable before the probe ran.
+    let seen = format!("{}/{}/{}", pod.labels.len(), ctr.annotations.len() + 1, ctr.env.len() + 1);
+    assert!(annotations(&reply).contains(&("example.com/read".to_string(), seen.clone())), "{:?}", annotations(&reply));
+    conn.close().await;
+    h.shutdown().await;
+}
+
 #[test]
 fn audit_mode_reports_but_changes_and_denies_nothing() {
     let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());

@@ -9,8 +9,10 @@ use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::{
     Allocator, CallEnv, CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine,
 };
+use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm_api::api as pb;
 use nri_wasm_e2e::guests;
 
 fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
@@ -37,44 +39,19 @@ fn facts() -> Arc<Facts> {
     })
 }
 
-fn create_event() -> wit::Event {
-    let empty_pod = wit::PodSandbox {
-        id: "pod".into(),
-        name: "pod".into(),
-        uid: String::new(),
-        namespace: "default".into(),
-        labels: vec![],
-        annotations: vec![],
-        runtime_handler: String::new(),
-        linux: None,
-        pid: 0,
-        ips: vec![],
-    };
-    let container = wit::Container {
+fn create_event() -> CallEvent {
+    let pod =
+        pb::PodSandbox { id: "pod".into(), name: "pod".into(), namespace: "default".into(), ..Default::default() };
+    let container = pb::Container {
         id: "ctr".into(),
         pod_sandbox_id: "pod".into(),
         name: "app".into(),
-        state: wit::ContainerState::Created,
-        labels: vec![],
-        annotations: vec![],
+        state: pb::ContainerState::CONTAINER_CREATED.into(),
         args: vec!["/app".into()],
         env: vec!["PATH=/bin".into()],
-        mounts: vec![],
-        hooks: None,
-        linux: None,
-        pid: 0,
-        rlimits: vec![],
-        created_at: 0,
-        started_at: 0,
-        finished_at: 0,
-        exit_code: 0,
-        status_reason: String::new(),
-        status_message: String::new(),
-        cdi_devices: vec![],
-        user: None,
-        image: None,
+        ..Default::default()
     };
-    wit::Event::CreateContainer(wit::ContainerEvent { pod: empty_pod, container })
+    CallEvent::container(wit::EventKind::CreateContainer, Arc::new(pod), Arc::new(container))
 }
 
 fn engine() -> PolicyEngine {
@@ -94,7 +71,7 @@ fn compiled_components_are_cached_and_reused() {
     // A new engine (a restart) loads from the cache and works.
     let second = PolicyEngine::new(&settings).unwrap();
     let p = second.load(&s, &f).unwrap();
-    let r = second.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+    let r = second.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert!(r.outcome.unwrap().is_ok());
     // A corrupt artifact is ignored, not trusted.
     drop((p, second, first));
@@ -109,14 +86,14 @@ fn a_policy_answers_and_consumes_deterministic_fuel() {
     let f = facts();
     let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", Limits::default()), &f).unwrap();
     assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
-    let first = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+    let first = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     let reply = first.outcome.clone().unwrap().unwrap();
     let adjust = reply.adjust.unwrap();
     assert_eq!(adjust.annotations, vec![wit::KeyValue { key: "example.com/team".into(), value: "app".into() }]);
     assert_eq!(adjust.env, vec![wit::KeyValue { key: "POLICY_TEAM".into(), value: "1".into() }]);
     assert!(first.fuel_used > 0);
     for _ in 0..20 {
-        let again = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+        let again = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
         assert_eq!(again.outcome, first.outcome);
         assert_eq!(again.fuel_used, first.fuel_used, "same input, same fuel");
     }
@@ -138,7 +115,7 @@ fn run_fault(mode: &str, limits: Limits) -> (CallError, Duration) {
     let f = facts();
     let p = engine.load(&spec("20-faults", guests::FAULTS, mode, limits), &f).unwrap();
     let started = Instant::now();
-    let report = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(5));
+    let report = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(5));
     (report.outcome.expect_err("the call fails"), started.elapsed())
 }
 
@@ -186,7 +163,7 @@ fn a_policy_can_deny() {
     let engine = engine();
     let f = facts();
     let p = engine.load(&spec("20-faults", guests::FAULTS, "deny", Limits::default()), &f).unwrap();
-    let r = engine.call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+    let r = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert_eq!(r.outcome, Ok(Err("denied on purpose".to_string())));
 }
 
@@ -197,6 +174,17 @@ fn a_looping_init_fails_the_load_within_the_limit() {
     let err = engine.load(&spec("20-faults", guests::FAULTS, "init-loop", limits), &facts()).unwrap_err();
     assert!(matches!(err, LoadError::Init { .. }), "{err}");
     assert!(err.to_string().contains("time limit"), "{err}");
+}
+
+/// The event exists only in `handle`: reading it from `configure` traps, and
+/// the policy does not load, with the reason.
+#[test]
+fn reading_the_event_in_configure_keeps_the_policy_from_loading() {
+    let err =
+        engine().load(&spec("20-probe", guests::PROBE, "event-in-configure", Limits::default()), &facts()).unwrap_err();
+    assert!(matches!(err, LoadError::Init { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("20-probe") && text.contains("read outside handle"), "{text}");
 }
 
 #[test]
@@ -215,14 +203,19 @@ fn forbidden_imports_are_refused_with_the_import_named() {
 
 #[test]
 fn components_built_against_another_package_version_are_refused_with_the_reason() {
-    let wat = r#"(component
-        (import "nri-wasm:policy/host@0.1.0" (instance))
-    )"#;
-    let err =
-        engine().load_bytes(&spec("31-old", "inline", "", Limits::default()), wat.as_bytes(), &facts()).unwrap_err();
-    assert!(matches!(&err, LoadError::Version { import, .. } if import == "nri-wasm:policy/host@0.1.0"), "{err}");
-    let text = err.to_string();
-    assert!(text.contains("31-old") && text.contains("nri-wasm:policy@0.2.x") && text.contains("rebuild"), "{text}");
+    // 0.1 (records only) and 0.2 (whole event handed to `handle`) are both
+    // incompatible with the current package.
+    for old in ["0.1.0", "0.2.0"] {
+        let import = format!("nri-wasm:policy/host@{old}");
+        let wat = format!(r#"(component (import "{import}" (instance)))"#);
+        let err = engine()
+            .load_bytes(&spec("31-old", "inline", "", Limits::default()), wat.as_bytes(), &facts())
+            .unwrap_err();
+        assert!(matches!(&err, LoadError::Version { import: i, .. } if *i == import), "{err}");
+        let text = err.to_string();
+        let current = format!("nri-wasm:policy@{}.x", nri_wasm::policy::engine::WIT_VERSION);
+        assert!(text.contains("31-old") && text.contains(&current) && text.contains("rebuild"), "{text}");
+    }
 }
 
 #[test]
@@ -246,7 +239,7 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
     let f = facts();
     let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "x", Limits::default()), &f).unwrap();
     assert!(engine
-        .call(&p, &create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1))
+        .call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1))
         .outcome
         .unwrap()
         .is_ok());

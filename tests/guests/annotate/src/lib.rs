@@ -17,15 +17,15 @@ impl Policy for Annotate {
         Ok(())
     }
 
-    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
-        if let Some(reason) = e.container.annotation("example.com/deny") {
+    fn create_container(e: &Event) -> Result<Reply, String> {
+        if let Some(reason) = e.container_annotation("example.com/deny") {
             return Err(format!("denied by annotation: {reason}"));
         }
         let tag = if settings().is_empty() { "annotate" } else { settings() };
-        let seen = e.container.env.len().to_string();
+        let seen = e.env().len().to_string();
         Ok(Reply::adjust(
             ContainerAdjustment::new()
-                .set_annotation(&format!("example.com/{tag}"), &e.container.name)
+                .set_annotation(&format!("example.com/{tag}"), &e.container_meta().name)
                 .set_env(&format!("POLICY_{}", tag.to_uppercase().replace(['-', '.'], "_")), &seen),
         ))
     }

@@ -34,7 +34,8 @@ impl Policy for Faults {
         }
     }
 
-    fn validate_container_adjustment(e: ValidationEvent) -> Result<Reply, String> {
+    fn validate_container_adjustment(e: &Event) -> Result<Reply, String> {
+        let e = e.validation().ok_or("no validation in a validation event")?;
         let key = "example.com/forbidden";
         let set = e.adjust.as_ref().is_some_and(|a| a.annotations.iter().any(|kv| kv.key == key));
         if !set {
@@ -54,7 +55,7 @@ impl Policy for Faults {
         Ok(())
     }
 
-    fn create_container(e: ContainerEvent) -> Result<Reply, String> {
+    fn create_container(e: &Event) -> Result<Reply, String> {
         match settings() {
             "loop" => {
                 let mut x: u64 = 0;
@@ -70,7 +71,7 @@ impl Policy for Faults {
                 }
             }
             "unreachable" => core::arch::wasm32::unreachable(),
-            "panic" => panic!("policy panicked on purpose for {}", e.container.name),
+            "panic" => panic!("policy panicked on purpose for {}", e.container_meta().name),
             "stack" => {
                 let mut sink = [0u64; 64];
                 let v = recurse(0, &mut sink);

@@ -38,15 +38,15 @@ impl Policy for Replay {
         parse(&without_denial.join("\n")).map(drop)
     }
 
-    fn create_container(_e: ContainerEvent) -> Result<Reply, String> {
+    fn create_container(_e: &Event) -> Result<Reply, String> {
         parse(settings())
     }
 
-    fn update_container(_e: UpdateContainerEvent) -> Result<Reply, String> {
+    fn update_container(_e: &Event) -> Result<Reply, String> {
         parse(settings())
     }
 
-    fn stop_container(_e: ContainerEvent) -> Result<Reply, String> {
+    fn stop_container(_e: &Event) -> Result<Reply, String> {
         parse(settings())
     }
 }

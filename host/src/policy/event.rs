@@ -1,0 +1,523 @@
+//! The event of one call, which the policy reads on demand through the
+//! `nri-wasm:policy/event` interface.
+//!
+//! Lowering a whole pod and container into the guest costs a guest
+//! allocation per string, hundreds on a real node, and was most of the cost
+//! of a call. So `handle` receives only the kind of event, and the guest asks
+//! for what it reads: a label lookup copies one string back, `whole` copies
+//! everything.
+//!
+//! A [`CallEvent`] holds the request's protobuf parts behind `Arc`s, shared
+//! with the chain: creating one per call costs a few reference counts, and
+//! nothing is converted to WIT unless a policy reads it. On CreateContainer
+//! the container is the merge's working copy, so a policy reads the
+//! container as the policies before it left it without any conversion
+//! between policies (the store holding the `Arc` is dropped before the next
+//! reply is merged, so the merge modifies it in place).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use nri_wasm_api::api as pb;
+use protobuf::Message;
+
+use super::bindings::event::{self as api, ContainerMeta, PodMeta};
+use super::bindings::wit;
+use super::engine::{event_kind, CallState};
+use crate::nri::version::EventKind;
+
+/// The event one policy call handles.
+#[derive(Debug, Clone)]
+pub struct CallEvent {
+    kind: wit::EventKind,
+    pod: Option<Arc<pb::PodSandbox>>,
+    container: Option<Arc<pb::Container>>,
+    detail: Detail,
+}
+
+/// The parts only some events carry.
+#[derive(Debug, Clone)]
+enum Detail {
+    None,
+    /// update-container: the resources to apply, as the policies before
+    /// left them.
+    Requested(Arc<pb::LinuxResources>),
+    /// update-pod-sandbox: the request, its pod moved out.
+    PodUpdate(Arc<pb::UpdatePodSandboxRequest>),
+    /// validate-container-adjustment: the request, pod and container moved out.
+    Validation(Arc<pb::ValidateContainerAdjustmentRequest>),
+}
+
+impl CallEvent {
+    /// The `synchronize` call, which has no pod or container.
+    pub fn synchronize() -> Self {
+        Self { kind: wit::EventKind::Synchronize, pod: None, container: None, detail: Detail::None }
+    }
+
+    /// An event about a pod only (run, stop, remove, post-update).
+    pub fn pod(kind: wit::EventKind, pod: Arc<pb::PodSandbox>) -> Self {
+        Self { kind, pod: Some(pod), container: None, detail: Detail::None }
+    }
+
+    /// An event about a container of a pod.
+    pub fn container(kind: wit::EventKind, pod: Arc<pb::PodSandbox>, container: Arc<pb::Container>) -> Self {
+        Self { kind, pod: Some(pod), container: Some(container), detail: Detail::None }
+    }
+
+    /// update-container, with the resources the runtime is about to apply.
+    pub fn update_container(
+        pod: Arc<pb::PodSandbox>,
+        container: Arc<pb::Container>,
+        requested: Arc<pb::LinuxResources>,
+    ) -> Self {
+        Self {
+            kind: wit::EventKind::UpdateContainer,
+            pod: Some(pod),
+            container: Some(container),
+            detail: Detail::Requested(requested),
+        }
+    }
+
+    /// update-pod-sandbox.
+    pub fn update_pod(req: &pb::UpdatePodSandboxRequest) -> Self {
+        let mut rest = req.clone();
+        let pod = Arc::new(rest.pod.take().unwrap_or_default());
+        Self {
+            kind: wit::EventKind::UpdatePodSandbox,
+            pod: Some(pod),
+            container: None,
+            detail: Detail::PodUpdate(Arc::new(rest)),
+        }
+    }
+
+    /// validate-container-adjustment.
+    pub fn validation(mut req: pb::ValidateContainerAdjustmentRequest) -> Self {
+        let pod = Arc::new(req.pod.take().unwrap_or_default());
+        let container = Arc::new(req.container.take().unwrap_or_default());
+        Self {
+            kind: wit::EventKind::ValidateContainerAdjustment,
+            pod: Some(pod),
+            container: Some(container),
+            detail: Detail::Validation(Arc::new(req)),
+        }
+    }
+
+    /// The kind `handle` receives.
+    pub fn kind(&self) -> wit::EventKind {
+        self.kind
+    }
+
+    /// The protocol event (`None` for synchronize).
+    pub fn protocol_kind(&self) -> Option<EventKind> {
+        event_kind(self.kind)
+    }
+
+    /// The event's name in errors and logs.
+    pub fn name(&self) -> &'static str {
+        self.protocol_kind().map_or("Synchronize", EventKind::name)
+    }
+
+    pub fn pod_sandbox(&self) -> Option<&pb::PodSandbox> {
+        self.pod.as_deref()
+    }
+
+    pub fn container_record(&self) -> Option<&pb::Container> {
+        self.container.as_deref()
+    }
+
+    /// The whole event as WIT, as `whole` returns it.
+    pub fn to_wit(&self) -> wit::Event {
+        use wit::{Event as E, EventKind as K};
+        let pod = || wit::PodSandbox::from(self.pod.as_deref().unwrap_or_else(|| pb::PodSandbox::default_instance()));
+        let container =
+            || wit::Container::from(self.container.as_deref().unwrap_or_else(|| pb::Container::default_instance()));
+        let pod_event = || wit::PodEvent { pod: pod() };
+        let container_event = || wit::ContainerEvent { pod: pod(), container: container() };
+        match (self.kind, &self.detail) {
+            (K::Synchronize, _) => E::Synchronize,
+            (K::RunPodSandbox, _) => E::RunPodSandbox(pod_event()),
+            (K::StopPodSandbox, _) => E::StopPodSandbox(pod_event()),
+            (K::RemovePodSandbox, _) => E::RemovePodSandbox(pod_event()),
+            (K::PostUpdatePodSandbox, _) => E::PostUpdatePodSandbox(pod_event()),
+            (K::CreateContainer, _) => E::CreateContainer(container_event()),
+            (K::PostCreateContainer, _) => E::PostCreateContainer(container_event()),
+            (K::StartContainer, _) => E::StartContainer(container_event()),
+            (K::PostStartContainer, _) => E::PostStartContainer(container_event()),
+            (K::PostUpdateContainer, _) => E::PostUpdateContainer(container_event()),
+            (K::StopContainer, _) => E::StopContainer(container_event()),
+            (K::RemoveContainer, _) => E::RemoveContainer(container_event()),
+            (K::UpdateContainer, detail) => E::UpdateContainer(wit::UpdateContainerEvent {
+                pod: pod(),
+                container: container(),
+                linux_resources: match detail {
+                    Detail::Requested(r) => Some(wit::LinuxResources::from(&**r)),
+                    _ => None,
+                },
+            }),
+            (K::UpdatePodSandbox, detail) => {
+                let mut e = match detail {
+                    Detail::PodUpdate(req) => wit::UpdatePodSandboxEvent::from(&**req),
+                    _ => wit::UpdatePodSandboxEvent::from(&pb::UpdatePodSandboxRequest::default()),
+                };
+                e.pod = pod();
+                E::UpdatePodSandbox(e)
+            }
+            (K::ValidateContainerAdjustment, detail) => {
+                let mut e = match detail {
+                    Detail::Validation(req) => wit::ValidationEvent::from(&**req),
+                    _ => wit::ValidationEvent::from(&pb::ValidateContainerAdjustmentRequest::default()),
+                };
+                e.pod = pod();
+                e.container = container();
+                E::ValidateContainerAdjustment(e)
+            }
+        }
+    }
+
+    /// On update-container, the requested resources.
+    pub fn requested_resources(&self) -> Option<&pb::LinuxResources> {
+        match &self.detail {
+            Detail::Requested(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// Requests that carry only a pod.
+macro_rules! pod_requests {
+    ($($req:ident => $kind:ident),* $(,)?) => {$(
+        impl From<&pb::$req> for CallEvent {
+            fn from(r: &pb::$req) -> Self {
+                CallEvent::pod(wit::EventKind::$kind, Arc::new((*r.pod).clone()))
+            }
+        }
+    )*};
+}
+
+/// Requests that carry a pod and a container.
+macro_rules! container_requests {
+    ($($req:ident => $kind:ident),* $(,)?) => {$(
+        impl From<&pb::$req> for CallEvent {
+            fn from(r: &pb::$req) -> Self {
+                CallEvent::container(
+                    wit::EventKind::$kind,
+                    Arc::new((*r.pod).clone()),
+                    Arc::new((*r.container).clone()),
+                )
+            }
+        }
+    )*};
+}
+
+pod_requests! {
+    RunPodSandboxRequest => RunPodSandbox,
+    StopPodSandboxRequest => StopPodSandbox,
+    RemovePodSandboxRequest => RemovePodSandbox,
+    PostUpdatePodSandboxRequest => PostUpdatePodSandbox,
+}
+
+container_requests! {
+    PostCreateContainerRequest => PostCreateContainer,
+    StartContainerRequest => StartContainer,
+    PostStartContainerRequest => PostStartContainer,
+    PostUpdateContainerRequest => PostUpdateContainer,
+    StopContainerRequest => StopContainer,
+    RemoveContainerRequest => RemoveContainer,
+}
+
+impl From<&pb::UpdatePodSandboxRequest> for CallEvent {
+    fn from(r: &pb::UpdatePodSandboxRequest) -> Self {
+        CallEvent::update_pod(r)
+    }
+}
+
+/// The call's event, or the trap of a read from `configure`.
+fn current(s: &CallState) -> wasmtime::Result<&CallEvent> {
+    s.event().ok_or_else(|| {
+        wasmtime::format_err!(
+            "policy {}: nri-wasm:policy/event read outside handle (configure has no event)",
+            s.policy_name()
+        )
+    })
+}
+
+/// What each function of the `event` interface answers, for one event.
+impl CallEvent {
+    pub fn pod_wit(&self) -> Option<wit::PodSandbox> {
+        self.pod_sandbox().map(wit::PodSandbox::from)
+    }
+
+    pub fn pod_meta(&self) -> Option<PodMeta> {
+        self.pod_sandbox().map(PodMeta::from)
+    }
+
+    pub fn pod_label(&self, key: &str) -> Option<String> {
+        lookup(self.pod_sandbox().map(|p| &p.labels), key)
+    }
+
+    pub fn pod_labels(&self) -> Vec<wit::KeyValue> {
+        list(self.pod_sandbox().map(|p| &p.labels))
+    }
+
+    pub fn pod_annotation(&self, key: &str) -> Option<String> {
+        lookup(self.pod_sandbox().map(|p| &p.annotations), key)
+    }
+
+    pub fn pod_annotations(&self) -> Vec<wit::KeyValue> {
+        list(self.pod_sandbox().map(|p| &p.annotations))
+    }
+
+    pub fn container_wit(&self) -> Option<wit::Container> {
+        self.container_record().map(wit::Container::from)
+    }
+
+    pub fn container_meta(&self) -> Option<ContainerMeta> {
+        self.container_record().map(ContainerMeta::from)
+    }
+
+    pub fn container_label(&self, key: &str) -> Option<String> {
+        lookup(self.container_record().map(|c| &c.labels), key)
+    }
+
+    pub fn container_labels(&self) -> Vec<wit::KeyValue> {
+        list(self.container_record().map(|c| &c.labels))
+    }
+
+    pub fn container_annotation(&self, key: &str) -> Option<String> {
+        lookup(self.container_record().map(|c| &c.annotations), key)
+    }
+
+    pub fn container_annotations(&self) -> Vec<wit::KeyValue> {
+        list(self.container_record().map(|c| &c.annotations))
+    }
+
+    pub fn container_env(&self) -> Vec<String> {
+        self.container_record().map(|c| c.env.clone()).unwrap_or_default()
+    }
+
+    /// The value of the first `name=` entry of the environment.
+    pub fn container_env_var(&self, name: &str) -> Option<String> {
+        let env = &self.container_record()?.env;
+        env.iter().find_map(|e| e.strip_prefix(name)?.strip_prefix('=').map(str::to_string))
+    }
+
+    pub fn container_resources(&self) -> Option<wit::LinuxResources> {
+        let c = self.container_record()?;
+        c.linux.as_ref()?.resources.as_ref().map(wit::LinuxResources::from)
+    }
+
+    pub fn requested_resources_wit(&self) -> Option<wit::LinuxResources> {
+        self.requested_resources().map(wit::LinuxResources::from)
+    }
+}
+
+fn lookup(map: Option<&HashMap<String, String>>, key: &str) -> Option<String> {
+    map.and_then(|m| m.get(key)).cloned()
+}
+
+fn list(map: Option<&HashMap<String, String>>) -> Vec<wit::KeyValue> {
+    map.map(crate::convert::kv_to_wit).unwrap_or_default()
+}
+
+impl api::Host for CallState {
+    fn whole(&mut self) -> wasmtime::Result<wit::Event> {
+        Ok(current(self)?.to_wit())
+    }
+
+    fn pod(&mut self) -> wasmtime::Result<Option<wit::PodSandbox>> {
+        Ok(current(self)?.pod_wit())
+    }
+
+    fn pod_metadata(&mut self) -> wasmtime::Result<Option<PodMeta>> {
+        Ok(current(self)?.pod_meta())
+    }
+
+    fn pod_label(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(current(self)?.pod_label(&key))
+    }
+
+    fn pod_labels(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(current(self)?.pod_labels())
+    }
+
+    fn pod_annotation(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(current(self)?.pod_annotation(&key))
+    }
+
+    fn pod_annotations(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(current(self)?.pod_annotations())
+    }
+
+    fn container(&mut self) -> wasmtime::Result<Option<wit::Container>> {
+        Ok(current(self)?.container_wit())
+    }
+
+    fn container_metadata(&mut self) -> wasmtime::Result<Option<ContainerMeta>> {
+        Ok(current(self)?.container_meta())
+    }
+
+    fn container_label(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(current(self)?.container_label(&key))
+    }
+
+    fn container_labels(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(current(self)?.container_labels())
+    }
+
+    fn container_annotation(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(current(self)?.container_annotation(&key))
+    }
+
+    fn container_annotations(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(current(self)?.container_annotations())
+    }
+
+    fn container_env(&mut self) -> wasmtime::Result<Vec<String>> {
+        Ok(current(self)?.container_env())
+    }
+
+    fn container_env_var(&mut self, name: String) -> wasmtime::Result<Option<String>> {
+        Ok(current(self)?.container_env_var(&name))
+    }
+
+    fn container_resources(&mut self) -> wasmtime::Result<Option<wit::LinuxResources>> {
+        Ok(current(self)?.container_resources())
+    }
+
+    fn requested_resources(&mut self) -> wasmtime::Result<Option<wit::LinuxResources>> {
+        Ok(current(self)?.requested_resources_wit())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nri_sim::populate::populated;
+
+    use super::*;
+
+    /// `whole` is the full conversion of the request, for every kind of event.
+    #[test]
+    fn the_whole_event_is_the_full_conversion_of_the_request() {
+        fn same<R: protobuf::MessageFull>(make: impl Fn(&R) -> CallEvent)
+        where
+            for<'r> wit::Event: From<&'r R>,
+        {
+            for seed in 1..4 {
+                let req: R = populated(seed);
+                assert_eq!(make(&req).to_wit(), wit::Event::from(&req), "{} (seed {seed})", R::NAME);
+            }
+        }
+        same::<pb::RunPodSandboxRequest>(|r| CallEvent::from(r));
+        same::<pb::StopPodSandboxRequest>(|r| CallEvent::from(r));
+        same::<pb::RemovePodSandboxRequest>(|r| CallEvent::from(r));
+        same::<pb::PostUpdatePodSandboxRequest>(|r| CallEvent::from(r));
+        same::<pb::UpdatePodSandboxRequest>(|r| CallEvent::from(r));
+        same::<pb::PostCreateContainerRequest>(|r| CallEvent::from(r));
+        same::<pb::StartContainerRequest>(|r| CallEvent::from(r));
+        same::<pb::PostStartContainerRequest>(|r| CallEvent::from(r));
+        same::<pb::PostUpdateContainerRequest>(|r| CallEvent::from(r));
+        same::<pb::StopContainerRequest>(|r| CallEvent::from(r));
+        same::<pb::RemoveContainerRequest>(|r| CallEvent::from(r));
+        same::<pb::CreateContainerRequest>(|r| {
+            CallEvent::container(
+                wit::EventKind::CreateContainer,
+                Arc::new((*r.pod).clone()),
+                Arc::new((*r.container).clone()),
+            )
+        });
+        same::<pb::UpdateContainerRequest>(|r| {
+            CallEvent::update_container(
+                Arc::new((*r.pod).clone()),
+                Arc::new((*r.container).clone()),
+                Arc::new((*r.linux_resources).clone()),
+            )
+        });
+        same::<pb::ValidateContainerAdjustmentRequest>(|r| CallEvent::validation(r.clone()));
+        assert_eq!(CallEvent::synchronize().to_wit(), wit::Event::Synchronize);
+    }
+
+    /// Each piece a policy can ask for is what it would find in the whole event.
+    #[test]
+    fn every_piece_agrees_with_the_whole_event() {
+        for seed in 1..4 {
+            let req: pb::UpdateContainerRequest = populated(seed);
+            let mut container = (*req.container).clone();
+            // Two entries of one variable (the first one counts), one without
+            // a value, one without `=` at all.
+            container.env = ["PATH=/bin", "A=1", "EMPTY=", "A=again", "NOEQUALS"].map(String::from).to_vec();
+            let e = CallEvent::update_container(
+                Arc::new((*req.pod).clone()),
+                Arc::new(container),
+                Arc::new((*req.linux_resources).clone()),
+            );
+            let wit::Event::UpdateContainer(whole) = e.to_wit() else { panic!("not an update") };
+            let (pod, ctr) = (&whole.pod, &whole.container);
+
+            assert_eq!(e.pod_wit().as_ref(), Some(pod));
+            assert_eq!(e.container_wit().as_ref(), Some(ctr));
+            let meta = e.pod_meta().unwrap();
+            assert_eq!(
+                (&meta.id, &meta.name, &meta.uid, &meta.namespace, &meta.runtime_handler, meta.pid),
+                (&pod.id, &pod.name, &pod.uid, &pod.namespace, &pod.runtime_handler, pod.pid)
+            );
+            let meta = e.container_meta().unwrap();
+            assert_eq!(
+                (&meta.id, &meta.pod_sandbox_id, &meta.name, meta.state, meta.pid),
+                (&ctr.id, &ctr.pod_sandbox_id, &ctr.name, ctr.state, ctr.pid)
+            );
+            assert_eq!(e.pod_labels(), pod.labels);
+            assert_eq!(e.pod_annotations(), pod.annotations);
+            assert_eq!(e.container_labels(), ctr.labels);
+            assert_eq!(e.container_annotations(), ctr.annotations);
+            assert!(!pod.labels.is_empty() && !ctr.annotations.is_empty(), "populated maps");
+            for kv in &pod.labels {
+                assert_eq!(e.pod_label(&kv.key).as_ref(), Some(&kv.value));
+            }
+            for kv in &pod.annotations {
+                assert_eq!(e.pod_annotation(&kv.key).as_ref(), Some(&kv.value));
+            }
+            for kv in &ctr.labels {
+                assert_eq!(e.container_label(&kv.key).as_ref(), Some(&kv.value));
+            }
+            for kv in &ctr.annotations {
+                assert_eq!(e.container_annotation(&kv.key).as_ref(), Some(&kv.value));
+            }
+            for missing in [
+                e.pod_label("no-such-key"),
+                e.pod_annotation("no-such-key"),
+                e.container_label("no-such-key"),
+                e.container_annotation("no-such-key"),
+                e.container_env_var("NO_SUCH_VAR"),
+            ] {
+                assert_eq!(missing, None);
+            }
+            assert_eq!(e.container_env(), ctr.env);
+            assert_eq!(e.container_env_var("A").as_deref(), Some("1"), "the first entry wins");
+            assert_eq!(e.container_env_var("EMPTY").as_deref(), Some(""));
+            assert_eq!(e.container_env_var("PATH").as_deref(), Some("/bin"));
+            assert_eq!(e.container_env_var("NOEQUALS"), None);
+            assert_eq!(e.container_env_var("PAT"), None, "a prefix of a name is not the name");
+            assert_eq!(e.container_resources(), ctr.linux.as_ref().and_then(|l| l.resources.clone()));
+            assert_eq!(e.requested_resources_wit(), whole.linux_resources);
+        }
+    }
+
+    /// Parts an event does not have read as absent, not as errors.
+    #[test]
+    fn absent_parts_read_as_none_or_empty() {
+        let pod: pb::RunPodSandboxRequest = populated(1);
+        let e = CallEvent::from(&pod);
+        assert!(e.pod_meta().is_some());
+        assert_eq!(e.container_wit(), None);
+        assert_eq!(e.container_meta(), None);
+        assert_eq!(e.container_annotation("a"), None);
+        assert!(e.container_env().is_empty() && e.container_labels().is_empty());
+        assert_eq!(e.requested_resources_wit(), None);
+
+        let sync = CallEvent::synchronize();
+        assert_eq!((sync.pod_wit(), sync.pod_meta(), sync.pod_label("a")), (None, None, None));
+        assert!(sync.pod_labels().is_empty() && sync.container_annotations().is_empty());
+        assert_eq!(sync.name(), "Synchronize");
+        assert_eq!(e.name(), "RunPodSandbox");
+    }
+}
