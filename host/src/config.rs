@@ -243,5 +243,8 @@ mod tests {
         assert!(e.contains("state-kib"), "{e}");
         let e = parse("[engine]\npoolng = true\n").unwrap_err().to_string();
         assert!(e.contains("poolng"), "{e}");
+        assert_eq!(parse("[engine]\nwarm-policies = 16\n").unwrap().engine.warm_policies, 16);
+        let e = parse("[engine]\nwarm-policies = 0\n").unwrap_err().to_string();
+        assert!(e.contains("warm-policies"), "{e}");
     }
 }

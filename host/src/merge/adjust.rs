@@ -11,7 +11,9 @@
 //! map, keys are taken in sorted order so that the first conflict reported
 //! and the resulting order are deterministic.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::Arc;
 
 use nri_wasm_api::api as pb;
@@ -160,7 +162,7 @@ impl Adjuster {
         let Step { owners, scope, policy } = step;
 
         self.reply.env.retain(|kv| {
-            let drop = removed.contains(&kv.key);
+            let drop = removed.contains(kv.key.as_str());
             if drop {
                 owners.clear_key(scope.id, F::Env, &kv.key, policy);
             }
@@ -176,13 +178,14 @@ impl Adjuster {
         }
         Arc::make_mut(&mut self.container).env.extend(add.iter().map(|kv| format!("{}={}", kv.key, kv.value)));
 
-        self.removed_env.retain(|kv| removal(&kv.key).is_some_and(|name| !modified.contains(name)));
-        for (name, marker) in removed.entries {
-            if !modified.contains(name) {
-                self.removed_env.retain(|kv| removal(&kv.key) != Some(name));
-                self.removed_env.push(marker.clone());
-            }
-        }
+        // Markers of names this reply set again are dropped; this reply's
+        // own markers replace earlier ones of the same name.
+        let markers: Vec<&pb::KeyValue> =
+            removed.entries.iter().filter(|(name, _)| !modified.contains(name)).map(|(_, m)| *m).collect();
+        let replaced: HashSet<&str> = markers.iter().filter_map(|m| removal(&m.key)).collect();
+        self.removed_env
+            .retain(|kv| removal(&kv.key).is_some_and(|name| !modified.contains(name) && !replaced.contains(name)));
+        self.removed_env.extend(markers.into_iter().cloned());
         Ok(())
     }
 
@@ -280,11 +283,10 @@ impl Adjuster {
         keyed_list(step, F::Devices, input, |d| &d.path, container, reply, &mut removed)?;
         let added: HashSet<&str> =
             input.iter().filter(|d| removal(&d.path).is_none()).map(|d| d.path.as_str()).collect();
-        self.removed_devices.retain(|d| removal(&d.path).is_some_and(|path| !added.contains(path)));
-        for marker in removed {
-            self.removed_devices.retain(|d| d.path != marker.path);
-            self.removed_devices.push(marker);
-        }
+        let replaced: HashSet<String> = removed.iter().map(|d| d.path.clone()).collect();
+        self.removed_devices
+            .retain(|d| removal(&d.path).is_some_and(|path| !added.contains(path)) && !replaced.contains(&d.path));
+        self.removed_devices.extend(removed);
         Ok(())
     }
 
@@ -336,13 +338,9 @@ impl Adjuster {
             return Ok(());
         }
         let linux = Arc::make_mut(&mut self.container).linux.mut_or_insert_default();
-        let mut by_type: Vec<(String, Option<pb::LinuxNamespace>)> = Vec::new();
-        let mut put = |kind: &str, ns: Option<pb::LinuxNamespace>| match by_type.iter_mut().find(|(k, _)| k == kind) {
-            Some(slot) => slot.1 = ns,
-            None => by_type.push((kind.to_string(), ns)),
-        };
+        let mut by_type: Ordered<String, Option<pb::LinuxNamespace>> = Ordered::default();
         for ns in &linux.namespaces {
-            put(&ns.type_, Some(ns.clone()));
+            by_type.insert(ns.type_.clone(), Some(ns.clone()));
         }
         let reply = self.reply.linux.mut_or_insert_default();
         for ns in input {
@@ -351,10 +349,10 @@ impl Adjuster {
                 None => (ns.type_.as_str(), false),
             };
             step.claim_key(F::Namespace, kind)?;
-            put(kind, (!remove).then(|| ns.clone()));
+            by_type.insert(kind.to_string(), (!remove).then(|| ns.clone()));
             reply.namespaces.push(ns.clone());
         }
-        linux.namespaces = by_type.into_iter().filter_map(|(_, ns)| ns).collect();
+        linux.namespaces = by_type.entries.into_iter().filter_map(|(_, ns)| ns).collect();
         Ok(())
     }
 
@@ -446,28 +444,36 @@ fn sorted<V>(map: &HashMap<String, V>) -> BTreeMap<&String, &V> {
     map.iter().collect()
 }
 
-/// Removals of one reply by key, in first-seen order; a key removed twice
-/// keeps its last marker (as a Go map would).
-struct Ordered<'a, T> {
-    entries: Vec<(&'a str, &'a T)>,
+/// Entries by key in first-seen order; a key inserted twice keeps its last
+/// value (as a Go map would). Indexed, so that a reply of many entries
+/// merges in linear time.
+struct Ordered<K, V> {
+    entries: Vec<(K, V)>,
+    index: HashMap<K, usize>,
 }
 
-impl<T> Default for Ordered<'_, T> {
+impl<K, V> Default for Ordered<K, V> {
     fn default() -> Self {
-        Self { entries: Vec::new() }
+        Self { entries: Vec::new(), index: HashMap::new() }
     }
 }
 
-impl<'a, T> Ordered<'a, T> {
-    fn insert(&mut self, key: &'a str, value: &'a T) {
-        match self.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = value,
-            None => self.entries.push((key, value)),
+impl<K: Hash + Eq + Clone, V> Ordered<K, V> {
+    fn insert(&mut self, key: K, value: V) {
+        match self.index.get(&key) {
+            Some(&i) => self.entries[i].1 = value,
+            None => {
+                self.index.insert(key.clone(), self.entries.len());
+                self.entries.push((key, value));
+            }
         }
     }
 
-    fn contains(&self, key: &str) -> bool {
-        self.entries.iter().any(|(k, _)| *k == key)
+    fn contains<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.index.contains_key(key)
     }
 }
 
@@ -522,13 +528,13 @@ fn keyed_list<T: Clone>(
     let modified: HashSet<&str> = add.iter().map(|item| key(item).as_str()).collect();
 
     reply.retain(|item| {
-        let drop = del.contains(key(item));
+        let drop = del.contains(key(item).as_str());
         if drop {
             step.owners.clear_key(step.scope.id, field, key(item), step.policy);
         }
         !drop
     });
-    container.retain(|item| !del.contains(key(item)) && !modified.contains(key(item).as_str()));
+    container.retain(|item| !del.contains(key(item).as_str()) && !modified.contains(key(item).as_str()));
     for item in &add {
         step.claim_key(field, key(item))?;
         reply.push((*item).clone());

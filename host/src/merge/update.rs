@@ -17,6 +17,8 @@
 //!   one (for UpdateContainer: the requested resources);
 //! - device cgroup rules in an update are dropped.
 
+use std::collections::{HashMap, HashSet};
+
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
 
@@ -34,7 +36,11 @@ pub(crate) struct Updates {
     requested: Option<Requested>,
     /// Merged updates of every other container, in first-seen order.
     others: Vec<pb::ContainerUpdate>,
+    /// Where each container's entry is in `others`.
+    index: HashMap<String, usize>,
     evictions: Vec<pb::ContainerEviction>,
+    /// Containers already in `evictions`.
+    evicted: HashSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -94,13 +100,17 @@ impl Updates {
             Some(requested) if requested.id == id => {
                 requested.update.get_or_insert_with(|| empty_update(id, update.ignore_failure))
             }
-            _ => match self.others.iter().position(|u| u.container_id == id) {
-                Some(i) => &mut self.others[i],
-                None => {
-                    self.others.push(empty_update(id, update.ignore_failure));
-                    self.others.last_mut().expect("just pushed")
-                }
-            },
+            _ => {
+                let i = match self.index.get(id) {
+                    Some(&i) => i,
+                    None => {
+                        self.index.insert(id.to_string(), self.others.len());
+                        self.others.push(empty_update(id, update.ignore_failure));
+                        self.others.len() - 1
+                    }
+                };
+                &mut self.others[i]
+            }
         };
         entry.ignore_failure &= update.ignore_failure;
 
@@ -122,14 +132,14 @@ impl Updates {
     fn entry_mut(&mut self, id: &str) -> &mut pb::ContainerUpdate {
         match &mut self.requested {
             Some(requested) if requested.id == id => requested.update.as_mut().expect("entry created first"),
-            _ => self.others.iter_mut().find(|u| u.container_id == id).expect("entry created first"),
+            _ => &mut self.others[self.index[id]],
         }
     }
 
     /// Keeps every eviction, once per container (the first reason wins).
     pub fn evict(&mut self, evictions: &[pb::ContainerEviction]) {
         for eviction in evictions {
-            if !self.evictions.iter().any(|e| e.container_id == eviction.container_id) {
+            if self.evicted.insert(eviction.container_id.clone()) {
                 self.evictions.push(eviction.clone());
             }
         }

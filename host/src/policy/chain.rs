@@ -462,9 +462,10 @@ impl Chain {
             return Ok(run.done(pb::CreateContainerResponse::default()));
         }
         let mut merge = CreateMerge::new(req);
-        let pod = Arc::new((*req.pod).clone());
+        let mut pod: Option<Arc<pb::PodSandbox>> = None;
         let mut current: Option<Arc<ContainerEntry>> = None;
         for entry in self.subscribed(kind) {
+            let pod = pod.get_or_insert_with(|| Arc::new((*req.pod).clone()));
             if entry.policy.imports().node && current.is_none() {
                 current = Some(Arc::new(container_entry(merge.container())));
             }

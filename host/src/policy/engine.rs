@@ -60,11 +60,16 @@ pub struct EngineSettings {
     pub max_concurrent_calls: u32,
     /// Largest linear memory any policy may be given, in MiB (pool slot size).
     pub max_memory_mib: u64,
+    /// Policies whose memory the pool keeps ready between their calls. A
+    /// policy past this many still runs, but its calls map and fault in its
+    /// memory afresh. Each costs address space (`max-memory-mib`), and the
+    /// pages its calls touch (up to 2 MiB) stay resident.
+    pub warm_policies: u32,
 }
 
 impl Default for EngineSettings {
     fn default() -> Self {
-        Self { cache_dir: None, pooling: true, max_concurrent_calls: 4, max_memory_mib: 256 }
+        Self { cache_dir: None, pooling: true, max_concurrent_calls: 4, max_memory_mib: 256, warm_policies: 128 }
     }
 }
 
@@ -76,6 +81,9 @@ impl EngineSettings {
         }
         if self.max_memory_mib == 0 || self.max_memory_mib > 4096 {
             return Err(format!("[engine] max-memory-mib {} must be in 1..=4096", self.max_memory_mib));
+        }
+        if self.warm_policies == 0 || self.warm_policies > 4096 {
+            return Err(format!("[engine] warm-policies {} must be in 1..=4096", self.warm_policies));
         }
         if defaults.memory_mib > self.max_memory_mib {
             return Err(format!(
@@ -462,7 +470,12 @@ impl PolicyEngine {
             // A component is a handful of core instances, memories and tables.
             pool.total_component_instances(instances)
                 .total_core_instances(instances * 16)
-                .total_memories(instances * 4)
+                // A memory slot remembers the last policy it held; a policy
+                // that finds its slot again skips mapping its memory image
+                // and faulting its pages in. One slot per policy keeps that
+                // true for every policy of a long chain.
+                .total_memories((instances * 4).max(settings.warm_policies))
+                .max_unused_warm_slots(settings.warm_policies)
                 .total_tables(instances * 16)
                 .total_stacks(instances)
                 .max_core_instances_per_component(16)

@@ -92,6 +92,48 @@ async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_i
     h.shutdown().await;
 }
 
+/// A reply of tens of thousands of removal markers, updates and evictions,
+/// within the 1 MiB reply limit, is merged in linear time: the runtime gets
+/// its answer inside the chain's budget, and the conflict at the end of the
+/// reply is that policy's failure, handled by its on-error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
+    let request_timeout = Duration::from_secs(2);
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        let flood = load("20-flood", guests::FAULTS, "flood", on_error, Mode::Enforce, Limits::default());
+        let chain = Chain::new(vec![annotate("10-a", "a"), flood, annotate("30-c", "c")], ChainSettings::default());
+        let budget = chain.settings().budget(request_timeout);
+        let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
+        let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(request_timeout), dispatcher).await;
+        let conn = h.connect().await;
+        let req = request();
+        let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+        for run in 0..3 {
+            let started = Instant::now();
+            let result = conn.create_container(&pod, &ctr).await;
+            let took = started.elapsed();
+            assert!(took <= budget, "{on_error:?} run {run}: answered after {took:?}, budget {budget:?}");
+            match on_error {
+                OnError::Ignore => {
+                    let reply = result.unwrap();
+                    let keys: Vec<_> = annotations(&reply).into_iter().map(|(k, _)| k).collect();
+                    assert_eq!(keys, ["example.com/a", "example.com/c"]);
+                    assert!(reply.update.is_empty() && reply.evict.is_empty(), "nothing of the flood is kept");
+                    assert!(env(&reply).iter().all(|(k, _)| !k.starts_with('-')), "no marker of the flood");
+                }
+                OnError::Fail => {
+                    let err = result.unwrap_err();
+                    let SimError::Failed { status, .. } = &err else { panic!("{err}") };
+                    let message = status.message();
+                    assert!(message.contains("20-flood") && message.contains("both tried to set"), "{message}");
+                }
+            }
+        }
+        conn.close().await;
+        h.shutdown().await;
+    }
+}
+
 #[test]
 fn audit_mode_reports_but_changes_and_denies_nothing() {
     let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());

@@ -1,7 +1,9 @@
 //! Misbehaves on CreateContainer in the way its settings name, for the fault
 //! tests: `loop`, `grow`, `unreachable`, `panic`, `stack` (the shadow stack
 //! in linear memory), `native-stack` (the engine's call stack), `huge` or
-//! `huge:N` (N env entries, a million by default), `invalid`, `deny`,
+//! `huge:N` (N env entries, a million by default), `flood` (tens of
+//! thousands of removal markers, updates and evictions within the reply
+//! limit, ending in a conflict), `invalid`, `deny`,
 //! `init-loop`, `ok`, `random` (an annotation that depends on the random
 //! keys of a hash map); and `validate`: subscribes to the validation step only
 //! and rejects a merged adjustment that sets `example.com/forbidden`, naming
@@ -86,6 +88,41 @@ impl Policy for Faults {
                     adjust.env.push(KeyValue { key: format!("V{i}"), value: "x".into() });
                 }
                 Ok(Reply::adjust(adjust))
+            }
+            "flood" => {
+                // Just under the host's 1 MiB reply limit: thousands of
+                // removal markers, updates of distinct containers and
+                // evictions, which the merge must take in linear time, then
+                // two updates of one field of one container, a conflict.
+                const N: usize = 15_000;
+                let mut adjust = ContainerAdjustment::new();
+                adjust.env = (0..N).map(|i| KeyValue { key: format!("-V{i:05}"), value: String::new() }).collect();
+                adjust.mounts = (0..N)
+                    .map(|i| Mount {
+                        destination: format!("-/m{i:05}"),
+                        type_: String::new(),
+                        source: String::new(),
+                        options: vec![],
+                    })
+                    .collect();
+                let mut reply = Reply::adjust(adjust);
+                reply.update = (0..N)
+                    .map(|i| ContainerUpdate {
+                        container_id: format!("c{i:05}"),
+                        resources: None,
+                        ignore_failure: false,
+                    })
+                    .collect();
+                reply.evict = (0..N)
+                    .map(|i| ContainerEviction { container_id: format!("c{i:05}"), reason: String::new() })
+                    .collect();
+                let memory = |limit| LinuxResources {
+                    memory: Some(LinuxMemory { limit: Some(limit), ..LinuxMemory::default() }),
+                    ..LinuxResources::default()
+                };
+                Ok(reply
+                    .with_update(ContainerUpdate::new("c-twice", memory(1 << 30)))
+                    .with_update(ContainerUpdate::new("c-twice", memory(2 << 30))))
             }
             "invalid" => Ok(Reply::adjust(ContainerAdjustment::new().add_mount(Mount {
                 destination: String::new(),
