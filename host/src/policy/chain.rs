@@ -103,10 +103,28 @@ pub enum ChainError {
 /// What one policy did for one event, for logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    Applied { policy: String, fuel: u64, elapsed: Duration },
-    Denied { policy: String, reason: String, audit: bool },
-    AuditOnly { policy: String, fuel: u64 },
-    Failed { failure: PolicyFailure, ignored: bool },
+    Applied {
+        policy: String,
+        fuel: u64,
+        elapsed: Duration,
+    },
+    Denied {
+        policy: String,
+        reason: String,
+        audit: bool,
+    },
+    /// An audited policy's reply, checked and merged into a copy only:
+    /// `would` is what it would have changed (JSON of the adjustment,
+    /// updates and evictions; empty if nothing).
+    AuditOnly {
+        policy: String,
+        fuel: u64,
+        would: String,
+    },
+    Failed {
+        failure: PolicyFailure,
+        ignored: bool,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -216,7 +234,7 @@ impl Chain {
     pub fn with_unloadable(mut self, failed: Vec<(PolicySpec, LoadError)>) -> Self {
         self.unloadable = failed
             .into_iter()
-            .filter(|(spec, _)| spec.on_error == OnError::Fail)
+            .filter(|(spec, _)| spec.on_error == OnError::Fail && spec.mode == Mode::Enforce)
             .map(|(spec, e)| (spec.name, e.to_string()))
             .collect();
         self
@@ -308,7 +326,13 @@ impl Chain {
         b.failures += 1;
         if b.failures >= self.settings.breaker_failures && b.open_until.is_none() {
             b.open_until = Some(Instant::now() + Duration::from_millis(self.settings.breaker_backoff_ms));
-            tracing::warn!(policy = entry.policy.name(), failures = b.failures, "policy quarantined");
+            tracing::warn!(
+                policy = entry.policy.name(),
+                failures = b.failures,
+                backoff_ms = self.settings.breaker_backoff_ms,
+                last = %failure,
+                "policy quarantined"
+            );
         }
         failure
     }
@@ -320,9 +344,11 @@ impl Chain {
     }
 
     /// Applies `on-error` to a failure: `Ok` to go on, `Err` to fail the event.
+    /// A policy in audit mode fails nothing, whatever its `on-error`.
     fn on_failure(entry: &ChainEntry, failure: PolicyFailure, run: &mut Run<'_>) -> Result<(), ChainError> {
-        let ignored = entry.policy.spec.on_error == OnError::Ignore;
-        tracing::warn!(error = %failure, ignored, "policy failed");
+        let audit = entry.policy.spec.mode == Mode::Audit;
+        let ignored = entry.policy.spec.on_error == OnError::Ignore || audit;
+        tracing::warn!(error = %failure, target = run.target, ignored, audit, "policy failed");
         run.steps.push(Step::Failed { failure: failure.clone(), ignored });
         if ignored {
             Ok(())
@@ -369,24 +395,34 @@ impl Chain {
                 self.succeeded(entry);
                 self.deny(entry, name, reason, run).map(|()| false)
             }
-            Ok(Ok(Answer { reply, fuel, elapsed, writes })) => match apply(&policy, reply, audit, run) {
-                Ok(changed) => {
-                    self.succeeded(entry);
-                    if audit {
-                        run.steps.push(Step::AuditOnly { policy, fuel });
-                        return Ok(false);
+            Ok(Ok(Answer { reply, fuel, elapsed, writes })) => {
+                let would = audit.then(|| would_change(&reply));
+                match apply(&policy, reply, audit, run) {
+                    Ok(changed) => {
+                        self.succeeded(entry);
+                        if let Some(would) = would {
+                            tracing::info!(
+                                policy,
+                                event = name,
+                                target = run.target,
+                                would,
+                                "audit: would have changed"
+                            );
+                            run.steps.push(Step::AuditOnly { policy, fuel, would });
+                            return Ok(false);
+                        }
+                        if let Some(w) = writes {
+                            run.effects.writes.push((policy.clone(), w));
+                        }
+                        run.steps.push(Step::Applied { policy, fuel, elapsed });
+                        Ok(changed)
                     }
-                    if let Some(w) = writes {
-                        run.effects.writes.push((policy.clone(), w));
+                    Err(f) => {
+                        let f = self.failed(entry, f);
+                        Self::on_failure(entry, f, run).map(|()| false)
                     }
-                    run.steps.push(Step::Applied { policy, fuel, elapsed });
-                    Ok(changed)
                 }
-                Err(f) => {
-                    let f = self.failed(entry, f);
-                    Self::on_failure(entry, f, run).map(|()| false)
-                }
-            },
+            }
         }
     }
 
@@ -673,6 +709,37 @@ fn bounded_in(
         *total += size;
     }
     Ok(())
+}
+
+/// Most bytes of an audited reply's description in logs and steps.
+const MAX_WOULD_BYTES: usize = 4096;
+
+/// What an audited reply would change, as JSON of its parts (empty if it
+/// changes nothing); cut at [`MAX_WOULD_BYTES`].
+fn would_change(reply: &wit::Reply) -> String {
+    let (adjust, update, evict) = match crate::convert::reply_parts(reply.clone()) {
+        Ok(parts) => parts,
+        // Invalid output is reported as the policy's failure instead.
+        Err(e) => return format!("invalid output: {e}"),
+    };
+    let json = |m: &dyn protobuf::MessageDyn| protobuf_json_mapping::print_to_string(m).unwrap_or_default();
+    let mut parts = Vec::new();
+    if let Some(a) = &adjust {
+        parts.push(format!("adjust: {}", json(a)));
+    }
+    if !update.is_empty() {
+        parts.push(format!("update: [{}]", update.iter().map(|u| json(u)).collect::<Vec<_>>().join(", ")));
+    }
+    if !evict.is_empty() {
+        parts.push(format!("evict: [{}]", evict.iter().map(|e| json(e)).collect::<Vec<_>>().join(", ")));
+    }
+    let mut text = parts.join("; ");
+    if text.len() > MAX_WOULD_BYTES {
+        let cut = (0..=MAX_WOULD_BYTES).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(cut);
+        text.push_str(" [...]");
+    }
+    text
 }
 
 fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {

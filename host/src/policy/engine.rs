@@ -26,12 +26,12 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, 
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
 };
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{host, node, state, wit, PolicyPre};
 use super::event::CallEvent;
 use super::manifest::PolicySpec;
+use super::output::{GuestOutput, Written};
 use super::state::{StateSnapshot, StateStore, StateTxn, StateWrites};
 use crate::node::topology::Topology;
 use crate::node::view::{ContainerEntry, ContainerFilter, NodeView};
@@ -43,7 +43,8 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 const KEEP_RESIDENT: usize = 2 << 20;
 /// The `nri-wasm:policy` package versions this host loads: `0.3.x`.
 pub const WIT_VERSION: &str = "0.3";
-/// Most bytes of stdout/stderr kept per call (the rest is cut).
+/// Most bytes of stdout, and of stderr, kept per call (the first and the
+/// last half of what was written; see `output.rs`).
 const OUTPUT_CAPACITY: usize = 16 << 10;
 
 /// Engine-wide settings (the `[engine]` table of the host configuration).
@@ -261,8 +262,8 @@ impl CallState {
 /// The empty WASI context of a call, and the guest's stdout and stderr.
 struct Wasi {
     ctx: WasiCtx,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: GuestOutput,
+    stderr: GuestOutput,
 }
 
 impl Wasi {
@@ -271,7 +272,7 @@ impl Wasi {
     /// maps, for one) draws on it, and the same input must give the same
     /// output and cost the same fuel every time.
     fn new(seed: u64) -> Self {
-        let (stdout, stderr) = (MemoryOutputPipe::new(OUTPUT_CAPACITY), MemoryOutputPipe::new(OUTPUT_CAPACITY));
+        let (stdout, stderr) = (GuestOutput::new(OUTPUT_CAPACITY), GuestOutput::new(OUTPUT_CAPACITY));
         let ctx = WasiCtxBuilder::new()
             .secure_random(StdRng::seed_from_u64(seed))
             .insecure_random(StdRng::seed_from_u64(seed.rotate_left(32)))
@@ -741,12 +742,18 @@ pub struct Imports {
 fn with_output<T>(outcome: Result<T, CallError>, state: &CallState, event: &str) -> Result<T, CallError> {
     let policy = &*state.policy;
     let Some(wasi) = &state.wasi else { return outcome };
-    let stdout = wasi.stdout.contents();
-    let stderr = wasi.stderr.contents();
-    for line in String::from_utf8_lossy(&stdout).lines().filter(|l| !l.trim().is_empty()) {
+    let text = |w: Written| {
+        let mut text = String::from_utf8_lossy(&w.head).into_owned();
+        if w.dropped > 0 {
+            text.push_str(&format!("\n[{} bytes dropped]\n", w.dropped));
+        }
+        text.push_str(&String::from_utf8_lossy(&w.tail));
+        text
+    };
+    let (stdout, stderr) = (text(wasi.stdout.contents()), text(wasi.stderr.contents()));
+    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
         tracing::info!(policy, event, stream = "stdout", "{line}");
     }
-    let stderr = String::from_utf8_lossy(&stderr);
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
         tracing::warn!(policy, event, stream = "stderr", "{line}");
     }

@@ -5,6 +5,7 @@
 //! - `manifest`: finding `NN-name.wasm` and reading `NN-name.toml`;
 //! - `engine`: one wasmtime engine, linker and epoch ticker; a compiled
 //!   policy (`PolicyPre`) per file; a fresh store per call;
+//! - `output`: a guest's stdout and stderr, bounded, never refusing a write;
 //! - `loader`: a policy directory into compiled policies, skipping bad files;
 //! - `chain`: the ordered chain for one event, on-error, audit, breaker;
 //! - `dispatcher`: the chain behind the transport's `Dispatcher`, in time,
@@ -18,4 +19,5 @@ pub mod event;
 pub mod limits;
 pub mod loader;
 pub mod manifest;
+pub mod output;
 pub mod state;

@@ -92,6 +92,74 @@ async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_i
     h.shutdown().await;
 }
 
+/// Every NRI event (and synchronize) reaches a policy subscribed to it, with
+/// a pod and container as the runtime sent them: the probe checks each piece
+/// of every event against the whole one and counts the event in its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_reaches_a_policy_and_its_pieces_agree_with_the_whole() {
+    let probe = load("20-probe", guests::PROBE, "every-event", OnError::Fail, Mode::Enforce, Limits::default());
+    let chain = Chain::new(vec![annotate("10-a", "a"), probe], ChainSettings::default());
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
+    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher.clone()).await;
+    let conn = h.connect().await;
+    let req = request();
+    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    conn.synchronize(&[], &[], 0).await.unwrap();
+    conn.run_pod_sandbox(&pod).await.unwrap();
+    let update_pod = pb::UpdatePodSandboxRequest {
+        pod: Some(pod.clone()).into(),
+        linux_resources: Some(pb::LinuxResources::default()).into(),
+        ..Default::default()
+    };
+    conn.update_pod_sandbox(&update_pod).await.unwrap();
+    conn.post_update_pod_sandbox(&pod).await.unwrap();
+    // Create-container also runs the validation step.
+    conn.create_container(&pod, &ctr).await.unwrap();
+    conn.post_create_container(&pod, &ctr).await.unwrap();
+    conn.start_container(&pod, &ctr).await.unwrap();
+    conn.post_start_container(&pod, &ctr).await.unwrap();
+    let mut resources = pb::LinuxResources::default();
+    resources.cpu.mut_or_insert_default().shares = Some(pb::OptionalUInt64 { value: 512, ..Default::default() }).into();
+    let update = pb::UpdateContainerRequest {
+        pod: Some(pod.clone()).into(),
+        container: Some(ctr.clone()).into(),
+        linux_resources: Some(resources).into(),
+        ..Default::default()
+    };
+    conn.update_container(&update).await.unwrap();
+    conn.post_update_container(&pod, &ctr).await.unwrap();
+    conn.stop_container(&pod, &ctr).await.unwrap();
+    conn.remove_container(&pod, &ctr).await.unwrap();
+    conn.stop_pod_sandbox(&pod).await.unwrap();
+    conn.remove_pod_sandbox(&pod).await.unwrap();
+    let state = dispatcher.states().snapshot("20-probe");
+    let seen: Vec<_> =
+        state.iter().filter(|(k, _)| k.starts_with("seen/")).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    assert_eq!(seen.len(), 15, "13 events, validation and synchronize: {seen:?}");
+    assert!(seen.iter().all(|(_, n)| n == "1"), "each exactly once: {seen:?}");
+    conn.close().await;
+    h.shutdown().await;
+}
+
+/// Nothing survives from one call to the next, though the engine keeps each
+/// policy's memory slot warm: a global counter reads 1 in every call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_of_a_policy_starts_afresh_in_every_call() {
+    let probe = load("20-probe", guests::PROBE, "global", OnError::Fail, Mode::Enforce, Limits::default());
+    let chain = Chain::new(vec![probe], ChainSettings::default());
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
+    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher).await;
+    let conn = h.connect().await;
+    let req = request();
+    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    for run in 0..20 {
+        let reply = conn.create_container(&pod, &ctr).await.unwrap();
+        assert!(annotations(&reply).contains(&("example.com/global".to_string(), "1".to_string())), "run {run}");
+    }
+    conn.close().await;
+    h.shutdown().await;
+}
+
 /// A reply of tens of thousands of removal markers, updates and evictions,
 /// within the 1 MiB reply limit, is merged in linear time: the runtime gets
 /// its answer inside the chain's budget, and the conflict at the end of the
@@ -134,6 +202,31 @@ async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
     }
 }
 
+/// Audit mode fails nothing either: a trap of an audited policy with
+/// `on-error = "fail"` is reported, and the event goes on; so does an audited
+/// policy that cannot be loaded.
+#[test]
+fn an_audited_policy_that_fails_does_not_fail_the_event() {
+    let trapping = load("20-audit", guests::FAULTS, "unreachable", OnError::Fail, Mode::Audit, Limits::default());
+    let spec =
+        PolicySpec { mode: Mode::Audit, ..policy_spec("30-broken", "broken", "", OnError::Fail, Limits::default()) };
+    let broken = (
+        spec,
+        engine()
+            .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, Limits::default()), b"junk", &facts())
+            .unwrap_err(),
+    );
+    let chain =
+        Chain::new(vec![annotate("10-a", "a"), trapping], ChainSettings::default()).with_unloadable(vec![broken]);
+    assert!(chain.unloadable().is_empty(), "an audited policy that failed to load blocks nothing");
+    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
+    assert!(
+        matches!(&steps[1], Step::Failed { failure: PolicyFailure::Call(_), ignored: true }),
+        "reported, not fatal: {steps:?}"
+    );
+}
+
 #[test]
 fn audit_mode_reports_but_changes_and_denies_nothing() {
     let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
@@ -141,7 +234,10 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
     let mut req = request();
     let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
     assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
-    assert!(matches!(&steps[1], Step::AuditOnly { policy, .. } if policy == "20-audit"), "{steps:?}");
+    // It reports what it would have changed.
+    let Step::AuditOnly { policy, would, .. } = &steps[1] else { panic!("{steps:?}") };
+    assert_eq!(policy, "20-audit");
+    assert!(would.starts_with("adjust: ") && would.contains("example.com/audited"), "{would}");
 
     // The annotate guest denies containers annotated example.com/deny.
     req.container.mut_or_insert_default().annotations.insert("example.com/deny".into(), "no".into());

@@ -176,6 +176,25 @@ fn a_looping_init_fails_the_load_within_the_limit() {
     assert!(err.to_string().contains("time limit"), "{err}");
 }
 
+/// A policy that writes far more to stdout and stderr than the host keeps is
+/// not failed for it; the end of stderr (a panic message) still reaches the
+/// trap's error.
+#[test]
+fn output_past_what_the_host_keeps_is_dropped_not_fatal() {
+    let engine = engine();
+    let f = facts();
+    let env = CallEnv::detached(f.clone());
+    let chatty = engine.load(&spec("20-faults", guests::FAULTS, "chatty", Limits::default()), &f).unwrap();
+    let reply = engine.call(&chatty, create_event(), &env, None, Duration::from_secs(5)).outcome.unwrap().unwrap();
+    let adjust = reply.adjust.expect("an answer");
+    assert_eq!(adjust.annotations, vec![wit::KeyValue { key: "example.com/faults".into(), value: "ok".into() }]);
+
+    let panics = engine.load(&spec("20-faults", guests::FAULTS, "chatty-panic", Limits::default()), &f).unwrap();
+    let err = engine.call(&panics, create_event(), &env, None, Duration::from_secs(5)).outcome.unwrap_err();
+    let CallError::Trap { trap, .. } = &err else { panic!("{err}") };
+    assert!(trap.contains("panicked on purpose after logging too much"), "{trap}");
+}
+
 /// The event exists only in `handle`: reading it from `configure` traps, and
 /// the policy does not load, with the reason.
 #[test]

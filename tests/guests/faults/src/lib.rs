@@ -4,7 +4,8 @@
 //! `huge:N` (N env entries, a million by default), `flood` (tens of
 //! thousands of removal markers, updates and evictions within the reply
 //! limit, ending in a conflict), `invalid`, `deny`,
-//! `init-loop`, `ok`, `random` (an annotation that depends on the random
+//! `chatty` (200 KiB to stdout and stderr, then an answer), `chatty-panic`
+//! (the same, then a panic), `init-loop`, `ok`, `random` (an annotation that depends on the random
 //! keys of a hash map); and `validate`: subscribes to the validation step only
 //! and rejects a merged adjustment that sets `example.com/forbidden`, naming
 //! the policy that set it.
@@ -74,6 +75,17 @@ impl Policy for Faults {
             }
             "unreachable" => core::arch::wasm32::unreachable(),
             "panic" => panic!("policy panicked on purpose for {}", e.container_meta().name),
+            chatty @ ("chatty" | "chatty-panic") => {
+                // 200 KiB to each stream, far past what the host keeps.
+                for i in 0..4000 {
+                    println!("line {i} of a policy that logs far too much ........................");
+                    eprintln!("line {i} of a policy that logs far too much ........................");
+                }
+                if chatty == "chatty-panic" {
+                    panic!("policy panicked on purpose after logging too much");
+                }
+                Ok(Reply::adjust(ContainerAdjustment::new().set_annotation("example.com/faults", "ok")))
+            }
             "stack" => {
                 let mut sink = [0u64; 64];
                 let v = recurse(0, &mut sink);
