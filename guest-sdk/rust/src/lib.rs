@@ -424,6 +424,25 @@ pub fn log(level: LogLevel, message: &str) {
     host_log(level, message)
 }
 
+/// Every lifecycle event of pods and containers: what a policy that wants
+/// to see everything returns from [`Policy::events`] (add
+/// `ValidateContainerAdjustment` and `Synchronize` to it for those steps).
+pub const LIFECYCLE_EVENTS: [EventKind; 13] = [
+    EventKind::RunPodSandbox,
+    EventKind::StopPodSandbox,
+    EventKind::RemovePodSandbox,
+    EventKind::CreateContainer,
+    EventKind::PostCreateContainer,
+    EventKind::StartContainer,
+    EventKind::PostStartContainer,
+    EventKind::UpdateContainer,
+    EventKind::PostUpdateContainer,
+    EventKind::StopContainer,
+    EventKind::RemoveContainer,
+    EventKind::UpdatePodSandbox,
+    EventKind::PostUpdatePodSandbox,
+];
+
 /// A policy. Override `events` and the handlers of those events.
 pub trait Policy {
     /// The events the host delivers to this policy.

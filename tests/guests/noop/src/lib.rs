@@ -5,21 +5,7 @@ struct Noop;
 
 impl Policy for Noop {
     fn events() -> Vec<EventKind> {
-        vec![
-            EventKind::RunPodSandbox,
-            EventKind::StopPodSandbox,
-            EventKind::RemovePodSandbox,
-            EventKind::CreateContainer,
-            EventKind::PostCreateContainer,
-            EventKind::StartContainer,
-            EventKind::PostStartContainer,
-            EventKind::UpdateContainer,
-            EventKind::PostUpdateContainer,
-            EventKind::StopContainer,
-            EventKind::RemoveContainer,
-            EventKind::UpdatePodSandbox,
-            EventKind::PostUpdatePodSandbox,
-        ]
+        LIFECYCLE_EVENTS.to_vec()
     }
 }
 

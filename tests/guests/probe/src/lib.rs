@@ -141,23 +141,9 @@ impl Policy for Probe {
 
     fn events() -> Vec<EventKind> {
         if settings() == "every-event" {
-            return vec![
-                EventKind::RunPodSandbox,
-                EventKind::StopPodSandbox,
-                EventKind::RemovePodSandbox,
-                EventKind::CreateContainer,
-                EventKind::PostCreateContainer,
-                EventKind::StartContainer,
-                EventKind::PostStartContainer,
-                EventKind::UpdateContainer,
-                EventKind::PostUpdateContainer,
-                EventKind::StopContainer,
-                EventKind::RemoveContainer,
-                EventKind::UpdatePodSandbox,
-                EventKind::PostUpdatePodSandbox,
-                EventKind::ValidateContainerAdjustment,
-                EventKind::Synchronize,
-            ];
+            let mut all = LIFECYCLE_EVENTS.to_vec();
+            all.extend([EventKind::ValidateContainerAdjustment, EventKind::Synchronize]);
+            return all;
         }
         match settings().contains("sync-trap") {
             true => vec![EventKind::CreateContainer, EventKind::Synchronize],
