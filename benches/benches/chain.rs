@@ -7,7 +7,9 @@
 //!
 //! `cargo bench -p nri-wasm-benches` runs everything; a criterion filter
 //! (`cargo bench -p nri-wasm-benches -- realistic`) selects benchmarks and
-//! the percentile pass is skipped with `NRI_WASM_BENCH_PERCENTILES=0`. Run as a
+//! the percentile pass is skipped with `NRI_WASM_BENCH_PERCENTILES=0`, or
+//! narrowed to the cases whose name contains its value
+//! (`NRI_WASM_BENCH_PERCENTILES=realistic_50`). Run as a
 //! test (`cargo test --benches`, or `cargo bench -- --test`), every part runs
 //! only a few times.
 
@@ -186,6 +188,29 @@ fn heavy(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>
     }
 }
 
+/// A duration in microseconds, one decimal: comparable across the table.
+fn us(d: Duration) -> String {
+    format!("{:.1}µs", d.as_secs_f64() * 1e6)
+}
+
+/// Which cases of the percentile pass run: all of them, or those whose name
+/// contains the text of `NRI_WASM_BENCH_PERCENTILES` (`0` skips the pass).
+struct Only(Option<String>);
+
+impl Only {
+    fn from_env() -> Option<Self> {
+        match std::env::var("NRI_WASM_BENCH_PERCENTILES") {
+            Ok(v) if v == "0" => None,
+            Ok(v) if !v.is_empty() && v != "1" => Some(Self(Some(v))),
+            _ => Some(Self(None)),
+        }
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.0.as_deref().is_none_or(|only| name.contains(only))
+    }
+}
+
 /// Median, p90, p99 and max of `iters` runs of `f` after `warm_up` runs;
 /// fewer runs (at least 300) when `iters` would take more than 15 s.
 fn percentiles(name: &str, warm_up: usize, iters: usize, mut f: impl FnMut()) -> Vec<Duration> {
@@ -210,43 +235,48 @@ fn percentiles(name: &str, warm_up: usize, iters: usize, mut f: impl FnMut()) ->
     let at = |q: f64| times[((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1];
     let stats = vec![at(0.5), at(0.9), at(0.99), times[times.len() - 1]];
     eprintln!(
-        "{name:<40} n={iters:<5} p50 {:>10.1?}  p90 {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
-        stats[0], stats[1], stats[2], stats[3]
+        "{name:<40} n={iters:<5} p50 {:>10}  p90 {:>10}  p99 {:>10}  max {:>10}",
+        us(stats[0]),
+        us(stats[1]),
+        us(stats[2]),
+        us(stats[3])
     );
     stats
 }
 
-fn percentile_pass(s: &Setup, full: bool) {
+fn percentile_pass(s: &Setup, full: bool, only: &Only) {
     let (warm, n) = if full { (200, 2000) } else { (2, 5) };
     eprintln!("\npercentiles (per iteration, wall clock):");
-    let empty = percentiles("empty_chain_decode_merge_encode", warm, n, || drop(black_box(s.round_trip(&s.empty))));
-    let noop = percentiles("noop_1", warm, n, || drop(black_box(s.round_trip(&s.noop))));
-    eprintln!(
-        "{:<40} {:>10.1?} (p50 of noop_1 minus p50 of the empty chain)",
-        "added by one no-op policy",
-        noop[0] - empty[0]
-    );
-    for (k, chain) in &s.realistic {
-        let name = format!("realistic_{k}");
-        percentiles(&name, warm, n, || drop(black_box(s.round_trip(chain))));
+    let run = |name: &str, f: &mut dyn FnMut()| only.wants(name).then(|| percentiles(name, warm, n, f));
+    let empty = run("empty_chain_decode_merge_encode", &mut || drop(black_box(s.round_trip(&s.empty))));
+    let noop = run("noop_1", &mut || drop(black_box(s.round_trip(&s.noop))));
+    if let (Some(empty), Some(noop)) = (empty, noop) {
+        let added = us(noop[0] - empty[0]);
+        eprintln!("{:<40} {added:>10} (p50 of noop_1 minus p50 of the empty chain)", "added by one no-op policy");
     }
-    percentiles("realistic_full_read_10", warm, n, || drop(black_box(s.round_trip(&s.full_10))));
+    for (k, chain) in &s.realistic {
+        run(&format!("realistic_{k}"), &mut || drop(black_box(s.round_trip(chain))));
+    }
+    run("realistic_full_read_10", &mut || drop(black_box(s.round_trip(&s.full_10))));
     for k in [1, 10, 50] {
-        percentiles(&format!("native_{k}"), warm, n, || drop(black_box(native_chain(k, &s.req))));
+        run(&format!("native_{k}"), &mut || drop(black_box(native_chain(k, &s.req))));
     }
     // The chain alone, without decode and encode, for the per-policy figure.
     let eval = |k: usize| {
         let chain = s.chain(k);
-        percentiles(&format!("realistic_{k} (evaluate only)"), warm, n, || drop(black_box(s.evaluate(chain))))
+        run(&format!("realistic_{k} (evaluate only)"), &mut || drop(black_box(s.evaluate(chain))))
     };
-    let (one, ten, fifty) = (eval(1), eval(10), eval(50));
-    eprintln!(
-        "{:<40} {:>10.1?} (p50 of 50 minus p50 of 10, over 40); first policy {:.1?}",
-        "each further realistic policy",
-        (fifty[0] - ten[0]) / 40,
-        one[0]
-    );
-    time_limit(s, full);
+    if let (Some(one), Some(ten), Some(fifty)) = (eval(1), eval(10), eval(50)) {
+        eprintln!(
+            "{:<40} {:>10} (p50 of 50 minus p50 of 10, over 40); first policy {}",
+            "each further realistic policy",
+            us((fifty[0] - ten[0]) / 40),
+            us(one[0])
+        );
+    }
+    if only.wants("loop with timeout-ms = 10") {
+        time_limit(s, full);
+    }
 }
 
 /// A policy that loops forever, with a 10 ms limit: how long until the chain
@@ -267,9 +297,9 @@ fn time_limit(s: &Setup, full: bool) {
         assert!(timed_out, "the looping policy was not cut off by its time limit: {steps:?}");
     });
     eprintln!(
-        "{:<40} {:>10.1?} (max minus the 10 ms limit)",
+        "{:<40} {:>10} (max minus the 10 ms limit)",
         "overrun of the time limit",
-        stats[3].saturating_sub(Duration::from_millis(10))
+        us(stats[3].saturating_sub(Duration::from_millis(10)))
     );
 }
 
@@ -281,7 +311,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     criterion_benches(&mut c, &setup);
     c.final_summary();
-    if std::env::var("NRI_WASM_BENCH_PERCENTILES").as_deref() != Ok("0") {
-        percentile_pass(&setup, full);
+    if let Some(only) = Only::from_env() {
+        percentile_pass(&setup, full, &only);
     }
 }
