@@ -760,12 +760,14 @@ fn with_output<T>(outcome: Result<T, CallError>, state: &CallState, event: &str)
     let policy = &*state.policy;
     let Some(wasi) = &state.wasi else { return outcome };
     let text = |w: Written| {
-        let mut text = String::from_utf8_lossy(&w.head).into_owned();
-        if w.dropped > 0 {
-            text.push_str(&format!("\n[{} bytes dropped]\n", w.dropped));
+        if w.dropped == 0 {
+            return String::from_utf8_lossy(&[w.head, w.tail].concat()).into_owned();
         }
-        text.push_str(&String::from_utf8_lossy(&w.tail));
-        text
+        // Whole lines only on either side of the cut.
+        let head = w.head.iter().rposition(|&b| b == b'\n').map_or(&w.head[..0], |i| &w.head[..=i]);
+        let tail = w.tail.iter().position(|&b| b == b'\n').map_or(&w.tail[..], |i| &w.tail[i + 1..]);
+        let dropped = w.dropped + (w.head.len() - head.len()) + (w.tail.len() - tail.len());
+        format!("{}[{dropped} bytes dropped]\n{}", String::from_utf8_lossy(head), String::from_utf8_lossy(tail))
     };
     let (stdout, stderr) = (text(wasi.stdout.contents()), text(wasi.stderr.contents()));
     for line in stdout.lines().filter(|l| !l.trim().is_empty()) {

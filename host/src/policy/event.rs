@@ -117,10 +117,12 @@ impl CallEvent {
         self.protocol_kind().map_or("Synchronize", EventKind::name)
     }
 
+    /// The event's pod, as the runtime sent it.
     pub fn pod_sandbox(&self) -> Option<&pb::PodSandbox> {
         self.pod.as_deref()
     }
 
+    /// The event's container, as the policies before this one left it.
     pub fn container_record(&self) -> Option<&pb::Container> {
         self.container.as_deref()
     }
