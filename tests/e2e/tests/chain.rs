@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nri_sim::{RuntimeProfile, SimError};
+use nri_sim::{PluginConn, RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
@@ -38,8 +38,30 @@ fn request() -> pb::CreateContainerRequest {
     nri_sim::fixtures::load("CreateContainer").expect("fixture")
 }
 
+/// The request timeout of the runtimes the simulator plays by default.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
 fn cx(budget: Duration) -> EvalContext {
     nri_wasm_e2e::eval_cx(budget)
+}
+
+/// The chain behind a policy dispatcher, connected to the runtime simulator
+/// (a runtime with `request_timeout`), and the fixture's pod and container.
+struct Served {
+    h: Harness,
+    conn: PluginConn,
+    dispatcher: Arc<PolicyDispatcher>,
+    pod: pb::PodSandbox,
+    ctr: pb::Container,
+}
+
+async fn serve(chain: Chain, request_timeout: Duration) -> Served {
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
+    let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(request_timeout), dispatcher.clone()).await;
+    let conn = h.connect().await;
+    let req = request();
+    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    Served { h, conn, dispatcher, pod, ctr }
 }
 
 fn annotations(resp: &pb::CreateContainerResponse) -> Vec<(String, String)> {
@@ -79,11 +101,7 @@ fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
 async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_it() {
     let probe = load("20-probe", guests::PROBE, "read-all", OnError::Fail, Mode::Enforce, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), probe], ChainSettings::default());
-    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
-    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher).await;
-    let conn = h.connect().await;
-    let req = request();
-    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, DEFAULT_TIMEOUT).await;
     let reply = conn.create_container(&pod, &ctr).await.expect("the probe finds no difference");
     // 10-a added one annotation and one env variable before the probe ran.
     let seen = format!("{}/{}/{}", pod.labels.len(), ctr.annotations.len() + 1, ctr.env.len() + 1);
@@ -99,11 +117,7 @@ async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_i
 async fn every_event_reaches_a_policy_and_its_pieces_agree_with_the_whole() {
     let probe = load("20-probe", guests::PROBE, "every-event", OnError::Fail, Mode::Enforce, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), probe], ChainSettings::default());
-    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
-    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher.clone()).await;
-    let conn = h.connect().await;
-    let req = request();
-    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    let Served { h, conn, dispatcher, pod, ctr } = serve(chain, DEFAULT_TIMEOUT).await;
     conn.synchronize(&[], &[], 0).await.unwrap();
     conn.run_pod_sandbox(&pod).await.unwrap();
     let update_pod = pb::UpdatePodSandboxRequest {
@@ -147,11 +161,7 @@ async fn every_event_reaches_a_policy_and_its_pieces_agree_with_the_whole() {
 async fn a_global_of_a_policy_starts_afresh_in_every_call() {
     let probe = load("20-probe", guests::PROBE, "global", OnError::Fail, Mode::Enforce, Limits::default());
     let chain = Chain::new(vec![probe], ChainSettings::default());
-    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
-    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher).await;
-    let conn = h.connect().await;
-    let req = request();
-    let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+    let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, DEFAULT_TIMEOUT).await;
     for run in 0..20 {
         let reply = conn.create_container(&pod, &ctr).await.unwrap();
         assert!(annotations(&reply).contains(&("example.com/global".to_string(), "1".to_string())), "run {run}");
@@ -171,11 +181,7 @@ async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
         let flood = load("20-flood", guests::FAULTS, "flood", on_error, Mode::Enforce, Limits::default());
         let chain = Chain::new(vec![annotate("10-a", "a"), flood, annotate("30-c", "c")], ChainSettings::default());
         let budget = chain.settings().budget(request_timeout);
-        let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
-        let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(request_timeout), dispatcher).await;
-        let conn = h.connect().await;
-        let req = request();
-        let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+        let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
         for run in 0..3 {
             let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;
@@ -396,11 +402,7 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
         policies.push(load("90-last", guests::ANNOTATE, "last", on_error, Mode::Enforce, Limits::default()));
         let chain = Chain::new(policies, ChainSettings::default());
         let budget = chain.settings().budget(request_timeout);
-        let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
-        let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(request_timeout), dispatcher).await;
-        let conn = h.connect().await;
-        let req = request();
-        let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+        let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
         for _ in 0..3 {
             let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;
