@@ -451,6 +451,9 @@ pub struct PolicyEngine {
     cache_dir: Option<PathBuf>,
     linker: Linker<CallState>,
     allocator: Allocator,
+    /// The state of every policy that does not import `state` (shared, so
+    /// that their calls allocate none).
+    no_state: Arc<StateSnapshot>,
     _ticker: Ticker,
 }
 
@@ -536,6 +539,7 @@ impl PolicyEngine {
             cache_dir: settings.cache_dir.clone(),
             linker,
             allocator,
+            no_state: Arc::default(),
             _ticker: ticker,
         })
     }
@@ -670,7 +674,7 @@ impl PolicyEngine {
             .build();
         let state = match policy.imports.state {
             true => StateTxn::new(env.states.snapshot(&policy.name), limits.state_bytes()),
-            false => StateTxn::new(Arc::new(StateSnapshot::default()), 0),
+            false => StateTxn::new(self.no_state.clone(), 0),
         };
         let state = CallState {
             limits: store_limits,

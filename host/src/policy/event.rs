@@ -78,18 +78,6 @@ impl CallEvent {
         }
     }
 
-    /// update-pod-sandbox.
-    pub fn update_pod(req: &pb::UpdatePodSandboxRequest) -> Self {
-        let mut rest = req.clone();
-        let pod = Arc::new(rest.pod.take().unwrap_or_default());
-        Self {
-            kind: wit::EventKind::UpdatePodSandbox,
-            pod: Some(pod),
-            container: None,
-            detail: Detail::PodUpdate(Arc::new(rest)),
-        }
-    }
-
     /// validate-container-adjustment.
     pub fn validation(mut req: pb::ValidateContainerAdjustmentRequest) -> Self {
         let pod = Arc::new(req.pod.take().unwrap_or_default());
@@ -107,14 +95,9 @@ impl CallEvent {
         self.kind
     }
 
-    /// The protocol event (`None` for synchronize).
-    pub fn protocol_kind(&self) -> Option<EventKind> {
-        event_kind(self.kind)
-    }
-
     /// The event's name in errors and logs.
     pub fn name(&self) -> &'static str {
-        self.protocol_kind().map_or("Synchronize", EventKind::name)
+        event_kind(self.kind).map_or("Synchronize", EventKind::name)
     }
 
     /// The event's pod, as the runtime sent it.
@@ -227,9 +210,17 @@ container_requests! {
     RemoveContainerRequest => RemoveContainer,
 }
 
+/// update-pod-sandbox: the pod, and the rest of the request for `whole`.
 impl From<&pb::UpdatePodSandboxRequest> for CallEvent {
     fn from(r: &pb::UpdatePodSandboxRequest) -> Self {
-        CallEvent::update_pod(r)
+        let mut rest = r.clone();
+        let pod = Arc::new(rest.pod.take().unwrap_or_default());
+        Self {
+            kind: wit::EventKind::UpdatePodSandbox,
+            pod: Some(pod),
+            container: None,
+            detail: Detail::PodUpdate(Arc::new(rest)),
+        }
     }
 }
 
