@@ -261,7 +261,7 @@ pub fn init_logging() {
 /// build, so each test component is compiled once.
 pub fn engine_settings() -> nri_wasm::policy::engine::EngineSettings {
     nri_wasm::policy::engine::EngineSettings {
-        cache_dir: Some(PathBuf::from(env!("NRI_WASM_TEST_CACHE"))),
+        cache_dir: Some(PathBuf::from(nri_wasm_components::COMPONENT_CACHE)),
         ..Default::default()
     }
 }
@@ -329,22 +329,9 @@ pub fn policy_spec(
     }
 }
 
-/// Paths of the test policies, compiled for wasm32-wasip2 by `build.rs`.
+/// Paths of the test policies and example policies, compiled for
+/// wasm32-wasip2 by `nri-wasm-components`.
 pub mod guests {
-    /// Subscribes to every event, changes nothing.
-    pub const NOOP: &str = env!("GUEST_NOOP");
-    /// Misbehaves as its settings say.
-    pub const FAULTS: &str = env!("GUEST_FAULTS");
-    /// Sets an annotation and an env variable named after its settings.
-    pub const ANNOTATE: &str = env!("GUEST_ANNOTATE");
-    /// Returns the reply its settings describe (merge tests).
-    pub const REPLAY: &str = env!("GUEST_REPLAY");
-    /// A realistic policy (benchmarks).
-    pub const REALISTIC: &str = env!("GUEST_REALISTIC");
-    /// Uses the node view and the state store as its settings say.
-    pub const PROBE: &str = env!("GUEST_PROBE");
-    /// `example-policies/exclusive-cpus`.
-    pub const EXCLUSIVE_CPUS: &str = env!("EXAMPLE_EXCLUSIVE_CPUS");
-    /// `example-policies/colocation-qos`.
-    pub const COLOCATION_QOS: &str = env!("EXAMPLE_COLOCATION_QOS");
+    pub use nri_wasm_components::examples::{COLOCATION_QOS, EXCLUSIVE_CPUS};
+    pub use nri_wasm_components::guests::*;
 }

@@ -1,0 +1,148 @@
+//! Builds the example policies (and, with feature `test-guests`, the test
+//! guests) for wasm32-wasip2, and writes `components.rs` naming them.
+//!
+//! rustup installs the targets listed in `rust-toolchain.toml` only when it
+//! installs the toolchain itself; a machine that already had the pinned
+//! toolchain lacks `wasm32-wasip2`. Rather than failing the README's
+//! commands there, this script adds the target (it is what the project's
+//! toolchain file asks for) and says so.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TARGET: &str = "wasm32-wasip2";
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let root = manifest.join("../..").canonicalize().expect("repository root");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let test_guests = std::env::var_os("CARGO_FEATURE_TEST_GUESTS").is_some();
+
+    let mut workspaces = vec![("examples", "EXAMPLE", root.join("example-policies"))];
+    if test_guests {
+        workspaces.push(("guests", "GUEST", root.join("tests/guests")));
+    }
+    for dir in [root.join("guest-sdk/rust/src"), root.join("guest-sdk/rust/Cargo.toml"), root.join("wit")] {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+
+    ensure_target();
+    let target_dir = guest_target_dir(&out);
+    let mut code = String::new();
+    for (module, prefix, dir) in &workspaces {
+        println!("cargo:rerun-if-changed={}", dir.join("Cargo.toml").display());
+        println!("cargo:rerun-if-changed={}", dir.join("Cargo.lock").display());
+        let members = members(&dir.join("Cargo.toml"));
+        for m in &members {
+            println!("cargo:rerun-if-changed={}", dir.join(m).display());
+        }
+        build(&dir.join("Cargo.toml"), &target_dir);
+        let release = target_dir.join(TARGET).join("release");
+        writeln!(code, "/// Components of `{}`.", dir.strip_prefix(&root).unwrap_or(dir).display()).unwrap();
+        writeln!(code, "pub mod {module} {{").unwrap();
+        let mut all = String::new();
+        for m in &members {
+            let name = Path::new(m).file_name().and_then(|n| n.to_str()).expect("member name");
+            let crate_name = crate_name(&dir.join(m).join("Cargo.toml"));
+            let wasm = release.join(format!("{}.wasm", crate_name.replace('-', "_")));
+            assert!(wasm.exists(), "{} was not built", wasm.display());
+            let konst = name.replace('-', "_").to_uppercase();
+            let path = wasm.display().to_string();
+            writeln!(code, "    /// `{m}`, compiled.\n    pub const {konst}: &str = {path:?};").unwrap();
+            println!("cargo:rustc-env={prefix}_{konst}={path}");
+            writeln!(all, "        ({name:?}, {konst}, include_bytes!({path:?})),").unwrap();
+        }
+        writeln!(code, "    /// Every one: name, path, bytes.").unwrap();
+        writeln!(code, "    pub static ALL: &[(&str, &str, &[u8])] = &[\n{all}    ];").unwrap();
+        writeln!(code, "}}").unwrap();
+    }
+    std::fs::write(out.join("components.rs"), code).expect("writing components.rs");
+    println!("cargo:rustc-env=NRI_WASM_COMPONENT_CACHE={}", target_dir.join("component-cache").display());
+}
+
+/// The members of a workspace, from its `Cargo.toml`.
+fn members(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let doc: toml::Table = text.parse().unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let members = doc.get("workspace").and_then(|w| w.get("members")).and_then(|m| m.as_array());
+    members
+        .unwrap_or_else(|| panic!("{}: no [workspace] members", manifest.display()))
+        .iter()
+        .map(|m| m.as_str().expect("member path").to_string())
+        .collect()
+}
+
+fn crate_name(manifest: &Path) -> String {
+    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let doc: toml::Table = text.parse().unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    doc.get("package").and_then(|p| p.get("name")).and_then(|n| n.as_str()).expect("package name").to_string()
+}
+
+/// One directory for the guest builds of every profile: the target
+/// directory's `wasm-guests` (recognised by cargo's `CACHEDIR.TAG`), or
+/// `OUT_DIR` if the layout is not the usual one.
+fn guest_target_dir(out: &Path) -> PathBuf {
+    // OUT_DIR is <target>/[<triple>/]<profile>/build/<crate>-<hash>/out.
+    out.ancestors()
+        .skip(4)
+        .take(2)
+        .find(|dir| dir.join("CACHEDIR.TAG").exists())
+        .map(|target| target.join("wasm-guests"))
+        .unwrap_or_else(|| out.join("wasm-guests"))
+}
+
+/// Makes sure the standard library for wasm32-wasip2 is installed.
+fn ensure_target() {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let installed = || {
+        Command::new(&rustc)
+            .args(["--print", "target-libdir", "--target", TARGET])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+            .and_then(|dir| std::fs::read_dir(dir).ok())
+            .is_some_and(|mut entries| {
+                entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libstd-")))
+            })
+    };
+    if installed() {
+        return;
+    }
+    println!(
+        "cargo:warning=adding the {TARGET} target to the toolchain (rust-toolchain.toml lists it, \
+         but rustup adds listed targets only when it installs the toolchain itself)"
+    );
+    let added = Command::new("rustup").args(["target", "add", TARGET]).status();
+    match added {
+        Ok(status) if status.success() && installed() => {}
+        Ok(status) => panic!(
+            "`rustup target add {TARGET}` failed ({status}); policy components cannot be built \
+             without it: install the target by hand and build again"
+        ),
+        Err(e) => panic!(
+            "the {TARGET} target is not installed and rustup cannot be run ({e}); install the \
+             target for this toolchain (`rustup target add {TARGET}`) and build again"
+        ),
+    }
+}
+
+/// Builds a workspace of components for wasm32-wasip2, release mode.
+fn build(manifest: &Path, target_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--locked", "--target", TARGET, "--manifest-path"])
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        // The outer build's settings are for the host, not for the guests.
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .status()
+        .expect("running cargo for the policy components");
+    assert!(status.success(), "building the components of {} failed", manifest.display());
+}
