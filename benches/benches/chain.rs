@@ -21,7 +21,7 @@ use criterion::{BatchSize, Criterion, SamplingMode};
 use nri_wasm::merge::CreateMerge;
 use nri_wasm::nri::Dispatcher;
 use nri_wasm::policy::bindings::wit;
-use nri_wasm::policy::chain::{Chain, ChainSettings, PolicyFailure, Step};
+use nri_wasm::policy::chain::{Chain, ChainSettings, Outcome, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CallEnv, CallError};
 use nri_wasm::policy::event::CallEvent;
@@ -76,7 +76,7 @@ impl Setup {
     /// besides the transport.
     fn round_trip(&self, chain: &Chain) -> Vec<u8> {
         let req = pb::CreateContainerRequest::parse_from_bytes(&self.bytes).expect("decode request");
-        let resp = chain.create_container(&self.bench.cx(BUDGET), &req).expect("chain answers").value;
+        let resp = self.bench.create(chain, BUDGET, &req).expect("chain answers").value;
         resp.write_to_bytes().expect("encode response")
     }
 
@@ -86,7 +86,7 @@ impl Setup {
     }
 
     fn evaluate_steps(&self, chain: &Chain) -> (pb::CreateContainerResponse, Vec<Step>) {
-        let done = chain.create_container(&self.bench.cx(BUDGET), &self.req).expect("chain answers");
+        let done = self.bench.create(chain, BUDGET, &self.req).expect("chain answers");
         (done.value, done.steps)
     }
 }
@@ -292,7 +292,10 @@ fn time_limit(s: &Setup, full: bool) {
         let (_, steps) = s.evaluate_steps(&chain);
         let timed_out = matches!(
             steps.as_slice(),
-            [Step::Failed { failure: PolicyFailure::Call(CallError::Timeout { .. }), ignored: true }]
+            [Step {
+                outcome: Outcome::Failed { failure: PolicyFailure::Call(CallError::Timeout { .. }), ignored: true },
+                ..
+            }]
         );
         assert!(timed_out, "the looping policy was not cut off by its time limit: {steps:?}");
     });

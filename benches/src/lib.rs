@@ -84,7 +84,19 @@ impl Bench {
     /// An evaluation context whose deadline is `budget` from now.
     pub fn cx(&self, budget: Duration) -> EvalContext {
         let env = CallEnv::detached(self.facts.clone());
-        EvalContext { engine: self.engine.clone(), env, deadline: Instant::now() + budget }
+        EvalContext { engine: self.engine.clone(), env, deadline: Instant::now() + budget, explain: false }
+    }
+
+    /// Runs CreateContainer through `chain` on the engine's policy runtime.
+    pub fn create(
+        &self,
+        chain: &Chain,
+        budget: Duration,
+        req: &pb::CreateContainerRequest,
+    ) -> Result<nri_wasm::policy::chain::Evaluated<pb::CreateContainerResponse>, nri_wasm::policy::chain::ChainError>
+    {
+        let cx = self.cx(budget);
+        self.engine.block_on(chain.create_container(&cx, req))
     }
 }
 

@@ -10,12 +10,12 @@ fn native_chain_answers_like_the_wasm_chain() {
     let bench = Bench::new();
     let req = request();
     for n in [1, 10] {
-        let wasm = bench.realistic(n).create_container(&bench.cx(Duration::from_secs(10)), &req).unwrap().value;
+        let wasm = bench.create(&bench.realistic(n), Duration::from_secs(10), &req).unwrap().value;
         let native = native_chain(n, &req).unwrap();
         assert_eq!(wasm, native, "{n} policies");
         // Reading the whole records instead of single fields changes nothing
         // but the cost.
-        let full = bench.realistic_full(n).create_container(&bench.cx(Duration::from_secs(10)), &req).unwrap().value;
+        let full = bench.create(&bench.realistic_full(n), Duration::from_secs(10), &req).unwrap().value;
         assert_eq!(full, native, "{n} policies reading everything");
         let adjust = wasm.adjust.as_ref().unwrap();
         assert_eq!((adjust.annotations.len(), adjust.env.len()), (n, n));

@@ -14,10 +14,11 @@ use crate::config::Config;
 use crate::node::topology::Topology;
 use crate::nri::transport::{self, Endpoint};
 use crate::nri::{ConnectOptions, Dispatcher, PluginIdentity, Supervisor};
-use crate::policy::chain::Chain;
+use crate::policy::chain::{Chain, Unloadable};
+use crate::policy::compile::Compiler;
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::engine::{Allocator, Facts, PolicyEngine};
-use crate::policy::loader;
+use crate::policy::loader::{self, DirOptions};
 use crate::policy::state::StateStore;
 
 /// One NRI plugin that runs a chain of WebAssembly policies.
@@ -38,6 +39,16 @@ pub enum Command {
     /// Run against the embedded runtime simulator: no real runtime needed.
     #[cfg(feature = "demo")]
     Demo(DemoArgs),
+    /// Compile a component from stdin to stdout (the host's own child process).
+    #[command(hide = true)]
+    InternalCompile(InternalCompileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InternalCompileArgs {
+    /// Largest component accepted, in bytes.
+    #[arg(long)]
+    pub max_bytes: u64,
 }
 
 #[derive(Debug, Args, Default)]
@@ -122,10 +133,22 @@ pub fn settings(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> anyhow:
     Ok((config, options))
 }
 
-/// The engine and the chain loaded from the configured policy directory.
-/// Policies that fail to load are logged and left out.
-pub fn policy_dispatcher(config: &Config) -> anyhow::Result<Arc<PolicyDispatcher>> {
-    let engine = Arc::new(PolicyEngine::new(&config.engine)?);
+/// The compiler of the binary: a child process of this executable.
+pub fn subprocess_compiler() -> Compiler {
+    match std::env::current_exe() {
+        Ok(exe) => Compiler::Subprocess { exe },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot find the executable; compiling policies in process, without bounds on memory");
+            Compiler::InProcess
+        }
+    }
+}
+
+/// The engine and a dispatcher whose policies load in the background: the
+/// host registers with the runtime at once, and a mandatory policy that is
+/// not loaded yet fails container creation until it is.
+pub fn policy_dispatcher(config: &Config, compiler: Compiler) -> anyhow::Result<Arc<PolicyDispatcher>> {
+    let engine = Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler));
     if let Allocator::OnDemand(why) = engine.allocator() {
         tracing::info!(reason = %why, "instances are allocated on demand");
     }
@@ -134,28 +157,46 @@ pub fn policy_dispatcher(config: &Config) -> anyhow::Result<Arc<PolicyDispatcher
         Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
     });
     let facts = Facts::unconfigured(Facts::node_from_system(), &topology);
-    let loaded = match &config.policies.dir {
-        Some(dir) => loader::load_dir(&engine, dir, config.policies.limits(), &Arc::new(facts.clone())),
-        None => {
-            tracing::info!("no policy directory configured: the chain is empty");
-            loader::Loaded::default()
-        }
-    };
-    let chain = Chain::new(loaded.policies, config.chain).with_unloadable(loaded.unloadable);
-    for (policy, reason) in chain.unloadable() {
-        tracing::error!(
-            policy,
-            reason,
-            "mandatory policy (on-error = fail) not loaded: container creation fails until it is fixed"
-        );
-    }
     let states = match &config.policies.state_dir {
         Some(dir) => StateStore::in_dir(dir.clone()),
         None => StateStore::in_memory(),
     };
-    let dispatcher = PolicyDispatcher::new(engine, chain, facts, config.engine.max_concurrent_calls as usize)
-        .with_states(Arc::new(states));
-    Ok(Arc::new(dispatcher))
+    let options = DirOptions { defaults: config.policies.limits(), strict_permissions: false };
+    let (specs, errors) = match &config.policies.dir {
+        Some(dir) => loader::scan(dir, options),
+        None => {
+            tracing::info!("no policy directory configured: the chain is empty");
+            Default::default()
+        }
+    };
+    // Until they load, every policy found counts as not loaded.
+    let pending: Vec<Unloadable> = specs
+        .iter()
+        .map(|s| Unloadable { name: s.name.clone(), reason: "still loading".into(), mandatory: loader::mandatory(s) })
+        .collect();
+    let placeholder = Chain::new(Vec::new(), config.chain).with_unloadable(pending);
+    let dispatcher =
+        PolicyDispatcher::new(engine.clone(), placeholder, facts.clone(), config.engine.max_concurrent_calls as usize)
+            .with_states(Arc::new(states))
+            .pending();
+    let dispatcher = Arc::new(dispatcher);
+    let chain_settings = config.chain;
+    let loading = dispatcher.clone();
+    engine.handle().spawn(async move {
+        let engine = loading.engine().clone();
+        let loaded = loader::load_specs(&engine, specs, errors, &Arc::new(facts)).await;
+        let chain = Chain::new(loaded.policies, chain_settings).with_unloadable(loaded.unloadable);
+        for u in chain.unloadable().iter().filter(|u| u.mandatory) {
+            tracing::error!(
+                policy = u.name,
+                reason = u.reason,
+                "mandatory policy not loaded: container creation fails until it is fixed"
+            );
+        }
+        tracing::info!(policies = chain.len(), "policies loaded");
+        loading.install(chain).await;
+    });
+    Ok(dispatcher)
 }
 
 /// Cancels `stop` on SIGTERM or SIGINT.
@@ -178,7 +219,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (config, options) = settings(&args, |k| std::env::var(k).ok())?;
     let stop = CancellationToken::new();
     stop_on_signals(stop.clone())?;
-    let dispatcher = policy_dispatcher(&config)?;
+    let dispatcher = policy_dispatcher(&config, subprocess_compiler())?;
     let link = dispatcher.link();
     let dispatcher: Arc<dyn Dispatcher> = dispatcher;
     Supervisor::new(options, dispatcher, stop).with_link(link).run().await?;
@@ -210,7 +251,8 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         policies: crate::config::PoliciesConfig { dir: args.policies.clone(), ..Default::default() },
         ..Default::default()
     };
-    let dispatcher = policy_dispatcher(&config)?;
+    let dispatcher = policy_dispatcher(&config, subprocess_compiler())?;
+    dispatcher.loaded().await;
     writeln!(std::io::stdout(), "host: {} policies loaded", dispatcher.chain().len())?;
     let link = dispatcher.link();
     let plugin = tokio::spawn(Supervisor::new(options, dispatcher, stop.clone()).with_link(link).run());

@@ -10,7 +10,8 @@ fn demo_runs_without_a_runtime() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("plugin registered as 10-nri-wasm"), "{stdout}");
     assert!(stdout.contains("synchronized 2 pods, 2 containers"), "{stdout}");
-    assert_eq!(stdout.matches("CreateContainer").count(), 2, "{stdout}");
+    // With no policy the host asks for no lifecycle event.
+    assert!(stdout.contains("subscribed to events 0x100"), "{stdout}");
 }
 
 #[test]
@@ -38,7 +39,6 @@ fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("host: 0 policies loaded"), "{stdout}");
-    assert!(stderr.contains("10-junk") && stderr.contains("not a valid WebAssembly component"), "{stderr}");
+    assert!(stderr.contains("10-junk") && stderr.contains("not a WebAssembly file"), "{stderr}");
     assert!(stderr.contains("20-lonely.toml") && stderr.contains("no policy"), "{stderr}");
-    assert_eq!(stdout.matches("CreateContainer").count(), 1, "{stdout}");
 }

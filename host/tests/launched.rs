@@ -40,7 +40,9 @@ async fn runtime_launched_plugin_uses_the_inherited_socket_and_exits_when_it_clo
     conn.configure().await.unwrap();
     let w = Workload::generate(1, 1);
     conn.synchronize(&w.pods, &w.containers, 0).await.unwrap();
-    conn.create_container(&w.pods[0], &w.containers[0]).await.unwrap();
+    // With no policy the plugin asks only for the rare PostUpdateContainer.
+    assert_eq!(conn.subscribed(), Some(1 << 8));
+    conn.post_update_container(&w.pods[0], &w.containers[0]).await.unwrap();
     conn.close().await;
 
     let output =

@@ -73,7 +73,15 @@ use protobuf::MessageField;
 use adjust::Adjuster;
 use owners::Owners;
 use update::Updates;
-pub use validate::{validate_create_reply, validate_updates};
+pub use validate::{validate_create_reply, validate_updates, KnownContainers, Unknown, MAX_UPDATES};
+
+/// What a merge knows of the node's containers, to refuse updates of
+/// containers the node does not have.
+pub type Known = Arc<dyn KnownContainers + Send + Sync>;
+
+fn unknown() -> Known {
+    Arc::new(Unknown)
+}
 
 /// Why one policy's output could not be merged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,12 +106,38 @@ pub enum MergeError {
 /// Replies are merged in place; a reply that cannot be merged (a conflict
 /// found half-way) is undone by replaying the replies merged before it onto
 /// the request. Failures are rare, so the common path copies nothing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct CreateMerge<'r> {
     req: &'r pb::CreateContainerRequest,
     state: CreateState,
     /// The replies merged so far, for the replay.
     applied: Vec<(String, pb::CreateContainerResponse)>,
+    known: Known,
+}
+
+/// Merges are equal when their states are (what they know of the node aside).
+impl PartialEq for CreateMerge<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.req == other.req && self.state == other.state && self.applied == other.applied
+    }
+}
+
+impl PartialEq for UpdateMerge {
+    fn eq(&self, other: &Self) -> bool {
+        self.updates == other.updates && self.owners == other.owners
+    }
+}
+
+impl PartialEq for UpdatesMerge {
+    fn eq(&self, other: &Self) -> bool {
+        self.updates == other.updates && self.owners == other.owners
+    }
+}
+
+impl std::fmt::Debug for CreateMerge<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateMerge").field("state", &self.state).field("applied", &self.applied.len()).finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +168,14 @@ impl CreateState {
 
 impl<'r> CreateMerge<'r> {
     pub fn new(req: &'r pb::CreateContainerRequest) -> Self {
-        Self { req, state: CreateState::new(&req.container), applied: Vec::new() }
+        Self { req, state: CreateState::new(&req.container), applied: Vec::new(), known: unknown() }
+    }
+
+    /// Refuses updates and evictions of containers `known` says the node
+    /// does not have.
+    pub fn knowing(mut self, known: Known) -> Self {
+        self.known = known;
+        self
     }
 
     /// The container as the policies so far have modified it (what the next policy sees).
@@ -155,7 +196,7 @@ impl<'r> CreateMerge<'r> {
     /// Applies one policy's reply. Transactional: on Err the merge state is unchanged,
     /// so the caller may skip that policy and go on.
     pub fn apply(&mut self, policy: &str, reply: &pb::CreateContainerResponse) -> Result<(), MergeError> {
-        validate_create_reply(policy, reply)?;
+        validate_create_reply(policy, reply, &*self.known)?;
         match self.state.apply(policy, reply) {
             Ok(()) => {
                 self.applied.push((policy.to_string(), reply.clone()));
@@ -197,10 +238,17 @@ impl<'r> CreateMerge<'r> {
 }
 
 /// The merge of an UpdateContainer event.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct UpdateMerge {
     updates: Updates,
     owners: Owners,
+    known: Known,
+}
+
+impl std::fmt::Debug for UpdateMerge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateMerge").field("updates", &self.updates).finish_non_exhaustive()
+    }
 }
 
 impl UpdateMerge {
@@ -208,7 +256,14 @@ impl UpdateMerge {
         Self {
             updates: Updates::for_update(&req.container.id, req.linux_resources.as_ref()),
             owners: Owners::default(),
+            known: unknown(),
         }
+    }
+
+    /// See [`CreateMerge::knowing`].
+    pub fn knowing(mut self, known: Known) -> Self {
+        self.known = known;
+        self
     }
 
     /// The requested resources as the policies so far have modified them.
@@ -218,7 +273,7 @@ impl UpdateMerge {
 
     /// Applies one policy's reply; transactional like [`CreateMerge::apply`].
     pub fn apply(&mut self, policy: &str, reply: &pb::UpdateContainerResponse) -> Result<(), MergeError> {
-        validate_updates(policy, &reply.update, &reply.evict)?;
+        validate_updates(policy, &reply.update, &reply.evict, &*self.known)?;
         let mut next = self.clone();
         next.updates.apply(&mut next.owners, policy, &reply.update)?;
         next.updates.evict(&reply.evict);
@@ -255,9 +310,20 @@ impl StopMerge {
         Self { inner: UpdatesMerge::new() }
     }
 
+    /// See [`CreateMerge::knowing`].
+    pub fn knowing(mut self, known: Known) -> Self {
+        self.inner.known = known;
+        self
+    }
+
     /// Applies one policy's reply; transactional like [`CreateMerge::apply`].
     pub fn apply(&mut self, policy: &str, reply: &pb::StopContainerResponse) -> Result<(), MergeError> {
         self.inner.apply(policy, &reply.update, &[])
+    }
+
+    /// [`Self::apply`] of a reply's updates.
+    pub fn apply_updates(&mut self, policy: &str, updates: &[pb::ContainerUpdate]) -> Result<(), MergeError> {
+        self.inner.apply(policy, updates, &[])
     }
 
     pub fn finish(self) -> pb::StopContainerResponse {
@@ -268,15 +334,34 @@ impl StopMerge {
 
 /// Merges plain lists of updates and evictions (Synchronize, unsolicited
 /// UpdateContainers) with the same rules, no container being special.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Clone)]
 pub struct UpdatesMerge {
     updates: Updates,
     owners: Owners,
+    known: Known,
+}
+
+impl std::fmt::Debug for UpdatesMerge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdatesMerge").field("updates", &self.updates).finish_non_exhaustive()
+    }
+}
+
+impl Default for UpdatesMerge {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl UpdatesMerge {
     pub fn new() -> Self {
-        Self::default()
+        Self { updates: Updates::default(), owners: Owners::default(), known: unknown() }
+    }
+
+    /// See [`CreateMerge::knowing`].
+    pub fn knowing(mut self, known: Known) -> Self {
+        self.known = known;
+        self
     }
 
     /// Applies one policy's output; transactional like [`CreateMerge::apply`].
@@ -286,7 +371,7 @@ impl UpdatesMerge {
         updates: &[pb::ContainerUpdate],
         evictions: &[pb::ContainerEviction],
     ) -> Result<(), MergeError> {
-        validate_updates(policy, updates, evictions)?;
+        validate_updates(policy, updates, evictions, &*self.known)?;
         let mut next = self.clone();
         next.updates.apply(&mut next.owners, policy, updates)?;
         next.updates.evict(evictions);

@@ -836,35 +836,35 @@ fn cases() -> Vec<Case> {
         case(
             "a mount without destination is invalid",
             vec![("10-a", adjust(|a| a.mounts = vec![mount("", "/x")]))],
-            Expect::Err(invalid("10-a", "mount #0 has an empty destination")),
+            Expect::Err(invalid("10-a", "adjust.mounts[0]: an empty destination")),
         ),
         case(
             "a removal marker on an rlimit is invalid",
             vec![("10-a", adjust(|a| a.rlimits = vec![rlimit("-RLIMIT_NOFILE", 1, 1)]))],
             Expect::Err(invalid(
                 "10-a",
-                "rlimit #0: type \"-RLIMIT_NOFILE\" starts with '-', but NRI cannot remove these",
+                "adjust.rlimits[0]: type \"-RLIMIT_NOFILE\" starts with '-', but NRI cannot remove these",
             )),
         ),
         case(
             "an empty argument after the first is invalid",
             vec![("10-a", adjust(|a| a.args = strings(&["a", ""])))],
-            Expect::Err(invalid("10-a", "args[1] is empty (only args[0] may be, to replace earlier args)")),
+            Expect::Err(invalid("10-a", "adjust.args[1]: empty (only args[0] may be, to replace earlier args)")),
         ),
         case(
             "a bare removal marker on an annotation is invalid",
             vec![("10-a", adjust(|a| a.annotations = smap(&[("-", "")])))],
-            Expect::Err(invalid("10-a", "annotation: removal marker \"-\" names no key")),
+            Expect::Err(invalid("10-a", "adjust.annotations: removal marker \"-\" names no key")),
         ),
         case(
             "an update without container id is invalid",
             vec![("10-a", others(vec![update("", true, |_| {})], vec![]))],
-            Expect::Err(invalid("10-a", "update #0 has no container id")),
+            Expect::Err(invalid("10-a", "update[0].container_id: no container id")),
         ),
         case(
             "an eviction without container id is invalid",
             vec![("10-a", others(vec![], vec![eviction("", "why")]))],
-            Expect::Err(invalid("10-a", "eviction #0 has no container id")),
+            Expect::Err(invalid("10-a", "evict[0].container_id: no container id")),
         ),
     ]
 }
@@ -999,37 +999,37 @@ fn conflicts_read_well() {
     let e = MergeError::UpdatesCreatedContainer { policy: "10-a".into(), container: "ctr0".into() };
     assert_eq!(e.to_string(), "policy \"10-a\" asked to update container \"ctr0\" during its creation");
     assert_eq!(
-        invalid("10-a", "update #0 has no container id").to_string(),
-        "invalid output of policy \"10-a\": update #0 has no container id"
+        invalid("10-a", "update[0].container_id: no container id").to_string(),
+        "invalid output of policy \"10-a\": update[0].container_id: no container id"
     );
 }
 
 #[test]
 fn validation_names_the_field() {
     let bad = [
-        (adjust(|a| a.env = vec![kv("A=B", "1")]), "environment variable \"A=B\": a name cannot contain '='"),
-        (adjust(|a| a.env = vec![kv("", "1")]), "environment variable #0 has an empty name"),
-        (adjust(|a| linux(a).devices = vec![device("", 1, 1)]), "device #0 has an empty path"),
-        (adjust(|a| linux(a).namespaces = vec![ns("-", "")]), "namespace #0: removal marker \"-\" names no type"),
-        (adjust(|a| linux(a).sysctl = smap(&[("", "1")])), "sysctl has an empty key"),
-        (adjust(|a| a.CDI_devices = vec![cdi("-vendor.com/gpu=0")]), "CDI device #0: name \"-vendor.com/gpu=0\" starts with '-', but NRI cannot remove these"),
-        (adjust(|a| a.hooks.mut_or_insert_default().poststop = vec![hook("-/bin/x")]), "poststop hook #0: path \"-/bin/x\" starts with '-', but NRI cannot remove these"),
-        (adjust(|a| res(a).hugepage_limits = vec![hugepage("", 1)]), "resources: hugepage limit #0 has an empty page size"),
-        (adjust(|a| a.rlimits = vec![rlimit("", 1, 1)]), "rlimit #0 has an empty type"),
+        (adjust(|a| a.env = vec![kv("A=B", "1")]), "adjust.env[0].key: \"A=B\": a name cannot contain '='"),
+        (adjust(|a| a.env = vec![kv("", "1")]), "adjust.env[0]: an empty name"),
+        (adjust(|a| linux(a).devices = vec![device("", 1, 1)]), "adjust.linux.devices[0]: an empty path"),
+        (adjust(|a| linux(a).namespaces = vec![ns("-", "")]), "adjust.linux.namespaces[0]: removal marker \"-\" names no type"),
+        (adjust(|a| linux(a).sysctl = smap(&[("", "1")])), "adjust.linux.sysctl: an empty key"),
+        (adjust(|a| a.CDI_devices = vec![cdi("-vendor.com/gpu=0")]), "adjust.CDI_devices[0]: name \"-vendor.com/gpu=0\" starts with '-', but NRI cannot remove these"),
+        (adjust(|a| a.hooks.mut_or_insert_default().poststop = vec![hook("-/bin/x")]), "adjust.hooks.poststop[0]: path \"-/bin/x\" starts with '-', but NRI cannot remove these"),
+        (adjust(|a| res(a).hugepage_limits = vec![hugepage("", 1)]), "adjust.linux.resources.hugepage_limits[0]: an empty page_size"),
+        (adjust(|a| a.rlimits = vec![rlimit("", 1, 1)]), "adjust.rlimits[0]: an empty type"),
         (
             others(vec![update("ctr1", false, |r| r.unified = smap(&[("-memory.max", "1")]))], vec![]),
-            "update of container \"ctr1\": unified cgroup entry: key \"-memory.max\" starts with '-', but NRI cannot remove these",
+            "update[0] (ctr1).linux.resources.unified: key \"-memory.max\" starts with '-', but NRI cannot remove these",
         ),
     ];
     for (reply, reason) in bad {
-        assert_eq!(validate_create_reply("10-a", &reply), Err(invalid("10-a", reason)));
+        assert_eq!(validate_create_reply("10-a", &reply, &Unknown), Err(invalid("10-a", reason)));
     }
     let good = adjust(|a| {
         a.args = strings(&["", "x"]);
         a.env = vec![kv("-PATH", "")];
         linux(a).namespaces = vec![ns("-net", "")];
     });
-    assert_eq!(validate_create_reply("10-a", &good), Ok(()));
+    assert_eq!(validate_create_reply("10-a", &good, &Unknown), Ok(()));
 }
 
 // ---------------------------------------------------------- UpdateContainer
@@ -1146,7 +1146,7 @@ fn update_container_untouched_is_not_answered() {
     );
     let mut merge = UpdateMerge::new(&update_request(None));
     let bad = update_reply(vec![], vec![eviction("", "x")]);
-    assert_eq!(merge.apply("10-a", &bad), Err(invalid("10-a", "eviction #0 has no container id")));
+    assert_eq!(merge.apply("10-a", &bad), Err(invalid("10-a", "evict[0].container_id: no container id")));
 }
 
 #[test]
@@ -1230,7 +1230,7 @@ fn plain_update_lists_merge_with_the_same_rules() {
     );
     assert_eq!(
         merge.apply("30-c", &[update("", false, |_| {})], &[]),
-        Err(invalid("30-c", "update #0 has no container id"))
+        Err(invalid("30-c", "update[0].container_id: no container id"))
     );
     let (updates, evictions) = merge.finish();
     assert_eq!(

@@ -114,26 +114,39 @@ impl Updates {
         };
         entry.ignore_failure &= update.ignore_failure;
 
+        let entry_has_pids = entry.linux.as_ref().and_then(|l| l.resources.as_ref()).is_some_and(|r| r.pids.is_some());
         let Some(input) = update.linux.as_ref().and_then(|l| l.resources.as_ref()) else { return Ok(()) };
-        // Work on copies: an ignored failure must leave the resources alone.
-        let mut merged = entry.linux.mut_or_insert_default().resources.mut_or_insert_default().clone();
-        match &mut self.requested {
+        // Claims first, against a scratch copy the size of this update: an
+        // ignored failure must leave the resources alone, and copying the
+        // resources merged so far for every update would make a reply of N
+        // updates of one container cost N^2. Claims never depend on what
+        // was merged before, so the second pass, which changes the real
+        // resources, cannot fail (its claims go to a throwaway record).
+        let pids = match &self.requested {
+            Some(requested) if requested.id == id => requested.resources.pids.is_some(),
+            _ => entry_has_pids,
+        };
+        let mut scratch = pb::LinuxResources::default();
+        if pids {
+            scratch.pids.mut_or_insert_default();
+        }
+        update_resources(step, input, &mut scratch, None)?;
+        let mut unclaimed = Owners::default();
+        let mut apply = Step { owners: &mut unclaimed, scope: Scope::updated(id), policy: step.policy };
+        let outcome = match &mut self.requested {
             Some(requested) if requested.id == id => {
-                let mut resources = requested.resources.clone();
-                update_resources(step, input, &mut resources, Some(&mut merged))?;
-                requested.resources = resources;
+                let mirror = requested.update.as_mut().expect("entry created first");
+                let mirror = mirror.linux.mut_or_insert_default().resources.mut_or_insert_default();
+                update_resources(&mut apply, input, &mut requested.resources, Some(mirror))
             }
-            _ => update_resources(step, input, &mut merged, None)?,
-        }
-        *self.entry_mut(id).linux.mut_or_insert_default().resources.mut_or_insert_default() = merged;
+            _ => {
+                let entry = &mut self.others[self.index[id]];
+                let target = entry.linux.mut_or_insert_default().resources.mut_or_insert_default();
+                update_resources(&mut apply, input, target, None)
+            }
+        };
+        debug_assert!(outcome.is_ok(), "the second pass claims nothing that conflicts: {outcome:?}");
         Ok(())
-    }
-
-    fn entry_mut(&mut self, id: &str) -> &mut pb::ContainerUpdate {
-        match &mut self.requested {
-            Some(requested) if requested.id == id => requested.update.as_mut().expect("entry created first"),
-            _ => &mut self.others[self.index[id]],
-        }
     }
 
     /// Keeps every eviction, once per container (the first reason wins).

@@ -9,8 +9,14 @@
 //! annotations, resources), and the number of entries is bounded, so a
 //! runtime with a runaway number of pods cannot make the host grow without
 //! limit.
+//!
+//! The maps are persistent (`imbl`): an evaluation reads a snapshot of the
+//! view while the next event changes it, and a change then copies only the
+//! path to the entry it touches, not the node's thousands of entries.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+
+use imbl::{OrdMap, OrdSet};
 
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
@@ -25,7 +31,7 @@ pub struct PodEntry {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// Ids of its containers the view knows.
-    pub containers: BTreeSet<String>,
+    pub containers: OrdSet<String>,
 }
 
 /// A container as the view keeps it.
@@ -58,11 +64,21 @@ impl Default for ViewLimits {
 /// Pods and containers of the node, current as of the last event.
 #[derive(Debug, Clone, Default)]
 pub struct NodeView {
-    pods: BTreeMap<String, PodEntry>,
-    containers: BTreeMap<String, ContainerEntry>,
+    pods: OrdMap<String, PodEntry>,
+    containers: OrdMap<String, ContainerEntry>,
+    /// Containers whose pod the view does not know, by pod id.
+    orphans: OrdMap<String, OrdSet<String>>,
     limits: ViewLimits,
     /// Entries refused because the view was full (since the last rebuild).
     refused: u64,
+    /// Built from a Synchronize: the view knows every container.
+    synchronized: bool,
+}
+
+impl crate::merge::KnownContainers for NodeView {
+    fn exists(&self, id: &str) -> Option<bool> {
+        self.synchronized.then(|| self.containers.contains_key(id))
+    }
 }
 
 fn pod_entry(p: &pb::PodSandbox) -> PodEntry {
@@ -73,7 +89,7 @@ fn pod_entry(p: &pb::PodSandbox) -> PodEntry {
         uid: p.uid.clone(),
         labels: p.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         annotations: p.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        containers: BTreeSet::new(),
+        containers: OrdSet::new(),
     }
 }
 
@@ -105,7 +121,7 @@ impl ContainerFilter {
         Self::default()
     }
 
-    fn matches(&self, c: &ContainerEntry, pods: &BTreeMap<String, PodEntry>) -> bool {
+    fn matches(&self, c: &ContainerEntry, pods: &OrdMap<String, PodEntry>) -> bool {
         self.pod_id.as_ref().is_none_or(|p| *p == c.pod_id)
             && (self.states.is_empty() || self.states.contains(&c.state))
             && self.labels.iter().all(|(k, v)| c.labels.get(k) == Some(v))
@@ -122,44 +138,70 @@ pub fn overlay_resources(base: &mut pb::LinuxResources, over: &pb::LinuxResource
             *b = o.clone();
         }
     }
-    if let Some(m) = over.memory.as_ref() {
+    // Destructured field by field: a field added to the protocol does not
+    // compile until it is decided how it overlays.
+    let pb::LinuxResources {
+        memory,
+        cpu,
+        hugepage_limits,
+        blockio_class,
+        rdt_class,
+        unified,
+        devices,
+        pids,
+        special_fields: _,
+    } = over;
+    if let Some(m) = memory.as_ref() {
+        let pb::LinuxMemory {
+            limit,
+            reservation,
+            swap,
+            kernel,
+            kernel_tcp,
+            swappiness,
+            disable_oom_killer,
+            use_hierarchy,
+            special_fields: _,
+        } = m;
         let b = base.memory.mut_or_insert_default();
-        opt(&mut b.limit, &m.limit);
-        opt(&mut b.reservation, &m.reservation);
-        opt(&mut b.swap, &m.swap);
-        opt(&mut b.kernel, &m.kernel);
-        opt(&mut b.kernel_tcp, &m.kernel_tcp);
-        opt(&mut b.swappiness, &m.swappiness);
-        opt(&mut b.disable_oom_killer, &m.disable_oom_killer);
-        opt(&mut b.use_hierarchy, &m.use_hierarchy);
+        opt(&mut b.limit, limit);
+        opt(&mut b.reservation, reservation);
+        opt(&mut b.swap, swap);
+        opt(&mut b.kernel, kernel);
+        opt(&mut b.kernel_tcp, kernel_tcp);
+        opt(&mut b.swappiness, swappiness);
+        opt(&mut b.disable_oom_killer, disable_oom_killer);
+        opt(&mut b.use_hierarchy, use_hierarchy);
     }
-    if let Some(c) = over.cpu.as_ref() {
+    if let Some(c) = cpu.as_ref() {
+        let pb::LinuxCPU { shares, quota, period, realtime_runtime, realtime_period, cpus, mems, special_fields: _ } =
+            c;
         let b = base.cpu.mut_or_insert_default();
-        opt(&mut b.shares, &c.shares);
-        opt(&mut b.quota, &c.quota);
-        opt(&mut b.period, &c.period);
-        opt(&mut b.realtime_runtime, &c.realtime_runtime);
-        opt(&mut b.realtime_period, &c.realtime_period);
-        if !c.cpus.is_empty() {
-            b.cpus.clone_from(&c.cpus);
+        opt(&mut b.shares, shares);
+        opt(&mut b.quota, quota);
+        opt(&mut b.period, period);
+        opt(&mut b.realtime_runtime, realtime_runtime);
+        opt(&mut b.realtime_period, realtime_period);
+        if !cpus.is_empty() {
+            b.cpus.clone_from(cpus);
         }
-        if !c.mems.is_empty() {
-            b.mems.clone_from(&c.mems);
+        if !mems.is_empty() {
+            b.mems.clone_from(mems);
         }
     }
-    for h in &over.hugepage_limits {
+    for h in hugepage_limits {
         match base.hugepage_limits.iter_mut().find(|b| b.page_size == h.page_size) {
             Some(b) => b.limit = h.limit,
             None => base.hugepage_limits.push(h.clone()),
         }
     }
-    opt(&mut base.blockio_class, &over.blockio_class);
-    opt(&mut base.rdt_class, &over.rdt_class);
-    for (k, v) in &over.unified {
+    opt(&mut base.blockio_class, blockio_class);
+    opt(&mut base.rdt_class, rdt_class);
+    for (k, v) in unified {
         base.unified.insert(k.clone(), v.clone());
     }
-    base.devices.extend(over.devices.iter().cloned());
-    opt(&mut base.pids, &over.pids);
+    base.devices.extend(devices.iter().cloned());
+    opt(&mut base.pids, pids);
 }
 
 /// Applies a map adjustment with NRI's removal convention (`-key` removes).
@@ -186,9 +228,8 @@ impl NodeView {
 
     /// Replaces everything with what Synchronize reported.
     pub fn synchronize(&mut self, pods: &[pb::PodSandbox], containers: &[pb::Container]) {
-        self.pods.clear();
-        self.containers.clear();
-        self.refused = 0;
+        self.clear();
+        self.synchronized = true;
         for p in pods {
             self.pod_started(p);
         }
@@ -201,6 +242,9 @@ impl NodeView {
     pub fn clear(&mut self) {
         self.pods.clear();
         self.containers.clear();
+        self.orphans.clear();
+        self.refused = 0;
+        self.synchronized = false;
     }
 
     /// A pod was created or started (RunPodSandbox), or changed.
@@ -214,17 +258,18 @@ impl NodeView {
             self.refused += 1;
             return;
         }
-        self.pods.insert(pod.id.clone(), pod_entry(pod));
+        let mut entry = pod_entry(pod);
+        entry.containers = self.orphans.remove(&pod.id).unwrap_or_default();
+        self.pods.insert(pod.id.clone(), entry);
     }
 
     /// A pod and its containers are gone (RemovePodSandbox).
     pub fn pod_removed(&mut self, id: &str) {
-        if let Some(pod) = self.pods.remove(id) {
-            for c in pod.containers {
-                self.containers.remove(&c);
-            }
+        let known = self.pods.remove(id).map(|p| p.containers).unwrap_or_default();
+        let orphans = self.orphans.remove(id).unwrap_or_default();
+        for c in known.iter().chain(orphans.iter()) {
+            self.containers.remove(c);
         }
-        self.containers.retain(|_, c| c.pod_id != id);
     }
 
     fn add_container(&mut self, entry: ContainerEntry) {
@@ -232,8 +277,13 @@ impl NodeView {
             self.refused += 1;
             return;
         }
-        if let Some(pod) = self.pods.get_mut(&entry.pod_id) {
-            pod.containers.insert(entry.id.clone());
+        match self.pods.get_mut(&entry.pod_id) {
+            Some(pod) => {
+                pod.containers.insert(entry.id.clone());
+            }
+            None => {
+                self.orphans.entry(entry.pod_id.clone()).or_default().insert(entry.id.clone());
+            }
         }
         self.containers.insert(entry.id.clone(), entry);
     }
@@ -306,8 +356,18 @@ impl NodeView {
         if let Some(c) = self.containers.remove(id) {
             if let Some(pod) = self.pods.get_mut(&c.pod_id) {
                 pod.containers.remove(id);
+            } else if let Some(orphans) = self.orphans.get_mut(&c.pod_id) {
+                orphans.remove(id);
+                if orphans.is_empty() {
+                    self.orphans.remove(&c.pod_id);
+                }
             }
         }
+    }
+
+    /// Whether the view was built from a Synchronize (and knows every container).
+    pub fn is_synchronized(&self) -> bool {
+        self.synchronized
     }
 
     pub fn pod(&self, id: &str) -> Option<&PodEntry> {

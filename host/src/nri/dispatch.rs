@@ -63,6 +63,19 @@ pub trait Dispatcher: Send + Sync + 'static {
         EventMask::all().without(EventKind::ValidateContainerAdjustment)
     }
 
+    /// A number that grows whenever [`Self::events`] may have changed (a
+    /// new set of policies).
+    fn events_version(&self) -> u64 {
+        0
+    }
+
+    /// Resolves once [`Self::events_version`] is past `since`: the session
+    /// then reconnects if the runtime's subscription no longer matches.
+    /// Never, by default.
+    async fn events_changed(&self, _since: u64) {
+        std::future::pending::<()>().await
+    }
+
     /// The runtime (re)configured us: called once per connection, before
     /// synchronisation. An error refuses the connection.
     async fn configure(&self, _runtime: &RuntimeInfo) -> Result<(), DispatchError> {

@@ -78,6 +78,9 @@ struct SyncChunks {
 pub struct SessionState {
     runtime: Mutex<Option<RuntimeInfo>>,
     subscribed: Mutex<EventMask>,
+    /// Once configured: the runtime's NRI version, the mask we answered,
+    /// and the dispatcher's events version the mask was computed at.
+    configured: tokio::sync::watch::Sender<Option<(version::NriVersion, EventMask, u64)>>,
     sync: tokio::sync::Mutex<SyncChunks>,
     synchronized: Notify,
     shutdown: Notify,
@@ -92,6 +95,19 @@ impl SessionState {
     /// The event mask we answered Configure with.
     pub fn subscribed(&self) -> EventMask {
         *self.subscribed.lock().expect("subscription lock")
+    }
+
+    /// Waits until Configure was answered; returns the runtime's NRI
+    /// version, the mask we answered with, and the dispatcher's events
+    /// version it was computed at.
+    pub async fn configured(&self) -> (version::NriVersion, EventMask, u64) {
+        let mut rx = self.configured.subscribe();
+        let got = rx.wait_for(Option::is_some).await.map(|v| *v);
+        match got {
+            Ok(Some(c)) => c,
+            // The sender lives as long as `self`.
+            _ => std::future::pending().await,
+        }
     }
 
     /// Resolves once the last Synchronize chunk has been answered.
@@ -204,8 +220,11 @@ impl PluginService {
 impl services::Plugin for PluginService {
     async fn configure(&self, _ctx: &TtrpcContext, req: pb::ConfigureRequest) -> ttrpc::Result<pb::ConfigureResponse> {
         let info = runtime_info(&req);
-        let mask = version::subscription(self.dispatcher.events(), info.nri_version);
+        // The dispatcher may settle what it wants while configuring (the
+        // first load of its policies): ask for the mask after.
         self.answer("Configure", self.dispatcher.configure(&info)).await?;
+        let events_version = self.dispatcher.events_version();
+        let mask = version::subscription(self.dispatcher.events(), info.nri_version);
         tracing::info!(
             runtime = %info.name,
             runtime_version = %info.version,
@@ -215,8 +234,10 @@ impl services::Plugin for PluginService {
             events = %mask,
             "configured by runtime"
         );
+        let nri_version = info.nri_version;
         *self.state.runtime.lock().expect("runtime info lock") = Some(info);
         *self.state.subscribed.lock().expect("subscription lock") = mask;
+        self.state.configured.send_replace(Some((nri_version, mask, events_version)));
         Ok(pb::ConfigureResponse { events: mask.bits() as i32, ..Default::default() })
     }
 

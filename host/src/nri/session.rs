@@ -21,6 +21,7 @@ use super::dispatch::Dispatcher;
 use super::mux::{self, MuxEnd};
 use super::registration::{self, PluginIdentity, RegistrationError};
 use super::service::{PluginService, SessionState};
+use super::version::{self, EventMask};
 
 /// Default time we give the runtime to answer RegisterPlugin.
 pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -60,6 +61,8 @@ pub enum SessionEnd {
     NotRegistered(RegistrationError),
     /// The Plugin service could not be started on conn 1.
     ServeFailed(String),
+    /// The events the dispatcher wants changed: reconnect to subscribe anew.
+    Resubscribe { from: EventMask, to: EventMask },
 }
 
 impl std::fmt::Display for SessionEnd {
@@ -70,6 +73,7 @@ impl std::fmt::Display for SessionEnd {
             Self::Lost { why, .. } => write!(f, "connection {why}"),
             Self::NotRegistered(e) => write!(f, "{e}"),
             Self::ServeFailed(e) => write!(f, "cannot serve the Plugin service: {e}"),
+            Self::Resubscribe { from, to } => write!(f, "the subscription changes from {from} to {to}"),
         }
     }
 }
@@ -129,6 +133,9 @@ pub struct SessionContext {
     pub status: watch::Sender<Status>,
     pub register_timeout: Duration,
     pub stop: CancellationToken,
+    /// Whether a changed subscription may end the session to reconnect (a
+    /// launched plugin cannot reconnect).
+    pub can_resubscribe: bool,
 }
 
 impl std::fmt::Debug for SessionContext {
@@ -181,9 +188,38 @@ where
         why = handle.ended() => SessionEnd::Lost { registered: true, why },
         _ = state.shutdown_requested() => SessionEnd::ShutdownRequested,
         _ = cx.stop.cancelled() => SessionEnd::Stopped,
+        (from, to) = subscription_drift(&state, &*cx.dispatcher, cx.can_resubscribe) => SessionEnd::Resubscribe { from, to },
     };
     finish(&mut server, &handle, cx).await;
     end
+}
+
+/// Resolves when the events the dispatcher wants no longer match what the
+/// runtime was told in Configure, with the old and the new subscription.
+/// Where the session cannot reconnect, the change is logged and waits for
+/// the next connection.
+async fn subscription_drift(
+    state: &SessionState,
+    dispatcher: &dyn Dispatcher,
+    can_resubscribe: bool,
+) -> (EventMask, EventMask) {
+    let (nri_version, mask, mut seen) = state.configured().await;
+    loop {
+        dispatcher.events_changed(seen).await;
+        seen = dispatcher.events_version();
+        let wanted = version::subscription(dispatcher.events(), nri_version);
+        if wanted == mask {
+            continue;
+        }
+        if can_resubscribe {
+            return (mask, wanted);
+        }
+        tracing::warn!(
+            subscribed = %mask,
+            wanted = %wanted,
+            "the policies need a different subscription, which a plugin launched by the runtime gets only when it is started again"
+        );
+    }
 }
 
 async fn finish(server: &mut ttrpc::r#async::Server, handle: &mux::MuxHandle, cx: &SessionContext) {

@@ -47,7 +47,6 @@ pub struct PluginHandles {
 
 /// Connects, registers and serves until `stop` is cancelled (external mode),
 /// or until the one inherited connection ends (launched mode).
-#[derive(Clone)]
 pub struct Supervisor {
     options: ConnectOptions,
     cx: SessionContext,
@@ -69,6 +68,7 @@ impl Supervisor {
             status,
             register_timeout: options.register_timeout,
             stop,
+            can_resubscribe: !matches!(options.endpoint, Endpoint::Inherited(_)),
         };
         Self { options, cx }
     }
@@ -99,7 +99,7 @@ impl Supervisor {
 
     async fn run_launched(&self, fd: std::os::fd::RawFd) -> Result<(), SupervisorError> {
         tracing::info!(plugin = %self.cx.identity, fd, "launched by the runtime; using the inherited socket");
-        let stream = transport::adopt_fd(fd)?;
+        let stream = transport::take_inherited(fd)?;
         match session::run_session(stream, &self.cx).await {
             SessionEnd::Stopped => Ok(()),
             end => Err(SupervisorError::LaunchedSessionEnded(end.to_string())),
@@ -120,6 +120,11 @@ impl Supervisor {
                     SessionEnd::Stopped => {
                         tracing::info!("stopped; connection to the runtime closed");
                         return;
+                    }
+                    SessionEnd::Resubscribe { from, to } => {
+                        tracing::info!(%from, %to, "reconnecting to subscribe to the events the policies need");
+                        backoff.reset();
+                        continue;
                     }
                     end => {
                         let registered = matches!(end, SessionEnd::Lost { registered: true, .. })

@@ -67,11 +67,12 @@ pub async fn connect_socket(path: &Path) -> Result<UnixStream, ConnectError> {
     UnixStream::connect(path).await.map_err(|source| ConnectError::Connect { path: path.to_path_buf(), source })
 }
 
-/// Takes ownership of an inherited socket fd.
-///
-/// The caller must make sure the fd is not owned by anything else in the
-/// process; [`Endpoint::Inherited`] is taken at most once per process.
-pub fn adopt_fd(fd: RawFd) -> Result<UnixStream, ConnectError> {
+/// The runtime's socket once claimed: its fd number, and the fd itself
+/// until the supervisor takes it.
+static INHERITED: std::sync::Mutex<Option<(RawFd, Option<OwnedFd>)>> = std::sync::Mutex::new(None);
+
+/// Checks that `fd` is an open socket.
+fn check_socket(fd: RawFd) -> Result<(), ConnectError> {
     let bad = |reason: String| ConnectError::BadFd { fd, reason };
     // SAFETY: fstat only reads the fd's metadata into a local struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -81,9 +82,46 @@ pub fn adopt_fd(fd: RawFd) -> Result<UnixStream, ConnectError> {
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(bad("not a socket".into()));
     }
-    // SAFETY: the fd is open (fstat succeeded), is a socket, and by this
-    // function's contract nothing else in the process owns it.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(())
+}
+
+/// Claims the socket a runtime launched us with (named by
+/// `NRI_PLUGIN_SOCKET`), if there is one: checks that it is a socket, marks
+/// it close-on-exec (a compiling child process must not hold the runtime's
+/// connection open), and keeps it until [`take_inherited`] takes it.
+///
+/// # Safety
+///
+/// Nothing else in the process may own the fd: call this before anything
+/// opens a file (the binary calls it first thing in `main`). It claims at
+/// most one fd, once.
+pub unsafe fn claim_inherited(get: impl Fn(&str) -> Option<String>) -> Result<Option<LaunchEnv>, ConnectError> {
+    let Some(launch) = launch_env(get)? else { return Ok(None) };
+    let mut claimed = INHERITED.lock().unwrap_or_else(|p| p.into_inner());
+    if claimed.is_some() {
+        return Err(ConnectError::FdUsed(launch.fd));
+    }
+    check_socket(launch.fd)?;
+    // SAFETY: the fd is an open socket (checked above) and, by this
+    // function's contract, owned by nothing else in the process.
+    let owned = unsafe { OwnedFd::from_raw_fd(launch.fd) };
+    // SAFETY: fcntl on an fd we own, with valid flags.
+    if unsafe { libc::fcntl(launch.fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        let reason = std::io::Error::last_os_error().to_string();
+        return Err(ConnectError::BadFd { fd: launch.fd, reason });
+    }
+    *claimed = Some((launch.fd, Some(owned)));
+    Ok(Some(launch))
+}
+
+/// Takes the claimed socket `fd`: once per process, and only the one
+/// [`claim_inherited`] claimed.
+pub fn take_inherited(fd: RawFd) -> Result<UnixStream, ConnectError> {
+    let bad = |reason: String| ConnectError::BadFd { fd, reason };
+    let owned = match &mut *INHERITED.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some((claimed, slot)) if *claimed == fd => slot.take().ok_or(ConnectError::FdUsed(fd))?,
+        _ => return Err(bad("it was not claimed at start (see transport::claim_inherited)".into())),
+    };
     let std_stream = std::os::unix::net::UnixStream::from(owned);
     std_stream.set_nonblocking(true).map_err(|e| bad(e.to_string()))?;
     UnixStream::from_std(std_stream).map_err(|e| bad(e.to_string()))
@@ -142,10 +180,14 @@ mod tests {
     }
 
     #[test]
-    fn adopt_fd_refuses_non_sockets() {
+    fn only_sockets_pass_and_nothing_unclaimed_is_taken() {
         let file = std::fs::File::open("/proc/self/status").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-        assert!(matches!(adopt_fd(fd), Err(ConnectError::BadFd { .. })));
-        assert!(matches!(adopt_fd(100_000), Err(ConnectError::BadFd { .. })));
+        assert!(matches!(check_socket(fd), Err(ConnectError::BadFd { .. })));
+        assert!(matches!(check_socket(100_000), Err(ConnectError::BadFd { .. })));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        check_socket(std::os::fd::AsRawFd::as_raw_fd(&a)).unwrap();
+        let e = take_inherited(std::os::fd::AsRawFd::as_raw_fd(&a)).unwrap_err();
+        assert!(e.to_string().contains("not claimed"), "{e}");
     }
 }

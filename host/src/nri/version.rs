@@ -303,12 +303,14 @@ pub fn resolve(announced: &str, runtime: &str, runtime_version: &str) -> (NriVer
 
 /// The subscription to send: what we want, cut down to what the runtime
 /// knows. Never 0 (0 means "everything" to a runtime, validation included):
-/// if nothing is left we subscribe to RemoveContainer, the cheapest event
-/// every runtime sends.
+/// if nothing is left we subscribe to PostUpdateContainer, an event every
+/// runtime knows and sends only after the rare in-place update of a
+/// container, so that a host with nothing to do costs no container's
+/// lifecycle a round trip.
 pub fn subscription(wanted: EventMask, runtime: NriVersion) -> EventMask {
     let mask = wanted.intersect(runtime.known_events());
     if mask.is_empty() {
-        EventMask::EMPTY.with(EventKind::RemoveContainer)
+        EventMask::EMPTY.with(EventKind::PostUpdateContainer)
     } else {
         mask
     }
@@ -377,8 +379,8 @@ mod tests {
         let all = EventMask::all();
         assert_eq!(subscription(all, old).bits(), 0x7ff);
         let only_new = EventMask::EMPTY.with(EventKind::UpdatePodSandbox);
-        assert_eq!(subscription(only_new, old), EventMask::EMPTY.with(EventKind::RemoveContainer));
-        assert_eq!(subscription(EventMask::EMPTY, NriVersion::IMPLEMENTED).bits(), 1 << 10);
+        assert_eq!(subscription(only_new, old), EventMask::EMPTY.with(EventKind::PostUpdateContainer));
+        assert_eq!(subscription(EventMask::EMPTY, NriVersion::IMPLEMENTED).bits(), 1 << 8);
         assert_eq!(subscription(all, NriVersion::IMPLEMENTED), all);
     }
 }

@@ -6,21 +6,27 @@
 //! makes to the runtime:
 //! - **in time**: the chain gets a deadline of `budget-fraction` of the
 //!   runtime's request timeout (from Configure); every policy call gets at
-//!   most the time left, and a call that cannot start in time is skipped (its
-//!   `on-error` decides). An async-side timeout backs this up, so a stuck
-//!   thread can never hold the runtime's answer.
-//! - **off the reactor**: wasm runs on the blocking pool, never on the
-//!   threads that serve the socket;
+//!   most its share of what is left, and ends at its deadline whatever the
+//!   guest does. An async-side timeout backs this up.
+//! - **off the reactor**: the chain runs on the engine's policy runtime,
+//!   never on the threads that serve the socket;
 //! - **bounded**: at most `max-concurrent-calls` evaluations run at once
-//!   (a semaphore); one waiting for a permit past its deadline is answered
-//!   with every policy skipped.
+//!   (a semaphore, whose permits come back when the evaluation ends, which
+//!   it does by its deadline); one waiting for a permit past its deadline
+//!   is answered with every policy skipped (each policy's on-error decides).
+//!
+//! It also decides what the runtime sends: the events the policies
+//! subscribed to, and, only if some policy reads the node view, the events
+//! that keep the view current ([`VIEW_EVENTS`]). When a new chain changes
+//! that, the session reconnects with the new subscription.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nri_wasm_api::api as pb;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use super::bindings::wit;
 use super::chain::{container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated};
@@ -33,16 +39,33 @@ use crate::nri::version::{EventKind, EventMask};
 use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
 
 /// Extra time the async side waits for a chain past its deadline before it
-/// gives up on the blocking thread (which ends shortly after anyway).
+/// gives up on it (the evaluation ends by its deadline anyway).
 const GRACE: Duration = Duration::from_millis(20);
 /// Longest an event waits for the updates of earlier events to be answered.
 const OUTBOX_WAIT: Duration = Duration::from_millis(250);
+/// Longest Configure waits for the first load of the policies, so that the
+/// first subscription is the right one (registration itself never waits).
+/// (Configure itself must be answered within the runtime's timeout.)
+const FIRST_LOAD_WAIT: Duration = Duration::from_millis(1500);
+
+/// The events that keep the node view correct for policies that read it:
+/// new containers with the resources they got, their start and stop,
+/// resource updates, and removals. A pod enters the view with its first
+/// container (CreateContainer carries it) or from Synchronize.
+pub const VIEW_EVENTS: [EventKind; 6] = [
+    EventKind::CreateContainer,
+    EventKind::StartContainer,
+    EventKind::UpdateContainer,
+    EventKind::StopContainer,
+    EventKind::RemoveContainer,
+    EventKind::RemovePodSandbox,
+];
 
 impl From<ChainError> for DispatchError {
     fn from(e: ChainError) -> Self {
         match e {
             ChainError::Denied { .. } => DispatchError::Denied(e.to_string()),
-            ChainError::Failed { .. } => DispatchError::Internal(e.to_string()),
+            ChainError::Failed { .. } | ChainError::Conflict { .. } => DispatchError::Internal(e.to_string()),
         }
     }
 }
@@ -51,9 +74,9 @@ impl From<ChainError> for DispatchError {
 type SharedView = Arc<Mutex<Arc<NodeView>>>;
 
 /// Changes the view in place, or a copy of it if an evaluation still reads
-/// the current one.
+/// the current one (the copy shares every entry it does not change).
 fn change(view: &SharedView, f: impl FnOnce(&mut NodeView)) {
-    let mut view = view.lock().expect("view lock");
+    let mut view = view.lock().unwrap_or_else(|p| p.into_inner());
     f(Arc::make_mut(&mut view));
 }
 
@@ -62,7 +85,7 @@ async fn deliver(
     mut queue: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
     link: RuntimeLink,
     view: SharedView,
-    done: Arc<tokio::sync::watch::Sender<u64>>,
+    done: Arc<watch::Sender<u64>>,
 ) {
     while let Some(Outgoing { seq, event, update, evict, timeout }) = queue.recv().await {
         let sent = update.clone();
@@ -86,6 +109,9 @@ async fn deliver(
 pub struct PolicyDispatcher {
     engine: Arc<PolicyEngine>,
     chain: RwLock<Arc<Chain>>,
+    /// Bumped whenever a new chain is installed; `true` once the first
+    /// load is done.
+    installed: watch::Sender<(u64, bool)>,
     facts: RwLock<Arc<Facts>>,
     /// The node as of the last event; replaced copy-on-write, so an
     /// evaluation reads a consistent snapshot without holding a lock.
@@ -113,7 +139,7 @@ struct Outgoing {
 struct Outbox {
     queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Outgoing>>,
     queued: std::sync::atomic::AtomicU64,
-    done: Arc<tokio::sync::watch::Sender<u64>>,
+    done: Arc<watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for PolicyDispatcher {
@@ -124,11 +150,14 @@ impl std::fmt::Debug for PolicyDispatcher {
 
 impl PolicyDispatcher {
     /// A dispatcher for `chain`; `max_concurrent` evaluations at a time;
-    /// policy state in memory only (see [`Self::with_states`]).
+    /// policy state in memory only (see [`Self::with_states`]). The chain
+    /// counts as the first load (see [`Self::pending`] for a host that
+    /// registers before its policies are loaded).
     pub fn new(engine: Arc<PolicyEngine>, chain: Chain, facts: Facts, max_concurrent: usize) -> Self {
         Self {
             engine,
             chain: RwLock::new(Arc::new(chain)),
+            installed: watch::Sender::new((0, true)),
             facts: RwLock::new(Arc::new(facts)),
             view: SharedView::default(),
             states: Arc::new(StateStore::in_memory()),
@@ -137,6 +166,13 @@ impl PolicyDispatcher {
             request_timeout: Mutex::new(DEFAULT_REQUEST_TIMEOUT),
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         }
+    }
+
+    /// The first load is still under way: `chain` stands in until
+    /// [`Self::replace_chain`] installs the loaded one.
+    pub fn pending(self) -> Self {
+        self.installed.send_replace((0, false));
+        self
     }
 
     /// Uses `states` for the policies' state (e.g. one kept in a directory).
@@ -151,25 +187,55 @@ impl PolicyDispatcher {
         self.link.clone()
     }
 
+    pub fn engine(&self) -> &Arc<PolicyEngine> {
+        &self.engine
+    }
+
     /// The chain events are evaluated with now.
     pub fn chain(&self) -> Arc<Chain> {
-        self.chain.read().expect("chain lock").clone()
+        self.chain.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Swaps in a new chain; evaluations under way finish with the old one.
-    /// Policy state is kept: it belongs to the policies' names.
-    pub fn replace_chain(&self, chain: Chain) {
-        *self.chain.write().expect("chain lock") = Arc::new(chain);
+    /// Policy state is kept: it belongs to the policies' names. Returns
+    /// whether the subscription the runtime should have changed.
+    pub fn replace_chain(&self, chain: Chain) -> bool {
+        let before = self.wanted_events();
+        *self.chain.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(chain);
+        self.installed.send_modify(|(n, loaded)| {
+            *n += 1;
+            *loaded = true;
+        });
+        self.wanted_events() != before
+    }
+
+    /// [`Self::replace_chain`], after reading the state files of the new
+    /// chain's policies off the reactor (so that no call does file I/O).
+    pub async fn install(&self, chain: Chain) -> bool {
+        let names: Vec<String> =
+            chain.entries().iter().filter(|e| e.policy.imports().state).map(|e| e.policy.name().to_string()).collect();
+        let states = self.states.clone();
+        let preload = self.engine.handle().spawn_blocking(move || names.iter().for_each(|n| states.preload(n)));
+        if let Err(e) = preload.await {
+            tracing::error!(error = %e, "policy state not preloaded");
+        }
+        self.replace_chain(chain)
+    }
+
+    /// Resolves once the first load is done (at once if it is).
+    pub async fn loaded(&self) {
+        let mut rx = self.installed.subscribe();
+        let _ = rx.wait_for(|(_, loaded)| *loaded).await;
     }
 
     /// The facts policies are shown now.
     pub fn facts(&self) -> Arc<Facts> {
-        self.facts.read().expect("facts lock").clone()
+        self.facts.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The node view as of the last event.
     pub fn view(&self) -> Arc<NodeView> {
-        self.view.lock().expect("view lock").clone()
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The policies' committed state.
@@ -182,7 +248,7 @@ impl PolicyDispatcher {
     }
 
     fn request_timeout(&self) -> Duration {
-        *self.request_timeout.lock().expect("timeout lock")
+        *self.request_timeout.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The chain's time budget for one event.
@@ -190,13 +256,30 @@ impl PolicyDispatcher {
         self.chain().settings().budget(self.request_timeout())
     }
 
+    /// The events the chain needs the runtime to send.
+    fn wanted_events(&self) -> EventMask {
+        let chain = self.chain();
+        // Validation by policies runs inside CreateContainer: subscribing to
+        // the runtime's validation would make the host a validator of every
+        // other plugin instead.
+        let mut mask = chain.events().without(EventKind::ValidateContainerAdjustment);
+        if chain.wants(EventKind::CreateContainer) {
+            mask = mask.with(EventKind::CreateContainer);
+        }
+        if chain.reads_node() {
+            mask = VIEW_EVENTS.iter().fold(mask, |m, e| m.with(*e));
+        }
+        mask
+    }
+
     /// Evaluates `f` against the current chain within the chain deadline,
     /// then does what the evaluation left to do: commits the policies'
     /// state and sends the updates no reply could carry.
-    async fn evaluate<T, F>(&self, kind: &'static str, wants: bool, f: F) -> Result<T, DispatchError>
+    async fn evaluate<T, F, Fut>(&self, kind: &'static str, wants: bool, f: F) -> Result<T, DispatchError>
     where
         T: Send + 'static,
-        F: FnOnce(&Chain, &EvalContext) -> Result<Evaluated<T>, ChainError> + Send + 'static,
+        F: FnOnce(Arc<Chain>, EvalContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Evaluated<T>, ChainError>> + Send + 'static,
     {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
@@ -204,19 +287,19 @@ impl PolicyDispatcher {
         self.outbox_flushed((budget / 4).min(OUTBOX_WAIT)).await;
         let chain = self.chain();
         let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
-        let cx = EvalContext { engine: self.engine.clone(), env, deadline };
+        let cx = EvalContext { engine: self.engine.clone(), env, deadline, explain: false };
         if !wants {
             // No policy runs: only conversion and merge, cheap enough inline.
-            let done = f(&chain, &cx).map_err(DispatchError::from)?;
+            let done = f(chain, cx).await.map_err(DispatchError::from)?;
             return Ok(self.finish(kind, done));
         }
         // Waiting for a permit counts against the deadline. Without one in
         // time the chain still runs: every call finds no time left and is
         // skipped, so each policy's on-error decides, without running wasm.
         let permit = tokio::time::timeout_at(deadline.into(), self.permits.clone().acquire_owned()).await.ok();
-        let task = tokio::task::spawn_blocking(move || {
+        let task = self.engine.handle().spawn(async move {
             let _permit = permit;
-            f(&chain, &cx)
+            f(chain, cx).await
         });
         // A result that arrives after the deadline is dropped with its
         // effects: the runtime was told the event failed.
@@ -244,7 +327,7 @@ impl PolicyDispatcher {
         for (policy, w) in writes {
             if self.states.commit(&policy, w) {
                 let states = self.states.clone();
-                tokio::task::spawn_blocking(move || {
+                self.engine.handle().spawn_blocking(move || {
                     if let Err(e) = states.persist(&policy) {
                         tracing::error!(error = %e, "policy state not saved");
                     }
@@ -296,34 +379,53 @@ impl PolicyDispatcher {
     {
         let wants = self.chain().wants(kind);
         let req = req.clone();
-        self.evaluate(kind.name(), wants, move |chain, cx| chain.notify(cx, kind, || CallEvent::from(&*req), &target))
-            .await
+        self.evaluate(kind.name(), wants, move |chain, cx| async move {
+            chain.notify(&cx, kind, || CallEvent::from(&*req), &target).await
+        })
+        .await
     }
 }
+
 #[async_trait]
 impl Dispatcher for PolicyDispatcher {
-    /// Every event but validation, whatever the policies want: the node view
-    /// is kept current from all of them. Policy-level validation runs inside
-    /// CreateContainer; subscribing to the runtime's validation would make
-    /// the host a validator of every other plugin instead.
+    /// What the policies subscribed to, and what the node view needs if a
+    /// policy reads it.
     fn events(&self) -> EventMask {
-        EventMask::all().without(EventKind::ValidateContainerAdjustment)
+        self.wanted_events()
+    }
+
+    fn events_version(&self) -> u64 {
+        self.installed.borrow().0
+    }
+
+    async fn events_changed(&self, since: u64) {
+        let _ = self.installed.subscribe().wait_for(|(n, _)| *n > since).await;
     }
 
     async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
-        *self.request_timeout.lock().expect("timeout lock") = runtime.request_timeout;
+        *self.request_timeout.lock().unwrap_or_else(|p| p.into_inner()) = runtime.request_timeout;
         let mut facts = (*self.facts()).clone();
         facts.runtime = wit::RuntimeInfo {
             name: runtime.name.clone(),
             version: runtime.version.clone(),
             nri_version: runtime.nri_version.to_string(),
         };
-        *self.facts.write().expect("facts lock") = Arc::new(facts);
-        tracing::info!(
-            policies = self.chain().len(),
-            chain_budget_ms = self.budget().as_millis() as u64,
-            "policy chain ready"
-        );
+        *self.facts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(facts);
+        // The subscription is chosen from the loaded chain: wait a little
+        // for the first load, never long enough to risk the registration.
+        let wait = FIRST_LOAD_WAIT.min(runtime.registration_timeout / 2);
+        if tokio::time::timeout(wait, self.loaded()).await.is_err() {
+            tracing::warn!(
+                waited_ms = wait.as_millis() as u64,
+                "policies still loading; subscribing for the policies loaded so far (the subscription follows once they are)"
+            );
+        }
+        let chain = self.chain();
+        let budget = self.budget();
+        for warning in chain.time_warnings(budget) {
+            tracing::warn!("{warning}");
+        }
+        tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
         Ok(())
     }
 
@@ -338,7 +440,9 @@ impl Dispatcher for PolicyDispatcher {
         let wants = self.chain().wants_synchronize();
         // A runtime drops a plugin whose Synchronize fails, taking every
         // policy with it: a policy's failure here is reported, never passed on.
-        let updates = match self.evaluate("Synchronize", wants, |chain, cx| chain.synchronize(cx)).await {
+        let evaluated =
+            self.evaluate("Synchronize", wants, |chain, cx| async move { chain.synchronize(&cx).await }).await;
+        let updates = match evaluated {
             Ok(updates) => updates,
             Err(e) => {
                 tracing::error!(error = %e, "policies failed to reconcile on Synchronize; answering without updates");
@@ -389,8 +493,13 @@ impl Dispatcher for PolicyDispatcher {
         let req = Arc::new(req);
         let wants = self.chain().wants(EventKind::CreateContainer);
         let r = req.clone();
-        let resp = self.evaluate("CreateContainer", wants, move |chain, cx| chain.create_container(cx, &r)).await?;
+        let resp = self
+            .evaluate("CreateContainer", wants, move |chain, cx| async move { chain.create_container(&cx, &r).await })
+            .await?;
         self.change_view(|v| {
+            if v.pod(&req.pod.id).is_none() {
+                v.pod_started(&req.pod);
+            }
             v.container_created(&req.container, resp.adjust.as_ref());
             v.apply_updates(&resp.update);
         });
@@ -426,7 +535,9 @@ impl Dispatcher for PolicyDispatcher {
         let req = Arc::new(req);
         let wants = self.chain().wants(EventKind::UpdateContainer);
         let r = req.clone();
-        let resp = self.evaluate("UpdateContainer", wants, move |chain, cx| chain.update_container(cx, &r)).await?;
+        let resp = self
+            .evaluate("UpdateContainer", wants, move |chain, cx| async move { chain.update_container(&cx, &r).await })
+            .await?;
         self.change_view(|v| {
             if let Some(requested) = req.linux_resources.as_ref() {
                 v.update_resources(&req.container.id, requested);
@@ -447,7 +558,9 @@ impl Dispatcher for PolicyDispatcher {
         let req = Arc::new(req);
         let wants = self.chain().wants(EventKind::StopContainer);
         let r = req.clone();
-        let result = self.evaluate("StopContainer", wants, move |chain, cx| chain.stop_container(cx, &r)).await;
+        let result = self
+            .evaluate("StopContainer", wants, move |chain, cx| async move { chain.stop_container(&cx, &r).await })
+            .await;
         // The container stops whatever the policies say.
         self.change_view(|v| {
             v.set_state(&req.container.id, pb::ContainerState::CONTAINER_STOPPED);
@@ -475,6 +588,7 @@ impl Dispatcher for PolicyDispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::merge::MergeError;
     use crate::policy::chain::PolicyFailure;
     use crate::policy::engine::CallError;
 
@@ -504,5 +618,19 @@ mod tests {
             assert!(m.contains(part), "{part} missing from {m}");
         }
         assert_eq!(crate::nri::service::status_of(&d).code(), ttrpc::Code::INTERNAL);
+        let conflict = ChainError::Conflict {
+            event: "CreateContainer".into(),
+            target: "container c1 (ns/pod/app)".into(),
+            conflict: MergeError::Conflict {
+                field: "memory limit".into(),
+                first: "10-a".into(),
+                second: "20-b".into(),
+            },
+        };
+        let DispatchError::Internal(m) = DispatchError::from(conflict) else { panic!() };
+        assert_eq!(
+            m,
+            "CreateContainer of container c1 (ns/pod/app): policies \"10-a\" and \"20-b\" both tried to set memory limit"
+        );
     }
 }

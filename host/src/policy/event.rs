@@ -21,9 +21,9 @@ use std::sync::Arc;
 use nri_wasm_api::api as pb;
 use protobuf::Message;
 
-use super::bindings::event::{self as api, ContainerMeta, PodMeta};
+use super::bindings::event::{ContainerMeta, PodMeta};
 use super::bindings::wit;
-use super::engine::{event_kind, CallState};
+use super::engine::event_kind;
 use crate::nri::version::EventKind;
 
 /// The event one policy call handles.
@@ -224,16 +224,6 @@ impl From<&pb::UpdatePodSandboxRequest> for CallEvent {
     }
 }
 
-/// The call's event, or the trap of a read from `configure`.
-fn current(s: &CallState) -> wasmtime::Result<&CallEvent> {
-    s.event().ok_or_else(|| {
-        wasmtime::format_err!(
-            "policy {}: nri-wasm:policy/event read outside handle (configure has no event)",
-            s.policy_name()
-        )
-    })
-}
-
 /// What each function of the `event` interface answers, for one event.
 impl CallEvent {
     pub fn pod_wit(&self) -> Option<wit::PodSandbox> {
@@ -310,76 +300,6 @@ fn lookup(map: Option<&HashMap<String, String>>, key: &str) -> Option<String> {
 
 fn list(map: Option<&HashMap<String, String>>) -> Vec<wit::KeyValue> {
     map.map(crate::convert::kv_to_wit).unwrap_or_default()
-}
-
-impl api::Host for CallState {
-    fn whole(&mut self) -> wasmtime::Result<wit::Event> {
-        Ok(current(self)?.to_wit())
-    }
-
-    fn pod(&mut self) -> wasmtime::Result<Option<wit::PodSandbox>> {
-        Ok(current(self)?.pod_wit())
-    }
-
-    fn pod_metadata(&mut self) -> wasmtime::Result<Option<PodMeta>> {
-        Ok(current(self)?.pod_meta())
-    }
-
-    fn pod_label(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.pod_label(&key))
-    }
-
-    fn pod_labels(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.pod_labels())
-    }
-
-    fn pod_annotation(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.pod_annotation(&key))
-    }
-
-    fn pod_annotations(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.pod_annotations())
-    }
-
-    fn container(&mut self) -> wasmtime::Result<Option<wit::Container>> {
-        Ok(current(self)?.container_wit())
-    }
-
-    fn container_metadata(&mut self) -> wasmtime::Result<Option<ContainerMeta>> {
-        Ok(current(self)?.container_meta())
-    }
-
-    fn container_label(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.container_label(&key))
-    }
-
-    fn container_labels(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.container_labels())
-    }
-
-    fn container_annotation(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.container_annotation(&key))
-    }
-
-    fn container_annotations(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.container_annotations())
-    }
-
-    fn container_env(&mut self) -> wasmtime::Result<Vec<String>> {
-        Ok(current(self)?.container_env())
-    }
-
-    fn container_env_var(&mut self, name: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.container_env_var(&name))
-    }
-
-    fn container_resources(&mut self) -> wasmtime::Result<Option<wit::LinuxResources>> {
-        Ok(current(self)?.container_resources())
-    }
-
-    fn requested_resources(&mut self) -> wasmtime::Result<Option<wit::LinuxResources>> {
-        Ok(current(self)?.requested_resources_wit())
-    }
 }
 
 #[cfg(test)]

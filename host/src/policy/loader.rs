@@ -1,17 +1,21 @@
 //! Loading a policy directory into a chain.
 //!
-//! Every `NN-name.wasm` is read, compiled (or taken from the compile cache),
-//! checked against the policy world, linked and initialised with its
-//! settings. A file that fails any of these steps is reported and left out;
-//! the others still run. One broken policy must never keep the node's other
-//! policies from running.
+//! Every `NN-name.wasm` is read, checked, compiled (or taken from the
+//! compile cache), linked and initialised with its settings
+//! (`prepare.rs`), a few at a time. A file that fails any of these steps is
+//! reported and left out; the others still run. One broken policy must never
+//! keep the node's other policies from running; a broken policy that is
+//! mandatory (`on-error = "fail"`, or whose settings cannot be read) fails
+//! container creation until it is fixed.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use super::engine::{CompiledPolicy, Facts, LoadError, PolicyEngine};
+use super::chain::Unloadable;
+use super::engine::{Facts, LoadError, PolicyEngine};
 use super::limits::Limits;
-use super::manifest::{self, PolicySpec, SpecError};
+use super::manifest::{self, Mode, OnError, PolicySpec, SpecError};
+use super::prepare::CompiledPolicy;
 
 /// A policy file that was left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,41 +31,87 @@ pub enum LoadProblem {
 pub struct Loaded {
     /// Usable policies, in chain order.
     pub policies: Vec<CompiledPolicy>,
-    /// Policies whose file was found and whose settings were read, but which
-    /// failed to compile, link or initialise. Those with `on-error = "fail"`
-    /// keep failing container creation until they are fixed (fail-closed).
-    pub unloadable: Vec<(PolicySpec, LoadError)>,
+    /// Policies that were found but could not be loaded.
+    pub unloadable: Vec<Unloadable>,
     /// Everything that was left out, for the log.
     pub problems: Vec<LoadProblem>,
 }
 
-/// Loads every policy in `dir` with `defaults` as limits where a policy's
-/// settings file does not override them.
-pub fn load_dir(engine: &PolicyEngine, dir: &Path, defaults: Limits, facts: &Arc<Facts>) -> Loaded {
-    let (specs, errors) = manifest::scan(dir, defaults);
-    let mut loaded = Loaded { problems: errors.into_iter().map(LoadProblem::from).collect(), ..Default::default() };
-    for spec in specs {
+/// Whether a policy that cannot load must fail container creation.
+pub fn mandatory(spec: &PolicySpec) -> bool {
+    spec.on_error == OnError::Fail && spec.mode == Mode::Enforce
+}
+
+/// How a directory is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirOptions {
+    /// Limits of policies whose settings file does not override them.
+    pub defaults: Limits,
+    /// Refuse files not owned by root or writable by others.
+    pub strict_permissions: bool,
+}
+
+/// The specs of every policy in `dir`, and the problems of those that have none.
+pub fn scan(dir: &Path, options: DirOptions) -> (Vec<PolicySpec>, Vec<SpecError>) {
+    let (mut specs, errors) = manifest::scan(dir, options.defaults);
+    for spec in &mut specs {
+        spec.strict_permissions = options.strict_permissions;
+    }
+    (specs, errors)
+}
+
+/// Loads every policy of `specs`, a few at a time, in chain order.
+pub async fn load_specs(
+    engine: &PolicyEngine,
+    specs: Vec<PolicySpec>,
+    errors: Vec<SpecError>,
+    facts: &Arc<Facts>,
+) -> Loaded {
+    let mut loaded = Loaded::default();
+    for e in errors {
+        if let Some(policy) = e.policy() {
+            loaded.unloadable.push(Unloadable { name: policy.to_string(), reason: e.to_string(), mandatory: true });
+        }
+        loaded.problems.push(e.into());
+    }
+    let results = futures::future::join_all(specs.iter().map(|spec| async move {
         let started = std::time::Instant::now();
-        match engine.load(&spec, facts) {
+        (engine.load_async(spec, facts).await, started.elapsed())
+    }))
+    .await;
+    for (spec, (result, took)) in specs.into_iter().zip(results) {
+        match result {
             Ok(policy) => {
                 tracing::info!(
                     policy = policy.name(),
                     events = %policy.events(),
                     on_error = ?spec.on_error,
                     mode = ?spec.mode,
-                    load_ms = started.elapsed().as_millis() as u64,
+                    cached = policy.timings().cached,
+                    load_ms = took.as_millis() as u64,
                     "policy loaded"
                 );
                 loaded.policies.push(policy);
             }
             Err(e) => {
-                loaded.problems.push(e.clone().into());
-                loaded.unloadable.push((spec, e));
+                loaded.unloadable.push(Unloadable {
+                    name: spec.name.clone(),
+                    reason: e.to_string(),
+                    mandatory: mandatory(&spec),
+                });
+                loaded.problems.push(e.into());
             }
         }
     }
+    loaded.unloadable.sort_by(|a, b| a.name.cmp(&b.name));
     for problem in &loaded.problems {
         tracing::error!(error = %problem, "policy left out");
     }
     loaded
+}
+
+/// Loads every policy in `dir`.
+pub async fn load_dir(engine: &PolicyEngine, dir: &Path, options: DirOptions, facts: &Arc<Facts>) -> Loaded {
+    let (specs, errors) = scan(dir, options);
+    load_specs(engine, specs, errors, facts).await
 }

@@ -35,6 +35,18 @@ pub enum Mode {
     Audit,
 }
 
+/// What a policy whose reply conflicts with an earlier policy's does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    /// Fail the event, as the runtime fails it when two plugins conflict.
+    #[default]
+    Fail,
+    /// Drop this policy's whole reply (as if it had not run) and go on; the
+    /// conflict is reported. For policies that only set defaults.
+    Yield,
+}
+
 /// The optional `NN-name.toml` beside a policy.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -42,11 +54,15 @@ pub struct PolicyFile {
     #[serde(default)]
     pub on_error: OnError,
     #[serde(default)]
+    pub on_conflict: OnConflict,
+    #[serde(default)]
     pub mode: Mode,
     /// Given to the policy's `configure` as text: a string as is, a table as JSON.
     pub settings: Option<toml::Value>,
     #[serde(default)]
     pub limits: LimitOverrides,
+    /// The SHA-256 the `.wasm` file must have (hex); any other content is refused.
+    pub sha256: Option<String>,
 }
 
 /// Everything needed to load one policy.
@@ -59,8 +75,31 @@ pub struct PolicySpec {
     pub settings_file: Option<PathBuf>,
     pub settings: String,
     pub on_error: OnError,
+    pub on_conflict: OnConflict,
     pub mode: Mode,
     pub limits: Limits,
+    /// The SHA-256 the file must have, if pinned.
+    pub sha256: Option<String>,
+    /// Refuse the file unless it is owned by root and writable by no one else.
+    pub strict_permissions: bool,
+}
+
+impl PolicySpec {
+    /// A policy `name` from `wasm` with every setting at its default.
+    pub fn new(name: &str, wasm: impl Into<PathBuf>) -> Self {
+        Self {
+            name: name.to_string(),
+            wasm: wasm.into(),
+            settings_file: None,
+            settings: String::new(),
+            on_error: OnError::default(),
+            on_conflict: OnConflict::default(),
+            mode: Mode::default(),
+            limits: Limits::default(),
+            sha256: None,
+            strict_permissions: false,
+        }
+    }
 }
 
 /// A policy that cannot be loaded, and why.
@@ -72,8 +111,21 @@ pub enum SpecError {
     BadName { path: PathBuf },
     #[error("{path}: settings file has no policy {wasm} beside it")]
     Orphan { path: PathBuf, wasm: PathBuf },
-    #[error("{path}: {reason}")]
-    Settings { path: PathBuf, reason: String },
+    /// The policy's settings file cannot be used. Its `on-error` is then
+    /// unknown, and the policy counts as mandatory (`on-error = "fail"`):
+    /// the file may say so.
+    #[error("policy {policy}: {path}: {reason} (the policy is not loaded and counts as on-error = fail until the file is fixed)")]
+    Settings { policy: String, path: PathBuf, reason: String },
+}
+
+impl SpecError {
+    /// The policy this error keeps from loading, if it is about one.
+    pub fn policy(&self) -> Option<&str> {
+        match self {
+            Self::Settings { policy, .. } => Some(policy),
+            _ => None,
+        }
+    }
 }
 
 /// Splits `NN-name.ext` into its stem if the name is valid.
@@ -87,6 +139,27 @@ pub fn policy_stem(file_name: &str, ext: &str) -> Option<String> {
     ok.then(|| stem.to_string())
 }
 
+/// Most bytes of a settings file.
+const MAX_SETTINGS_BYTES: u64 = 1 << 20;
+
+/// Reads a settings file (a regular file, symlinks followed, at most 1 MiB).
+fn read_settings(name: &str, path: &Path) -> Result<String, SpecError> {
+    let fail = |reason: String| SpecError::Settings { policy: name.into(), path: path.to_path_buf(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail(if meta.is_dir() {
+            "is a directory, not a settings file".into()
+        } else {
+            "is not a regular file".into()
+        }));
+    }
+    if meta.len() > MAX_SETTINGS_BYTES {
+        return Err(fail(format!("is larger than {MAX_SETTINGS_BYTES} bytes")));
+    }
+    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|_| fail("is not UTF-8 text".into()))
+}
+
 /// Reads a settings file into a spec for `wasm`.
 pub fn read_spec(
     name: &str,
@@ -97,34 +170,45 @@ pub fn read_spec(
     let file = match settings_file {
         None => PolicyFile::default(),
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| SpecError::Settings { path: path.to_path_buf(), reason: e.to_string() })?;
-            toml::from_str::<PolicyFile>(&text)
-                .map_err(|e| SpecError::Settings { path: path.to_path_buf(), reason: e.to_string() })?
+            let text = read_settings(name, path)?;
+            toml::from_str::<PolicyFile>(&text).map_err(|e| SpecError::Settings {
+                policy: name.into(),
+                path: path.to_path_buf(),
+                reason: super::clip::guest_text(&e.to_string(), 512),
+            })?
         }
     };
     let path = settings_file.unwrap_or(wasm).to_path_buf();
+    let bad = |reason: String| SpecError::Settings { policy: name.into(), path: path.clone(), reason };
     let limits = defaults.with(&file.limits);
-    limits.validate(name).map_err(|reason| SpecError::Settings { path: path.clone(), reason })?;
+    limits.validate(name).map_err(bad)?;
+    if let Some(pin) = &file.sha256 {
+        if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad(format!("sha256 {pin:?} is not 64 hexadecimal digits")));
+        }
+    }
     let settings = match file.settings {
         None => String::new(),
         Some(toml::Value::String(s)) => s,
-        Some(other) => serde_json::to_string(&other)
-            .map_err(|e| SpecError::Settings { path: path.clone(), reason: format!("settings: {e}") })?,
+        Some(other) => serde_json::to_string(&other).map_err(|e| bad(format!("settings: {e}")))?,
     };
     Ok(PolicySpec {
-        name: name.to_string(),
-        wasm: wasm.to_path_buf(),
         settings_file: settings_file.map(Path::to_path_buf),
         settings,
         on_error: file.on_error,
+        on_conflict: file.on_conflict,
         mode: file.mode,
         limits,
+        sha256: file.sha256.map(|s| s.to_ascii_lowercase()),
+        ..PolicySpec::new(name, wasm)
     })
 }
 
 /// Finds every policy in `dir`, in chain order. Returns the usable specs and
 /// the problems found; a problem leaves out only the policy it concerns.
+/// Hidden entries (a ConfigMap volume's `..data`) are skipped; anything else
+/// named like a policy is a policy, whatever kind of file it is (the load
+/// says what is wrong with it).
 pub fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
     let mut specs = Vec::new();
     let mut errors = Vec::new();
@@ -135,25 +219,28 @@ pub fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
             return (specs, errors);
         }
     };
-    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect();
-    files.sort();
-    for path in &files {
-        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    for file_name in &names {
+        let path = dir.join(file_name);
         if file_name.ends_with(".wasm") {
             let Some(stem) = policy_stem(file_name, "wasm") else {
-                errors.push(SpecError::BadName { path: path.clone() });
+                errors.push(SpecError::BadName { path });
                 continue;
             };
-            let toml = path.with_extension("toml");
-            let settings = files.contains(&toml).then_some(toml.as_path());
-            match read_spec(&stem, path, settings, defaults) {
+            let toml = format!("{stem}.toml");
+            let settings = names.contains(&toml).then(|| dir.join(&toml));
+            match read_spec(&stem, &path, settings.as_deref(), defaults) {
                 Ok(spec) => specs.push(spec),
                 Err(e) => errors.push(e),
             }
-        } else if file_name.ends_with(".toml") {
-            let wasm = path.with_extension("wasm");
-            if policy_stem(file_name, "toml").is_some() && !files.contains(&wasm) {
-                errors.push(SpecError::Orphan { path: path.clone(), wasm });
+        } else if let Some(stem) = policy_stem(file_name, "toml") {
+            if !names.contains(&format!("{stem}.wasm")) {
+                errors.push(SpecError::Orphan { path: path.clone(), wasm: path.with_extension("wasm") });
             }
         }
     }
@@ -208,5 +295,48 @@ mod tests {
         let (specs, errors) = scan(dir.path(), Limits::default());
         assert!(specs.is_empty());
         assert!(errors[0].to_string().contains("10-x.toml") && errors[0].to_string().contains("timeout-ms"));
+    }
+
+    #[test]
+    fn a_settings_file_that_is_not_a_file_keeps_its_policy_out_as_mandatory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("10-x.wasm"), "").unwrap();
+        std::fs::create_dir(dir.path().join("10-x.toml")).unwrap();
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        assert!(specs.is_empty(), "the policy must not load with defaults");
+        assert_eq!(errors[0].policy(), Some("10-x"));
+        let msg = errors[0].to_string();
+        assert!(
+            msg.contains("10-x.toml") && msg.contains("is a directory") && msg.contains("on-error = fail"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn anything_named_like_a_policy_is_a_policy_and_hidden_entries_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("10-dir.wasm")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("20-zero.wasm")).unwrap();
+        std::fs::create_dir(dir.path().join("..data")).unwrap();
+        std::fs::write(dir.path().join(".30-hidden.wasm"), "").unwrap();
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["10-dir", "20-zero"], "the load reports what they are");
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn pins_and_conflict_handling_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let pin = "AB".repeat(32);
+        std::fs::write(dir.path().join("10-x.wasm"), "").unwrap();
+        std::fs::write(dir.path().join("10-x.toml"), format!("sha256 = \"{pin}\"\non-conflict = \"yield\"\n")).unwrap();
+        std::fs::write(dir.path().join("20-y.wasm"), "").unwrap();
+        std::fs::write(dir.path().join("20-y.toml"), "sha256 = \"abc\"\n").unwrap();
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].sha256.as_deref(), Some(pin.to_ascii_lowercase().as_str()));
+        assert_eq!(specs[0].on_conflict, OnConflict::Yield);
+        assert!(errors[0].to_string().contains("64 hexadecimal digits"), "{}", errors[0]);
     }
 }

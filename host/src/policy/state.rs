@@ -22,6 +22,8 @@
 //! (temporary file, fsync, rename), off the event's path.
 
 use std::collections::{BTreeMap, HashMap};
+
+use imbl::OrdMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -33,13 +35,14 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// A policy's committed state: immutable, shared by every call that reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StateSnapshot {
-    map: BTreeMap<String, String>,
+    /// Persistent: a commit copies the path to the keys it changes, not the map.
+    map: OrdMap<String, String>,
     /// Sum of the lengths of keys and values.
     bytes: usize,
 }
 
 impl StateSnapshot {
-    fn from_map(map: BTreeMap<String, String>) -> Self {
+    fn from_map(map: OrdMap<String, String>) -> Self {
         let bytes = map.iter().map(|(k, v)| k.len() + v.len()).sum();
         Self { map, bytes }
     }
@@ -134,7 +137,7 @@ impl StateTxn {
         let base = self
             .base
             .map
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<_, str>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
             .map(|(k, _)| k)
             .take_while(|k| k.starts_with(prefix));
         let mut keys: Vec<String> =
@@ -203,15 +206,23 @@ impl StateStore {
         self.dir.as_deref()
     }
 
-    /// The committed state of `policy` (read from its file the first time).
+    /// The committed state of `policy` (read from its file the first time;
+    /// [`StateStore::preload`] does that off the event path).
     pub fn snapshot(&self, policy: &str) -> Arc<StateSnapshot> {
-        let mut slots = self.slots.lock().expect("state lock");
-        if let Some(slot) = slots.get(policy) {
+        if let Some(slot) = self.slots.lock().expect("state lock").get(policy) {
             return slot.committed.clone();
         }
-        let committed = Arc::new(self.read_file(policy));
-        slots.insert(policy.to_string(), Slot { committed: committed.clone(), ..Slot::default() });
-        committed
+        // Read without the lock: other policies' calls go on meanwhile.
+        let read = Arc::new(self.read_file(policy));
+        let mut slots = self.slots.lock().expect("state lock");
+        let slot = slots.entry(policy.to_string()).or_insert_with(|| Slot { committed: read, ..Slot::default() });
+        slot.committed.clone()
+    }
+
+    /// Reads `policy`'s state file now, if it was not read yet (when a
+    /// policy is loaded, so that its first call does no file I/O).
+    pub fn preload(&self, policy: &str) {
+        let _ = self.snapshot(policy);
     }
 
     fn path(&self, policy: &str) -> Option<PathBuf> {
@@ -240,14 +251,22 @@ impl StateStore {
         let _ = self.snapshot(policy);
         let mut slots = self.slots.lock().expect("state lock");
         let slot = slots.get_mut(policy).expect("slot created by snapshot");
-        let mut map = slot.committed.map.clone();
+        // O(1) to copy, O(log n) per write: the lock is held for the
+        // writes of one call, never for the size of the state.
+        let mut next = (*slot.committed).clone();
         for (k, v) in writes.writes {
-            match v {
-                Some(v) => map.insert(k, v),
-                None => map.remove(&k),
+            let old = match v {
+                Some(v) => {
+                    next.bytes += k.len() + v.len();
+                    next.map.insert(k.clone(), v)
+                }
+                None => next.map.remove(&k),
             };
+            if let Some(old) = old {
+                next.bytes -= k.len() + old.len();
+            }
         }
-        slot.committed = Arc::new(StateSnapshot::from_map(map));
+        slot.committed = Arc::new(next);
         slot.version += 1;
         self.dir.is_some()
     }
@@ -281,7 +300,7 @@ fn load(policy: &str, path: &Path) -> Result<Option<StateSnapshot>, StateFileErr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(StateFileError::Read { policy: policy.into(), path: path.into(), source }),
     };
-    let map: BTreeMap<String, String> = serde_json::from_slice(&bytes).map_err(|e| StateFileError::Parse {
+    let map: OrdMap<String, String> = serde_json::from_slice(&bytes).map_err(|e| StateFileError::Parse {
         policy: policy.into(),
         path: path.into(),
         reason: e.to_string(),

@@ -274,6 +274,16 @@ pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
     ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
 }
 
+/// Runs a future (a chain evaluation, a load) to completion on the shared
+/// engine's policy runtime, from a test that is not async.
+pub fn block_on<F>(work: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    shared_engine().block_on(work)
+}
+
 /// The topology tests show policies: 8 CPUs on two NUMA nodes, 16 GiB.
 pub fn test_topology() -> nri_wasm::node::topology::Topology {
     use nri_wasm::node::topology::{NumaNode, Topology};
@@ -307,6 +317,7 @@ pub fn eval_cx(budget: Duration) -> nri_wasm::policy::chain::EvalContext {
         engine: shared_engine(),
         env: nri_wasm::policy::engine::CallEnv::detached(Arc::new(test_facts())),
         deadline: std::time::Instant::now() + budget,
+        explain: false,
     }
 }
 
@@ -319,13 +330,10 @@ pub fn policy_spec(
     limits: nri_wasm::policy::limits::Limits,
 ) -> nri_wasm::policy::manifest::PolicySpec {
     nri_wasm::policy::manifest::PolicySpec {
-        name: name.into(),
-        wasm: wasm.into(),
-        settings_file: None,
         settings: settings.into(),
         on_error,
-        mode: nri_wasm::policy::manifest::Mode::Enforce,
         limits,
+        ..nri_wasm::policy::manifest::PolicySpec::new(name, wasm)
     }
 }
 

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
-use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated, PolicyFailure, Step};
+use nri_wasm::policy::chain::{
+    Chain, ChainError, ChainSettings, EvalContext, Evaluated, Outcome, PolicyFailure, Step, Unloadable,
+};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
 use nri_wasm::policy::limits::Limits;
@@ -44,6 +46,17 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 fn cx(budget: Duration) -> EvalContext {
     nri_wasm_e2e::eval_cx(budget)
 }
+
+/// Runs CreateContainer through `chain` with a chain budget of `budget`.
+fn create(
+    chain: &Chain,
+    budget: Duration,
+    req: &pb::CreateContainerRequest,
+) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
+    nri_wasm_e2e::block_on(chain.create_container(&cx(budget), req))
+}
+
+const TWO_S: Duration = Duration::from_secs(2);
 
 /// The chain behind a policy dispatcher, connected to the runtime simulator
 /// (a runtime with `request_timeout`), and the fixture's pod and container.
@@ -83,7 +96,7 @@ fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
     let chain = Chain::new(vec![annotate("10-a", "a"), annotate("20-b", "b")], ChainSettings::default());
     let req = request();
     let before = req.container.env.len();
-    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     // The annotate guest reports how many env variables it saw: the second
     // policy sees the first one's variable.
     assert_eq!(
@@ -91,7 +104,7 @@ fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
         [("POLICY_A".to_string(), before.to_string()), ("POLICY_B".to_string(), (before + 1).to_string())]
     );
     assert_eq!(steps.len(), 2);
-    assert!(steps.iter().all(|s| matches!(s, Step::Applied { .. })), "{steps:?}");
+    assert!(steps.iter().all(|s| matches!(s.outcome, Outcome::Changed { .. })), "{steps:?}");
 }
 
 /// Through the runtime simulator: a policy reading the event piece by piece
@@ -178,7 +191,10 @@ async fn a_global_of_a_policy_starts_afresh_in_every_call() {
 async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
     let request_timeout = Duration::from_secs(2);
     for on_error in [OnError::Ignore, OnError::Fail] {
-        let flood = load("20-flood", guests::FAULTS, "flood", on_error, Mode::Enforce, Limits::default());
+        // A time limit no busy machine reaches: this is about the work being
+        // linear, which the limit of the host work test below checks.
+        let generous = Limits { timeout_ms: 900, ..Limits::default() };
+        let flood = load("20-flood", guests::FAULTS, "flood", on_error, Mode::Enforce, generous);
         let chain = Chain::new(vec![annotate("10-a", "a"), flood, annotate("30-c", "c")], ChainSettings::default());
         let budget = chain.settings().budget(request_timeout);
         let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
@@ -199,7 +215,8 @@ async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
                     let err = result.unwrap_err();
                     let SimError::Failed { status, .. } = &err else { panic!("{err}") };
                     let message = status.message();
-                    assert!(message.contains("20-flood") && message.contains("both tried to set"), "{message}");
+                    assert!(message.contains("20-flood") && message.contains("invalid output"), "{message}");
+                    assert!(message.contains("memory limit") && message.contains("twice"), "{message}");
                 }
             }
         }
@@ -216,19 +233,18 @@ fn an_audited_policy_that_fails_does_not_fail_the_event() {
     let trapping = load("20-audit", guests::FAULTS, "unreachable", OnError::Fail, Mode::Audit, Limits::default());
     let spec =
         PolicySpec { mode: Mode::Audit, ..policy_spec("30-broken", "broken", "", OnError::Fail, Limits::default()) };
-    let broken = (
-        spec,
-        engine()
-            .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, Limits::default()), b"junk", &facts())
-            .unwrap_err(),
-    );
+    let e = engine()
+        .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, Limits::default()), b"junk", &facts())
+        .unwrap_err();
+    let broken = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
     let chain =
         Chain::new(vec![annotate("10-a", "a"), trapping], ChainSettings::default()).with_unloadable(vec![broken]);
-    assert!(chain.unloadable().is_empty(), "an audited policy that failed to load blocks nothing");
-    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    assert!(!chain.unloadable()[0].mandatory, "an audited policy that failed to load blocks nothing");
+    let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &request()).unwrap();
     assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
+    assert!(steps[1].audit);
     assert!(
-        matches!(&steps[1], Step::Failed { failure: PolicyFailure::Call(_), ignored: true }),
+        matches!(&steps[1].outcome, Outcome::Failed { failure: PolicyFailure::Call(_), ignored: true }),
         "reported, not fatal: {steps:?}"
     );
 }
@@ -238,22 +254,23 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
     let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), audited], ChainSettings::default());
     let mut req = request();
-    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
     // It reports what it would have changed.
-    let Step::AuditOnly { policy, would, .. } = &steps[1] else { panic!("{steps:?}") };
+    let Step { policy, audit: true, outcome: Outcome::Changed { what }, .. } = &steps[1] else { panic!("{steps:?}") };
     assert_eq!(policy, "20-audit");
-    assert!(would.starts_with("adjust: ") && would.contains("example.com/audited"), "{would}");
+    assert!(what.contains("example.com/audited"), "{what}");
 
     // The annotate guest denies containers annotated example.com/deny.
     req.container.mut_or_insert_default().annotations.insert("example.com/deny".into(), "no".into());
     let audit_only = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
     let chain = Chain::new(vec![audit_only], ChainSettings::default());
-    let Evaluated { value: _, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
-    assert!(matches!(&steps[0], Step::Denied { audit: true, reason, .. } if reason.contains("denied by annotation")));
+    let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
+    assert!(steps[0].audit);
+    assert!(matches!(&steps[0].outcome, Outcome::Denied { reason } if reason.contains("denied by annotation")));
 
     let chain = Chain::new(vec![annotate("20-enforce", "x")], ChainSettings::default());
-    let err = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap_err();
+    let err = create(&chain, TWO_S, &req).unwrap_err();
     assert!(matches!(&err, ChainError::Denied { policy, .. } if policy == "20-enforce"), "{err}");
     let text = err.to_string();
     assert!(text.contains(&req.container.id) && text.contains("denied by annotation: no"), "{text}");
@@ -265,66 +282,75 @@ fn a_failing_policy_is_quarantined_then_retried() {
     let p = faulty("20-trap", "unreachable", OnError::Ignore, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), p], settings);
     let req = request();
-    let failure_of = |steps: &[Step]| match steps.last() {
-        Some(Step::Failed { failure, ignored: true }) => failure.clone(),
+    let failure_of = |steps: &[Step]| match steps.last().map(|s| &s.outcome) {
+        Some(Outcome::Failed { failure, ignored: true }) => failure.clone(),
         other => panic!("expected an ignored failure, got {other:?}"),
     };
     for _ in 0..3 {
-        let Evaluated { value: _, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+        let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
         assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)));
     }
-    // Open: the policy is not called, its on-error applies.
-    let started = Instant::now();
-    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    // Open: the policy is not called (no fuel, no time), its on-error applies.
+    let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     assert!(matches!(failure_of(&steps), PolicyFailure::Quarantined { failures: 3, .. }));
-    assert!(started.elapsed() < Duration::from_millis(100));
+    let last = steps.last().unwrap();
+    assert_eq!((last.fuel, last.elapsed), (0, Duration::ZERO), "a quarantined policy is not called");
     assert_eq!(annotations(&resp).len(), 1, "the healthy policy still applies");
     // After the back-off the policy is tried again (and fails again).
     std::thread::sleep(Duration::from_millis(350));
-    let Evaluated { value: _, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)), "{steps:?}");
 
     // With on-error = fail a quarantined policy fails the event, and says so.
     let settings = ChainSettings { breaker_failures: 1, breaker_backoff_ms: 60_000, ..ChainSettings::default() };
     let chain = Chain::new(vec![faulty("20-trap", "unreachable", OnError::Fail, Limits::default())], settings);
-    assert!(chain.create_container(&cx(Duration::from_secs(2)), &req).is_err());
-    let err = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap_err().to_string();
+    assert!(create(&chain, TWO_S, &req).is_err());
+    let err = create(&chain, TWO_S, &req).unwrap_err().to_string();
     assert!(err.contains("20-trap") && err.contains("quarantined after 1 consecutive failures"), "{err}");
 }
 
+/// An early policy with a long time limit that loops cannot eat the time of
+/// the policies after it: it is cut where the later ones' shares begin, the
+/// later policy runs, and the loop's error names the limit it really had.
 #[test]
-fn calls_that_cannot_start_before_the_deadline_are_skipped() {
-    let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 50, ..Limits::default() };
-    let chain = Chain::new(
-        vec![
-            faulty("10-loop", "loop", OnError::Ignore, looping),
-            load("20-a", guests::ANNOTATE, "a", OnError::Ignore, Mode::Enforce, Limits::default()),
-        ],
-        // The loop is cut at the deadline to within a tick; what is left is
-        // below min-call-ms, so the next call is not started.
-        ChainSettings { min_call_ms: 5, ..ChainSettings::default() },
-    );
-    let Evaluated { value: resp, steps, .. } =
-        chain.create_container(&cx(Duration::from_millis(20)), &request()).unwrap();
-    assert!(annotations(&resp).is_empty());
-    assert!(
-        matches!(&steps[1], Step::Failed { failure: PolicyFailure::Skipped { policy, .. }, ignored: true } if policy == "20-a"),
-        "{steps:?}"
-    );
+fn a_looping_policy_leaves_the_later_ones_their_share() {
+    let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 10_000, ..Limits::default() };
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        let chain = Chain::new(
+            vec![
+                faulty("10-loop", "loop", on_error, looping),
+                load("20-a", guests::ANNOTATE, "a", OnError::Fail, Mode::Enforce, Limits::default()),
+            ],
+            ChainSettings::default(),
+        );
+        // A budget of 1 s for 10 s + 100 ms of limits: shares of 990 and 9.9 ms.
+        match (on_error, create(&chain, Duration::from_secs(1), &request())) {
+            (OnError::Ignore, Ok(Evaluated { value: resp, steps, .. })) => {
+                assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
+                let Outcome::Failed { failure, ignored: true } = &steps[0].outcome else { panic!("{steps:?}") };
+                let text = failure.to_string();
+                assert!(text.contains("its timeout-ms is 10000; the chain's budget left it"), "{text}");
+                assert!(!text.contains("time limit of 10000 ms"), "{text}");
+            }
+            (OnError::Fail, Err(err)) => {
+                let text = err.to_string();
+                assert!(text.contains("10-loop") && text.contains("the chain's budget left it"), "{text}");
+            }
+            (_, other) => panic!("{on_error:?}: {other:?}"),
+        }
+    }
 }
 
 #[test]
 fn the_same_input_gives_the_same_output_and_the_same_fuel() {
     let chain = Chain::new(vec![annotate("10-a", "a"), annotate("20-b", "b")], ChainSettings::default());
     let req = request();
-    let fuel = |steps: &[Step]| -> Vec<u64> {
-        steps.iter().map(|s| if let Step::Applied { fuel, .. } = s { *fuel } else { panic!("{s:?}") }).collect()
-    };
-    let Evaluated { value: first, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+    let fuel = |steps: &[Step]| -> Vec<u64> { steps.iter().map(|s| s.fuel).collect() };
+    let Evaluated { value: first, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     let first_fuel = fuel(&steps);
     assert!(first_fuel.iter().all(|f| *f > 0));
     for _ in 0..50 {
-        let Evaluated { value: again, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &req).unwrap();
+        let Evaluated { value: again, steps, .. } = create(&chain, TWO_S, &req).unwrap();
         assert_eq!(again, first);
         assert_eq!(fuel(&steps), first_fuel);
     }
@@ -334,15 +360,13 @@ fn the_same_input_gives_the_same_output_and_the_same_fuel() {
 fn randomness_is_seeded_per_policy_so_results_repeat() {
     let chain =
         Chain::new(vec![faulty("10-random", "random", OnError::Fail, Limits::default())], ChainSettings::default());
-    let Evaluated { value: first, steps: _, .. } =
-        chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    let Evaluated { value: first, steps: _, .. } = create(&chain, TWO_S, &request()).unwrap();
     let order = annotations(&first);
     assert_eq!(order.len(), 1);
     let sorted: Vec<String> = (0..32).map(|i: u32| i.to_string()).collect();
     assert_ne!(order[0].1, sorted.join(","), "the hash map really is randomised");
     for _ in 0..10 {
-        let Evaluated { value: again, steps: _, .. } =
-            chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+        let Evaluated { value: again, steps: _, .. } = create(&chain, TWO_S, &request()).unwrap();
         assert_eq!(annotations(&again), order);
     }
 }
@@ -352,13 +376,16 @@ fn policy_validation_sees_the_merged_result_and_may_reject_it() {
     let validator = || faulty("90-validate", "validate", OnError::Fail, Limits::default());
     let chain = Chain::new(vec![annotate("10-a", "a"), validator()], ChainSettings::default());
     assert!(chain.wants(nri_wasm::nri::EventKind::CreateContainer));
-    let Evaluated { value: resp, steps, .. } = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap();
+    let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &request()).unwrap();
     assert_eq!(annotations(&resp).len(), 1);
-    assert!(matches!(&steps[1], Step::Applied { policy, .. } if policy == "90-validate"), "{steps:?}");
+    assert!(
+        matches!(&steps[1], Step { policy, outcome: Outcome::Unchanged, .. } if policy == "90-validate"),
+        "{steps:?}"
+    );
 
     let chain =
         Chain::new(vec![annotate("10-a", "a"), annotate("20-f", "forbidden"), validator()], ChainSettings::default());
-    let err = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap_err();
+    let err = create(&chain, TWO_S, &request()).unwrap_err();
     assert!(
         matches!(&err, ChainError::Denied { policy, event, .. } if policy == "90-validate" && event == "ValidateContainerAdjustment"),
         "{err}"
@@ -373,25 +400,28 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
     std::fs::write(dir.path().join("20-second.toml"), "settings = \"second\"\n").unwrap();
     std::fs::copy(guests::ANNOTATE, dir.path().join("10-first.wasm")).unwrap();
     std::fs::write(dir.path().join("10-first.toml"), "settings = \"first\"\n").unwrap();
-    std::fs::write(dir.path().join("30-junk.wasm"), b"not a component").unwrap();
+    std::fs::write(dir.path().join("30-junk.wasm"), b"password=hunter2\nnot a component").unwrap();
     std::fs::write(dir.path().join("30-junk.toml"), "on-error = \"fail\"\n").unwrap();
     std::fs::copy(guests::ANNOTATE, dir.path().join("40-bad-settings.wasm")).unwrap();
     std::fs::write(dir.path().join("40-bad-settings.toml"), "settings = \"two words\"\n").unwrap();
-    let loaded = loader::load_dir(&engine(), dir.path(), Limits::default(), &facts());
+    let options = loader::DirOptions { defaults: Limits::default(), strict_permissions: false };
+    let loaded = nri_wasm_e2e::block_on(loader::load_dir(&engine(), dir.path(), options, &facts()));
     let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
     assert_eq!(names, ["10-first", "20-second"]);
     let problems: Vec<String> = loaded.problems.iter().map(|p| p.to_string()).collect();
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert!(problems[0].contains("30-junk") && problems[0].contains("not a valid WebAssembly component"));
+    assert!(problems[0].contains("30-junk") && problems[0].contains("not a WebAssembly file"), "{problems:?}");
+    assert!(!problems[0].contains("hunter2"), "nothing of a mistaken file is echoed: {problems:?}");
     assert!(problems[1].contains("40-bad-settings") && problems[1].contains("single word"));
     // 30-junk is mandatory (on-error = fail): creation fails until it is fixed.
     let chain = Chain::new(loaded.policies, ChainSettings::default()).with_unloadable(loaded.unloadable);
-    assert_eq!(chain.unloadable().len(), 1);
-    let err = chain.create_container(&cx(Duration::from_secs(2)), &request()).unwrap_err().to_string();
+    assert_eq!(chain.unloadable().iter().filter(|u| u.mandatory).count(), 1);
+    let err = create(&chain, TWO_S, &request()).unwrap_err().to_string();
     assert!(err.contains("30-junk") && err.contains("not loaded"), "{err}");
 }
 
-/// 30 policies that loop forever: the runtime still gets its answer in time.
+/// 30 policies that loop forever: the runtime still gets its answer in
+/// time, and the policy after them still gets its share of the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_looping_policies_answer_inside_the_request_timeout() {
     let request_timeout = Duration::from_millis(1_000);
@@ -401,21 +431,22 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
             (0..30).map(|i| faulty(&format!("{:02}-loop", i + 10), "loop", on_error, looping)).collect();
         policies.push(load("90-last", guests::ANNOTATE, "last", on_error, Mode::Enforce, Limits::default()));
         let chain = Chain::new(policies, ChainSettings::default());
-        let budget = chain.settings().budget(request_timeout);
         let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
         for _ in 0..3 {
             let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;
             let took = started.elapsed();
             assert!(took < request_timeout, "{on_error:?}: the runtime would have dropped us after {took:?}");
-            assert!(took < budget + Duration::from_millis(25), "{on_error:?}: answered after {took:?}");
             match on_error {
-                // Each loop is cut at its 100 ms limit until the chain's
-                // 500 ms are spent; the rest are skipped.
+                // 31 limits of 100 ms in a budget of 500 ms: each loop is
+                // cut at its share, and the last policy runs in its own.
                 OnError::Ignore => {
                     let reply = result.unwrap();
-                    assert!(took >= budget - Duration::from_millis(100), "{took:?}");
-                    assert!(reply.adjust.is_none() || annotations(&reply).is_empty(), "90-last was skipped");
+                    assert!(
+                        annotations(&reply).contains(&("example.com/last".to_string(), ctr.name.clone())),
+                        "90-last got its share: {:?}",
+                        annotations(&reply)
+                    );
                 }
                 OnError::Fail => {
                     let err = result.unwrap_err();

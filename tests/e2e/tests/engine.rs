@@ -17,13 +17,11 @@ use nri_wasm_e2e::guests;
 
 fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
     PolicySpec {
-        name: name.into(),
-        wasm: Path::new(wasm).to_path_buf(),
-        settings_file: None,
         settings: settings.into(),
         on_error: OnError::Ignore,
         mode: Mode::Enforce,
         limits,
+        ..PolicySpec::new(name, Path::new(wasm))
     }
 }
 
@@ -241,7 +239,10 @@ fn components_built_against_another_package_version_are_refused_with_the_reason(
 fn garbage_and_wrong_worlds_are_refused() {
     let engine = engine();
     let err = engine.load_bytes(&spec("40-junk", "inline", "", Limits::default()), b"not wasm", &facts()).unwrap_err();
-    assert!(matches!(err, LoadError::Compile { .. }), "{err}");
+    assert!(matches!(err, LoadError::NotWasm { .. }), "{err}");
+    assert_eq!(err.to_string(), "policy 40-junk: not a WebAssembly file (no \\0asm header)");
+    let core = engine.load_bytes(&spec("42-core", "inline", "", Limits::default()), b"(module)", &facts()).unwrap_err();
+    assert!(matches!(core, LoadError::CoreModule { .. }), "{core}");
     let err =
         engine.load_bytes(&spec("41-empty", "inline", "", Limits::default()), b"(component)", &facts()).unwrap_err();
     assert!(matches!(err, LoadError::World { .. }), "{err}");

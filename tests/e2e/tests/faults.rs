@@ -16,10 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_sim::{RuntimeProfile, SimError};
-use nri_wasm::policy::chain::{Chain, ChainSettings};
+use nri_wasm::policy::chain::{Chain, ChainSettings, Unloadable};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::LoadError;
 use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, Harness};
@@ -78,7 +79,9 @@ fn chain(fault: &Fault, on_error: OnError) -> Chain {
         Ok(p) => Chain::new(vec![before, p, after], settings),
         Err(e) => {
             let spec = spec("20-faulty", "faulty", "", on_error, fault.limits);
-            Chain::new(vec![before, after], settings).with_unloadable(vec![(spec, e)])
+            let missing =
+                Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
+            Chain::new(vec![before, after], settings).with_unloadable(vec![missing])
         }
     }
 }
@@ -215,19 +218,25 @@ async fn a_million_env_entries() {
     let request: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
     let cx = nri_wasm_e2e::eval_cx(Duration::from_secs(10));
     for _ in 0..3 {
-        let err = chain.create_container(&cx, &request).expect_err("a million entries never make it to the runtime");
+        let err =
+            chain.create_container(&cx, &request).await.expect_err("a million entries never make it to the runtime");
         let text = err.to_string();
         assert!(
-            text.contains("exceeds the limit") || text.contains("memory limit") || text.contains("fuel limit"),
+            text.contains("exceeds the limit")
+                || text.contains("memory limit")
+                || text.contains("fuel limit")
+                || text.contains("one transfer may carry"),
             "{text}"
         );
     }
 }
 
 #[test]
-fn unloadable_policies_with_on_error_ignore_are_left_out() {
+fn unloadable_policies_with_on_error_ignore_are_reported_and_fail_nothing() {
     let spec = spec("20-faulty", "x", "", OnError::Ignore, Limits::default());
     let e = LoadError::Compile { policy: "20-faulty".into(), reason: "bad".into() };
-    let chain = Chain::new(Vec::new(), ChainSettings::default()).with_unloadable(vec![(spec, e)]);
-    assert!(chain.unloadable().is_empty());
+    let missing = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
+    let chain = Chain::new(Vec::new(), ChainSettings::default()).with_unloadable(vec![missing]);
+    assert_eq!(chain.unloadable().len(), 1, "reported");
+    assert!(!chain.wants(nri_wasm::nri::EventKind::CreateContainer), "but it fails no container");
 }

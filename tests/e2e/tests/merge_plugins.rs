@@ -253,13 +253,11 @@ fn chain(replies: &[&str]) -> Chain {
         .zip(NAMES)
         .map(|(text, name)| {
             let spec = PolicySpec {
-                name: name.into(),
-                wasm: guests::REPLAY.into(),
-                settings_file: None,
                 settings: (*text).into(),
                 on_error: OnError::Fail,
                 mode: Mode::Enforce,
                 limits: Limits::default(),
+                ..PolicySpec::new(name, guests::REPLAY)
             };
             engine().load(&spec, &Arc::new(facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
         })

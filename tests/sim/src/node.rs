@@ -12,7 +12,8 @@
 //! [`SimRuntime`] drives a connected plugin through the lifecycle with the
 //! model in step: every event carries the container as the runtime has it
 //! now, and the model is the one [`PluginConn::attach_model`] applies
-//! `UpdateContainers` to.
+//! `UpdateContainers` to. Like a real runtime, it calls the plugin only for
+//! the events it subscribed to; the model changes either way.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -113,6 +114,11 @@ impl SimRuntime {
         self.model
     }
 
+    /// Whether the plugin gets `event` (a runtime skips it otherwise).
+    fn gets(&self, event: pb::Event) -> bool {
+        self.conn.is_subscribed(event)
+    }
+
     pub fn model(&self) -> std::sync::MutexGuard<'_, NodeModel> {
         self.model.lock().expect("model lock")
     }
@@ -138,7 +144,9 @@ impl SimRuntime {
     }
 
     pub async fn run_pod(&self, pod: &pb::PodSandbox) -> Result<(), SimError> {
-        self.conn.run_pod_sandbox(pod).await?;
+        if self.gets(pb::Event::RUN_POD_SANDBOX) {
+            self.conn.run_pod_sandbox(pod).await?;
+        }
         self.model().pods.insert(pod.id.clone(), pod.clone());
         Ok(())
     }
@@ -149,23 +157,33 @@ impl SimRuntime {
         let pod = self.pod(&container.pod_sandbox_id);
         let mut container = container.clone();
         container.state = pb::ContainerState::CONTAINER_UNKNOWN.into();
-        let reply = self.conn.create_container(&pod, &container).await?;
+        let reply = match self.gets(pb::Event::CREATE_CONTAINER) {
+            true => self.conn.create_container(&pod, &container).await?,
+            false => pb::CreateContainerResponse::default(),
+        };
         let req = pb::CreateContainerRequest {
             pod: MessageField::some(pod.clone()),
             container: MessageField::some(container),
             ..Default::default()
         };
         let created = self.model().create(&req, &reply);
-        self.conn.post_create_container(&pod, &created).await?;
+        if self.gets(pb::Event::POST_CREATE_CONTAINER) {
+            self.conn.post_create_container(&pod, &created).await?;
+        }
         Ok(created)
     }
 
     pub async fn start(&self, id: &str) -> Result<(), SimError> {
         let (pod, mut c) = self.container(id);
-        self.conn.start_container(&pod, &c).await?;
+        if self.gets(pb::Event::START_CONTAINER) {
+            self.conn.start_container(&pod, &c).await?;
+        }
         self.model().set_state(id, pb::ContainerState::CONTAINER_RUNNING);
         c.state = pb::ContainerState::CONTAINER_RUNNING.into();
-        self.conn.post_start_container(&pod, &c).await
+        if self.gets(pb::Event::POST_START_CONTAINER) {
+            self.conn.post_start_container(&pod, &c).await?;
+        }
+        Ok(())
     }
 
     /// UpdateContainer with new resources, as the kubelet asks for them.
@@ -177,7 +195,10 @@ impl SimRuntime {
             linux_resources: MessageField::some(resources.clone()),
             ..Default::default()
         };
-        let reply = self.conn.update_container(&req).await?;
+        let reply = match self.gets(pb::Event::UPDATE_CONTAINER) {
+            true => self.conn.update_container(&req).await?,
+            false => pb::UpdateContainerResponse::default(),
+        };
         {
             let mut m = self.model();
             let own = pb::ContainerUpdate {
@@ -192,13 +213,19 @@ impl SimRuntime {
             m.apply_updates(&reply.update);
         }
         let (pod, c) = self.container(id);
-        self.conn.post_update_container(&pod, &c).await
+        if self.gets(pb::Event::POST_UPDATE_CONTAINER) {
+            self.conn.post_update_container(&pod, &c).await?;
+        }
+        Ok(())
     }
 
     pub async fn stop(&self, id: &str) -> Result<(), SimError> {
         let (pod, c) = self.container(id);
         // The container stops whatever the plugin answers.
-        let reply = self.conn.stop_container(&pod, &c).await;
+        let reply = match self.gets(pb::Event::STOP_CONTAINER) {
+            true => self.conn.stop_container(&pod, &c).await,
+            false => Ok(pb::StopContainerResponse::default()),
+        };
         let mut m = self.model();
         m.set_state(id, pb::ContainerState::CONTAINER_STOPPED);
         m.apply_updates(&reply?.update);
@@ -209,7 +236,10 @@ impl SimRuntime {
         let (pod, mut c) = self.container(id);
         self.model().containers.remove(id);
         c.state = pb::ContainerState::CONTAINER_STOPPED.into();
-        self.conn.remove_container(&pod, &c).await
+        match self.gets(pb::Event::REMOVE_CONTAINER) {
+            true => self.conn.remove_container(&pod, &c).await,
+            false => Ok(()),
+        }
     }
 
     /// Stops and removes every container of the pod, then the pod.
@@ -221,8 +251,13 @@ impl SimRuntime {
             self.remove(c).await?;
         }
         let pod = self.pod(id);
-        self.conn.stop_pod_sandbox(&pod).await?;
+        if self.gets(pb::Event::STOP_POD_SANDBOX) {
+            self.conn.stop_pod_sandbox(&pod).await?;
+        }
         self.model().remove_pod(id);
-        self.conn.remove_pod_sandbox(&pod).await
+        match self.gets(pb::Event::REMOVE_POD_SANDBOX) {
+            true => self.conn.remove_pod_sandbox(&pod).await,
+            false => Ok(()),
+        }
     }
 }

@@ -104,9 +104,11 @@ impl Policy for Faults {
             "flood" => {
                 // Just under the host's 1 MiB reply limit: thousands of
                 // removal markers, updates of distinct containers and
-                // evictions, which the merge must take in linear time, then
-                // two updates of one field of one container, a conflict.
+                // evictions (as many as a reply may carry), which the merge
+                // must take in linear time, then two updates of one field of
+                // one container, which contradict each other.
                 const N: usize = 15_000;
+                const UPDATES: usize = 4_000;
                 let mut adjust = ContainerAdjustment::new();
                 adjust.env = (0..N).map(|i| KeyValue { key: format!("-V{i:05}"), value: String::new() }).collect();
                 adjust.mounts = (0..N)
@@ -118,14 +120,14 @@ impl Policy for Faults {
                     })
                     .collect();
                 let mut reply = Reply::adjust(adjust);
-                reply.update = (0..N)
+                reply.update = (0..UPDATES - 1)
                     .map(|i| ContainerUpdate {
                         container_id: format!("c{i:05}"),
                         resources: None,
                         ignore_failure: false,
                     })
                     .collect();
-                reply.evict = (0..N)
+                reply.evict = (0..UPDATES)
                     .map(|i| ContainerEviction { container_id: format!("c{i:05}"), reason: String::new() })
                     .collect();
                 let memory = |limit| LinuxResources {

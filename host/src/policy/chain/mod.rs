@@ -1,0 +1,424 @@
+//! The ordered chain of policies for one event.
+//!
+//! Policies run in file-name order and each sees the pod and container as the
+//! policies before it left it, exactly as NRI runs its plugins. What each
+//! one returns goes down one path (`pipeline.rs`): converted, bounded,
+//! validated, merged with the runtime's own rules (`crate::merge`), and its
+//! conflicts told apart from its failures:
+//! - a policy's own failure (trap, limit, invalid output, no time left,
+//!   quarantined) is handled by its `on-error`: `ignore` drops its output and
+//!   goes on, `fail` fails the event;
+//! - a conflict between two policies is a property of the chain: it fails
+//!   the event, as the runtime fails it when two plugins conflict, unless
+//!   the later policy says `on-conflict = "yield"` (its reply is then
+//!   dropped, and that is reported);
+//! - `mode = "audit"` evaluates and reports, but changes, denies and fails
+//!   nothing.
+//!
+//! A circuit breaker quarantines a policy after repeated consecutive
+//! failures, so that a broken policy does not cost every event its full time
+//! limit. Time is shared out (`budget.rs`): each policy gets its own limit,
+//! but never so much that the policies after it are left less than their
+//! share of the chain's budget.
+
+mod budget;
+mod events;
+mod pipeline;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nri_wasm_api::api as pb;
+use serde::Deserialize;
+
+use super::engine::{CallEnv, CallError, PolicyEngine};
+use super::manifest::{Mode, OnError};
+use super::prepare::CompiledPolicy;
+use super::state::StateWrites;
+use crate::merge::MergeError;
+use crate::nri::version::{EventKind, EventMask};
+
+pub use budget::shares;
+
+/// Largest reply one policy may give, encoded as the runtime would receive
+/// it: NRI's transport carries at most 4 MiB per message.
+pub const MAX_REPLY_BYTES: usize = 1 << 20;
+/// Largest sum of the replies merged for one event.
+pub const MAX_TOTAL_REPLY_BYTES: usize = 3 << 20;
+
+/// Chain-wide settings (the `[chain]` table of the host configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct ChainSettings {
+    /// Share of the runtime's request timeout the whole chain may use.
+    pub budget_fraction: f64,
+    /// Consecutive failures after which a policy is quarantined.
+    pub breaker_failures: u32,
+    /// How long a quarantine lasts, in milliseconds.
+    pub breaker_backoff_ms: u64,
+    /// A call is not started with less time than this left (milliseconds).
+    pub min_call_ms: u64,
+}
+
+impl Default for ChainSettings {
+    fn default() -> Self {
+        Self { budget_fraction: 0.5, breaker_failures: 5, breaker_backoff_ms: 30_000, min_call_ms: 1 }
+    }
+}
+
+impl ChainSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.budget_fraction > 0.0 && self.budget_fraction <= 0.9) {
+            return Err(format!("[chain] budget-fraction {} must be in (0, 0.9]", self.budget_fraction));
+        }
+        if self.breaker_failures == 0 {
+            return Err("[chain] breaker-failures must be positive".into());
+        }
+        if self.min_call_ms == 0 || self.min_call_ms > 1000 {
+            return Err(format!("[chain] min-call-ms {} must be in 1..=1000", self.min_call_ms));
+        }
+        Ok(())
+    }
+
+    /// The chain's time budget for a runtime request timeout.
+    pub fn budget(&self, request_timeout: Duration) -> Duration {
+        request_timeout.mul_f64(self.budget_fraction)
+    }
+}
+
+/// Why a policy produced no usable output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyFailure {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("policy {policy} on {event}: invalid output: {reason}")]
+    InvalidOutput { policy: String, event: String, reason: String },
+    #[error("policy {policy} on {event}: {conflict}")]
+    Conflict { policy: String, event: String, conflict: MergeError },
+    #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded: its call took {call_ms} ms and the host's work on its reply {host_ms} ms")]
+    Overran { policy: String, event: String, limit_ms: u64, call_ms: u64, host_ms: u64 },
+    #[error("policy {policy} on {event}: skipped, {reason}")]
+    Skipped { policy: String, event: String, reason: String },
+    #[error("policy {policy} on {event}: quarantined after {failures} consecutive failures")]
+    Quarantined { policy: String, event: String, failures: u32 },
+    #[error("policy {policy} on {event}: not loaded: {reason}")]
+    NotLoaded { policy: String, event: String, reason: String },
+}
+
+impl PolicyFailure {
+    /// A short name of the kind of failure, for metrics and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Call(e) => e.kind(),
+            Self::InvalidOutput { .. } => "invalid",
+            Self::Conflict { .. } => "conflict",
+            Self::Overran { .. } => "timeout",
+            Self::Skipped { .. } => "skipped",
+            Self::Quarantined { .. } => "quarantined",
+            Self::NotLoaded { .. } => "not-loaded",
+        }
+    }
+
+    /// The policy that failed.
+    pub fn policy(&self) -> &str {
+        match self {
+            Self::Call(e) => match e {
+                CallError::OutOfFuel { policy, .. }
+                | CallError::Timeout { policy, .. }
+                | CallError::MemoryLimit { policy, .. }
+                | CallError::TableLimit { policy, .. }
+                | CallError::StackOverflow { policy, .. }
+                | CallError::Transfer { policy, .. }
+                | CallError::Handles { policy, .. }
+                | CallError::Exit { policy, .. }
+                | CallError::Trap { policy, .. }
+                | CallError::Init { policy, .. } => policy,
+            },
+            Self::InvalidOutput { policy, .. }
+            | Self::Conflict { policy, .. }
+            | Self::Overran { policy, .. }
+            | Self::Skipped { policy, .. }
+            | Self::Quarantined { policy, .. }
+            | Self::NotLoaded { policy, .. } => policy,
+        }
+    }
+}
+
+/// How the chain ended for an event, when it did not answer normally.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    /// A policy in enforce mode denied the event.
+    #[error("policy {policy} denied {event} of {target}: {reason}")]
+    Denied { policy: String, event: String, target: String, reason: String },
+    /// A policy with `on-error = "fail"` failed.
+    #[error("{failure} ({target}; on-error = fail)")]
+    Failed { target: String, failure: Box<PolicyFailure> },
+    /// Two policies conflicted, and the later one does not yield.
+    #[error("{event} of {target}: {conflict}")]
+    Conflict { event: String, target: String, conflict: MergeError },
+}
+
+/// What one policy did for one event, for logs, metrics and reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub policy: String,
+    /// The policy runs in audit mode: nothing it did took effect.
+    pub audit: bool,
+    pub fuel: u64,
+    pub elapsed: Duration,
+    pub outcome: Outcome,
+}
+
+/// The outcome of one policy's turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It answered and changed nothing.
+    Unchanged,
+    /// It answered with changes (applied, or only described in audit mode).
+    /// `what` describes them when the evaluation asked for descriptions
+    /// ([`EvalContext::explain`]) or in audit mode.
+    Changed {
+        what: String,
+    },
+    Denied {
+        reason: String,
+    },
+    /// Its reply conflicted with an earlier policy's and was dropped
+    /// (`on-conflict = "yield"`).
+    Yielded {
+        conflict: String,
+    },
+    Failed {
+        failure: PolicyFailure,
+        ignored: bool,
+    },
+}
+
+impl Outcome {
+    /// A short name of the outcome, for metrics: ok, changed, denied,
+    /// conflict, or the failure's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unchanged => "ok",
+            Self::Changed { .. } => "changed",
+            Self::Denied { .. } => "denied",
+            Self::Yielded { .. } => "conflict",
+            Self::Failed { failure, .. } => failure.kind(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Breaker {
+    failures: u32,
+    open_until: Option<Instant>,
+}
+
+/// One policy in the chain, with its failure history.
+#[derive(Debug)]
+pub struct ChainEntry {
+    pub policy: Arc<CompiledPolicy>,
+    breaker: Mutex<Breaker>,
+}
+
+impl ChainEntry {
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        // Two integers: nothing a panic could leave inconsistent.
+        self.breaker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the breaker is open now.
+    pub fn quarantined(&self) -> bool {
+        self.breaker().open_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Consecutive failures so far.
+    pub fn failures(&self) -> u32 {
+        self.breaker().failures
+    }
+}
+
+/// A policy that could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unloadable {
+    pub name: String,
+    pub reason: String,
+    /// It fails container creation until it loads (`on-error = "fail"` in
+    /// enforce mode, or settings that could not be read).
+    pub mandatory: bool,
+}
+
+/// The loaded policies, in order. Immutable once built; reloads build a new one.
+#[derive(Debug, Default)]
+pub struct Chain {
+    entries: Vec<ChainEntry>,
+    /// Policies that failed to load.
+    unloadable: Vec<Unloadable>,
+    /// Union of the policies' subscriptions (the chain is immutable).
+    events: EventMask,
+    /// Some policy subscribed to `synchronize`.
+    synchronize: bool,
+    settings: ChainSettings,
+}
+
+/// Everything an evaluation needs besides the request.
+#[derive(Debug, Clone)]
+pub struct EvalContext {
+    pub engine: Arc<PolicyEngine>,
+    /// Facts, node view and state the policies read.
+    pub env: CallEnv,
+    pub deadline: Instant,
+    /// Describe each change in the steps (for `eval` and the demo).
+    pub explain: bool,
+}
+
+/// What an evaluation leaves to be done once the event has succeeded.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Effects {
+    /// State written by policies whose replies were applied, in chain order.
+    pub writes: Vec<(String, StateWrites)>,
+    /// Updates no reply of this event can carry: for UpdateContainers.
+    pub update: Vec<pb::ContainerUpdate>,
+    /// Evictions no reply of this event can carry: for UpdateContainers.
+    pub evict: Vec<pb::ContainerEviction>,
+}
+
+impl Effects {
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.update.is_empty() && self.evict.is_empty()
+    }
+}
+
+/// The answer of the chain for one event.
+#[derive(Debug)]
+pub struct Evaluated<T> {
+    /// What goes back to the runtime.
+    pub value: T,
+    /// What each policy did.
+    pub steps: Vec<Step>,
+    /// What is due once the answer is given.
+    pub effects: Effects,
+}
+
+impl Chain {
+    pub fn new(policies: Vec<CompiledPolicy>, settings: ChainSettings) -> Self {
+        Self::of(policies.into_iter().map(Arc::new).collect(), settings)
+    }
+
+    /// A chain of shared policies (a reload keeps the unchanged ones).
+    pub fn of(policies: Vec<Arc<CompiledPolicy>>, settings: ChainSettings) -> Self {
+        let entries: Vec<ChainEntry> =
+            policies.into_iter().map(|policy| ChainEntry { policy, breaker: Mutex::default() }).collect();
+        let events =
+            entries.iter().fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.policy.events().bits()));
+        let synchronize = entries.iter().any(|e| e.policy.wants_synchronize());
+        Self { entries, unloadable: Vec::new(), events, synchronize, settings }
+    }
+
+    /// Adds the policies that failed to load; see [`Chain::unloadable`].
+    pub fn with_unloadable(mut self, failed: Vec<Unloadable>) -> Self {
+        self.unloadable = failed;
+        self
+    }
+
+    /// Policies that are not loaded, with the reason.
+    pub fn unloadable(&self) -> &[Unloadable] {
+        &self.unloadable
+    }
+
+    /// Mandatory policies that are not loaded: they fail container creation.
+    fn mandatory_missing(&self) -> Option<&Unloadable> {
+        self.unloadable.iter().find(|u| u.mandatory)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn settings(&self) -> &ChainSettings {
+        &self.settings
+    }
+
+    pub fn entries(&self) -> &[ChainEntry] {
+        &self.entries
+    }
+
+    pub fn policies(&self) -> impl Iterator<Item = &CompiledPolicy> {
+        self.entries.iter().map(|e| &*e.policy)
+    }
+
+    /// Whether any policy wants `kind` (validation counts for creation, and
+    /// mandatory policies that failed to load count for creation).
+    pub fn wants(&self, kind: EventKind) -> bool {
+        let events = self.events();
+        events.contains(kind)
+            || kind == EventKind::CreateContainer
+                && (events.contains(EventKind::ValidateContainerAdjustment) || self.mandatory_missing().is_some())
+    }
+
+    /// Union of the policies' subscriptions.
+    pub fn events(&self) -> EventMask {
+        self.events
+    }
+
+    /// Whether some policy subscribed to `synchronize`.
+    pub fn wants_synchronize(&self) -> bool {
+        self.synchronize
+    }
+
+    /// Whether some policy reads the node view.
+    pub fn reads_node(&self) -> bool {
+        self.entries.iter().any(|e| e.policy.imports().node)
+    }
+
+    fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {
+        self.entries.iter().filter(move |e| e.policy.events().contains(kind))
+    }
+
+    /// Records a failure in the breaker and passes it on.
+    fn failed(&self, entry: &ChainEntry, failure: PolicyFailure) -> PolicyFailure {
+        let mut b = entry.breaker();
+        b.failures += 1;
+        if b.failures >= self.settings.breaker_failures && b.open_until.is_none() {
+            b.open_until = Some(Instant::now() + Duration::from_millis(self.settings.breaker_backoff_ms));
+            tracing::warn!(
+                policy = entry.policy.name(),
+                failures = b.failures,
+                backoff_ms = self.settings.breaker_backoff_ms,
+                last = %failure,
+                "policy quarantined"
+            );
+        }
+        failure
+    }
+
+    fn succeeded(&self, entry: &ChainEntry) {
+        let mut b = entry.breaker();
+        b.failures = 0;
+        b.open_until = None;
+    }
+}
+
+/// How errors and logs name a container: id, then namespace/pod/container.
+pub fn container_target(pod: &pb::PodSandbox, ctr: &pb::Container) -> String {
+    format!("container {} ({}/{}/{})", ctr.id, pod.namespace, pod.name, ctr.name)
+}
+
+/// How errors and logs name a pod: id, then namespace/name.
+pub fn pod_target(pod: &pb::PodSandbox) -> String {
+    format!("pod {} ({}/{})", pod.id, pod.namespace, pod.name)
+}
+
+/// Whether a policy runs in audit mode.
+fn audited(entry: &ChainEntry) -> bool {
+    entry.policy.spec.mode == Mode::Audit
+}
+
+/// Whether a policy's failures are ignored (`on-error = "ignore"`, or audit).
+fn ignores_failures(entry: &ChainEntry) -> bool {
+    entry.policy.spec.on_error == OnError::Ignore || audited(entry)
+}

@@ -1,0 +1,390 @@
+//! One path for every reply of every event: call the policy within its
+//! allowance, then convert its reply, bound it, validate and merge it, and
+//! tell a conflict with an earlier policy apart from the policy's own
+//! failure. The host's work on a reply counts against the policy's time
+//! limit, so a reply built to make the host work is that policy's failure.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nri_wasm_api::api as pb;
+use protobuf::Message as _;
+
+use super::budget::Plan;
+use super::{
+    audited, ignores_failures, Chain, ChainEntry, ChainError, Effects, EvalContext, Evaluated, Outcome, PolicyFailure,
+    Step, MAX_REPLY_BYTES, MAX_TOTAL_REPLY_BYTES,
+};
+use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
+use crate::node::view::ContainerEntry;
+use crate::policy::bindings::wit;
+use crate::policy::event::CallEvent;
+use crate::policy::manifest::OnConflict;
+
+/// Where the replies of one event go.
+pub(super) trait Sink: Clone {
+    /// A reply in protobuf form.
+    type Reply: protobuf::MessageFull;
+    /// Converts a reply, refusing the parts the event does not allow.
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String>;
+    /// Validates and merges a reply, transactionally; says whether the
+    /// policies after see something different.
+    fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError>;
+}
+
+/// CreateContainer: an adjustment, updates of other containers, evictions.
+#[derive(Clone, Debug)]
+pub(super) struct CreateSink<'r>(pub CreateMerge<'r>);
+
+impl Sink for CreateSink<'_> {
+    type Reply = pb::CreateContainerResponse;
+    fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+        pb::CreateContainerResponse::try_from(reply).map_err(|e| e.to_string())
+    }
+    fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
+        self.0.apply(policy, reply)?;
+        Ok(reply.adjust.is_some())
+    }
+}
+
+/// UpdateContainer: updates (of this container and others), evictions.
+#[derive(Clone, Debug)]
+pub(super) struct UpdateSink(pub UpdateMerge);
+
+impl Sink for UpdateSink {
+    type Reply = pb::UpdateContainerResponse;
+    fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+        pb::UpdateContainerResponse::try_from(reply).map_err(|e| e.to_string())
+    }
+    fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
+        self.0.apply(policy, reply)?;
+        Ok(true)
+    }
+}
+
+/// StopContainer: updates in the reply; evictions go out with UpdateContainers.
+#[derive(Clone, Debug)]
+pub(super) struct StopSink {
+    pub merge: StopMerge,
+    pub evictions: UpdatesMerge,
+}
+
+impl Sink for StopSink {
+    type Reply = pb::UpdateContainerResponse;
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+        no_adjustment(event, &reply)?;
+        pb::UpdateContainerResponse::try_from(reply).map_err(|e| e.to_string())
+    }
+    fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
+        let mut evictions = self.evictions.clone();
+        evictions.apply(policy, &[], &reply.evict)?;
+        self.merge.apply_updates(policy, &reply.update)?;
+        self.evictions = evictions;
+        Ok(false)
+    }
+}
+
+/// Events whose reply carries nothing: updates and evictions go out with
+/// UpdateContainers once the event is answered.
+#[derive(Clone, Debug)]
+pub(super) struct UpdatesSink(pub UpdatesMerge);
+
+impl Sink for UpdatesSink {
+    type Reply = pb::UpdateContainersRequest;
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+        no_adjustment(event, &reply)?;
+        let (_, update, evict) = crate::convert::reply_parts(reply).map_err(|e| e.to_string())?;
+        Ok(pb::UpdateContainersRequest { update, evict, ..Default::default() })
+    }
+    fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
+        self.0.apply(policy, &reply.update, &reply.evict)?;
+        Ok(false)
+    }
+}
+
+/// ValidateContainerAdjustment: a verdict, nothing else.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct VerdictSink;
+
+impl Sink for VerdictSink {
+    type Reply = pb::Empty;
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+        if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
+            return Err(format!("{event} allows no adjustments, updates or evictions"));
+        }
+        Ok(pb::Empty::default())
+    }
+    fn merge(&mut self, _policy: &str, _reply: &Self::Reply) -> Result<bool, MergeError> {
+        Ok(false)
+    }
+}
+
+fn no_adjustment(event: &str, reply: &wit::Reply) -> Result<(), String> {
+    match reply.adjust {
+        Some(_) => Err(format!("{event} allows no adjustment")),
+        None => Ok(()),
+    }
+}
+
+/// The running state of one evaluation.
+#[derive(Debug)]
+pub(super) struct Run<'t> {
+    /// How errors name what the event is about.
+    pub target: &'t str,
+    pub event: &'static str,
+    pub steps: Vec<Step>,
+    pub effects: Effects,
+    /// Bytes of replies merged so far.
+    total: usize,
+    plan: Plan,
+}
+
+impl<'t> Run<'t> {
+    pub fn new(target: &'t str, event: &'static str) -> Self {
+        Self { target, event, steps: Vec::new(), effects: Effects::default(), total: 0, plan: Plan::default() }
+    }
+
+    /// Plans time for `entries`, the policies that will run, in order.
+    pub fn plan<'e>(&mut self, entries: impl IntoIterator<Item = &'e ChainEntry>, cx: &EvalContext, start: Instant) {
+        self.plan = Plan::new(entries, cx.deadline.saturating_duration_since(start));
+    }
+
+    pub fn done<T>(self, value: T) -> Evaluated<T> {
+        Evaluated { value, steps: self.steps, effects: self.effects }
+    }
+
+    fn step(&mut self, entry: &ChainEntry, fuel: u64, elapsed: Duration, outcome: Outcome) {
+        let audit = audited(entry);
+        self.steps.push(Step { policy: entry.policy.name().to_string(), audit, fuel, elapsed, outcome });
+    }
+}
+
+fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {
+    PolicyFailure::InvalidOutput { policy: policy.into(), event: event.into(), reason: reason.to_string() }
+}
+
+/// Most bytes of a description of a change.
+const MAX_DESCRIPTION_BYTES: usize = 4096;
+
+/// A change, for a report: the reply as JSON when it is small, its parts
+/// counted when it is not (so that describing costs no more than merging).
+fn describe(reply: &dyn protobuf::MessageDyn, size: usize) -> String {
+    if size <= 4 * MAX_DESCRIPTION_BYTES {
+        let json = protobuf_json_mapping::print_to_string(reply).unwrap_or_default();
+        return crate::policy::clip::guest_text(&json, MAX_DESCRIPTION_BYTES);
+    }
+    format!("a reply of {size} bytes (too large to show)")
+}
+
+impl Chain {
+    /// Runs the `index`-th policy of the evaluation's plan on `event` and
+    /// sends its reply down the one path into `sink`. Handles denial, audit,
+    /// conflicts and failures, and keeps the state the policy wrote.
+    /// Returns whether the reply changed what the next policies see.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_one<S: Sink>(
+        &self,
+        entry: &ChainEntry,
+        index: usize,
+        cx: &EvalContext,
+        run: &mut Run<'_>,
+        event: CallEvent,
+        current: Option<&Arc<ContainerEntry>>,
+        sink: &mut S,
+    ) -> Result<bool, ChainError> {
+        let policy = entry.policy.name();
+        let name = run.event;
+        let audit = audited(entry);
+        {
+            let b = entry.breaker();
+            if b.open_until.is_some_and(|t| Instant::now() < t) {
+                let failure =
+                    PolicyFailure::Quarantined { policy: policy.into(), event: name.into(), failures: b.failures };
+                drop(b);
+                return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
+            }
+        }
+        let own = entry.policy.spec.limits.timeout();
+        let allowance = run.plan.allowance(index, own, cx.deadline);
+        if allowance < Duration::from_millis(self.settings.min_call_ms) {
+            let reason = "no time left in the chain's budget".to_string();
+            let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
+            return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
+        }
+        let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
+        let (fuel, elapsed) = (report.fuel_used, report.elapsed);
+        let reply = match report.outcome {
+            Err(e) => {
+                let failure = self.failed(entry, e.into());
+                return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
+            }
+            Ok(Err(reason)) => {
+                self.succeeded(entry);
+                return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
+            }
+            Ok(Ok(reply)) => reply,
+        };
+        let host_started = Instant::now();
+        let taken = take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain);
+        let host = host_started.elapsed();
+        let elapsed = elapsed + host;
+        let taken = match taken {
+            Ok(t) if elapsed > report.limit => {
+                drop(t);
+                Err(PolicyFailure::Overran {
+                    policy: policy.into(),
+                    event: name.into(),
+                    limit_ms: report.limit.as_millis() as u64,
+                    call_ms: report.elapsed.as_millis() as u64,
+                    host_ms: host.as_millis() as u64,
+                })
+            }
+            other => other,
+        };
+        match taken {
+            Ok(Taken { changed, nonempty, what }) => {
+                self.succeeded(entry);
+                let outcome = match nonempty {
+                    true => Outcome::Changed { what: what.unwrap_or_default() },
+                    false => Outcome::Unchanged,
+                };
+                if audit {
+                    if let Outcome::Changed { what } = &outcome {
+                        tracing::info!(policy, event = name, target = run.target, would = %what, "audit: would have changed");
+                    }
+                    run.step(entry, fuel, elapsed, outcome);
+                    return Ok(false);
+                }
+                if let Some(w) = report.writes {
+                    run.effects.writes.push((policy.to_string(), w));
+                }
+                run.step(entry, fuel, elapsed, outcome);
+                Ok(changed)
+            }
+            Err(PolicyFailure::Conflict { conflict, .. }) => self.conflicted(entry, conflict, elapsed, fuel, run),
+            Err(f) => {
+                let failure = self.failed(entry, f);
+                self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false)
+            }
+        }
+    }
+
+    /// A reply that conflicts with an earlier policy's: fails the event,
+    /// unless the policy yields or is audited (then it is only reported).
+    fn conflicted(
+        &self,
+        entry: &ChainEntry,
+        conflict: MergeError,
+        elapsed: Duration,
+        fuel: u64,
+        run: &mut Run<'_>,
+    ) -> Result<bool, ChainError> {
+        let policy = entry.policy.name();
+        let audit = audited(entry);
+        if audit || entry.policy.spec.on_conflict == OnConflict::Yield {
+            tracing::warn!(policy, event = run.event, target = run.target, %conflict, audit, "policy's reply conflicts with an earlier policy's and is dropped");
+            let outcome = Outcome::Yielded { conflict: conflict.to_string() };
+            run.step(entry, fuel, elapsed, outcome);
+            return Ok(false);
+        }
+        let failure =
+            PolicyFailure::Conflict { policy: policy.into(), event: run.event.into(), conflict: conflict.clone() };
+        run.step(entry, fuel, elapsed, Outcome::Failed { failure, ignored: false });
+        tracing::warn!(policy, event = run.event, target = run.target, %conflict, "conflicting policies fail the event");
+        Err(ChainError::Conflict { event: run.event.into(), target: run.target.into(), conflict })
+    }
+
+    /// Applies `on-error` to a failure: `Ok` to go on, `Err` to fail the
+    /// event. A policy in audit mode fails nothing, whatever its `on-error`.
+    pub(super) fn on_failure(
+        &self,
+        entry: &ChainEntry,
+        failure: PolicyFailure,
+        elapsed: Duration,
+        fuel: u64,
+        run: &mut Run<'_>,
+    ) -> Result<(), ChainError> {
+        let ignored = ignores_failures(entry);
+        tracing::warn!(error = %failure, target = run.target, ignored, audit = audited(entry), "policy failed");
+        run.step(entry, fuel, elapsed, Outcome::Failed { failure: failure.clone(), ignored });
+        if ignored {
+            Ok(())
+        } else {
+            Err(ChainError::Failed { target: run.target.to_string(), failure: Box::new(failure) })
+        }
+    }
+
+    fn deny(
+        &self,
+        entry: &ChainEntry,
+        reason: String,
+        elapsed: Duration,
+        fuel: u64,
+        run: &mut Run<'_>,
+    ) -> Result<(), ChainError> {
+        let policy = entry.policy.name().to_string();
+        let audit = audited(entry);
+        tracing::info!(policy, event = run.event, target = run.target, reason, audit, "policy denies");
+        run.step(entry, fuel, elapsed, Outcome::Denied { reason: reason.clone() });
+        if audit {
+            return Ok(());
+        }
+        Err(ChainError::Denied { policy, event: run.event.into(), target: run.target.into(), reason })
+    }
+}
+
+/// What taking a reply found.
+struct Taken {
+    /// The next policies see something different.
+    changed: bool,
+    /// The reply asked for something.
+    nonempty: bool,
+    what: Option<String>,
+}
+
+/// Converts, bounds, validates and merges one reply. An audited reply is
+/// merged into a copy that is dropped, to find its conflicts without effect.
+fn take<S: Sink>(
+    sink: &mut S,
+    policy: &str,
+    event: &str,
+    reply: wit::Reply,
+    audit: bool,
+    total: &mut usize,
+    explain: bool,
+) -> Result<Taken, PolicyFailure> {
+    let reply = sink.convert(event, reply).map_err(|e| invalid(policy, event, e))?;
+    let size = reply.compute_size() as usize;
+    if size > MAX_REPLY_BYTES {
+        return Err(invalid(
+            policy,
+            event,
+            format!("reply of {size} bytes exceeds the limit of {MAX_REPLY_BYTES} bytes"),
+        ));
+    }
+    if *total + size > MAX_TOTAL_REPLY_BYTES {
+        return Err(invalid(
+            policy,
+            event,
+            format!("reply of {size} bytes would take the merged reply past {MAX_TOTAL_REPLY_BYTES} bytes"),
+        ));
+    }
+    let merged = if audit { sink.clone().merge(policy, &reply) } else { sink.merge(policy, &reply) };
+    let changed = merged.map_err(|e| match e {
+        MergeError::Invalid { reason, .. } => invalid(policy, event, reason),
+        MergeError::UpdatesCreatedContainer { .. } => invalid(policy, event, e),
+        // A policy that contradicts itself made an invalid reply; only two
+        // policies make a conflict.
+        MergeError::Conflict { field, first, second } if first == second => {
+            invalid(policy, event, format!("it sets {field} twice"))
+        }
+        conflict @ MergeError::Conflict { .. } => {
+            PolicyFailure::Conflict { policy: policy.into(), event: event.into(), conflict }
+        }
+    })?;
+    if !audit {
+        *total += size;
+    }
+    let what = explain.then(|| describe(&reply, size));
+    Ok(Taken { changed, nonempty: size > 0, what })
+}

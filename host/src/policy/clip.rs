@@ -1,0 +1,94 @@
+//! The one boundary every guest-supplied string crosses before the host
+//! shows it to anyone: a denial reason, a log line, a `configure` error, a
+//! line of stdout or stderr, a trap message (which can carry the guest's own
+//! function names from its name section).
+//!
+//! A policy controls these strings, so it controls what the host would
+//! write: a reason of 8 MiB would exceed the runtime's 4 MiB message limit
+//! (and the policy's reason would be lost), a log line with an embedded
+//! newline would forge a second log line, and escape sequences would reach
+//! an operator's terminal. [`guest_text`] makes every such string one line
+//! of bounded size: control characters are escaped (`\n`, `\u{1b}`), and
+//! what is cut is marked with how much was cut.
+
+use std::fmt::Write as _;
+
+/// Most bytes of a denial reason or a `configure` error.
+pub const MAX_REASON_BYTES: usize = 4096;
+/// Most bytes of one log line of a policy (`host.log`, stdout, stderr).
+pub const MAX_LOG_LINE_BYTES: usize = 2048;
+/// Most bytes of a trap or error message.
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// `text` as one line of at most about `max` bytes: control characters
+/// escaped, the rest cut at a character boundary and marked.
+pub fn guest_text(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 32);
+    let mut used = 0;
+    for (i, c) in text.char_indices() {
+        let before = out.len();
+        if c.is_control() {
+            match c {
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+            }
+        } else {
+            out.push(c);
+        }
+        used += out.len() - before;
+        if used > max {
+            out.truncate(before);
+            let _ = write!(out, "... [{} more bytes cut]", text.len() - i);
+            return out;
+        }
+    }
+    out
+}
+
+/// [`guest_text`] for a reason or error that may be long; trims the
+/// surrounding whitespace first.
+pub fn reason(text: &str) -> String {
+    guest_text(text.trim(), MAX_REASON_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_plain_text_is_unchanged() {
+        assert_eq!(guest_text("denied: no privileged pods", 100), "denied: no privileged pods");
+        assert_eq!(guest_text("", 10), "");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_so_one_string_is_one_line() {
+        let forged = "ok\n2026-01-01T00:00:00Z ERROR nri_wasm: forged\r\t\u{1b}[31mred\u{0}";
+        let line = guest_text(forged, 1000);
+        assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\u{1b}') && !line.contains('\0'));
+        assert_eq!(line, "ok\\n2026-01-01T00:00:00Z ERROR nri_wasm: forged\\r\\t\\u{1b}[31mred\\u{0}");
+    }
+
+    #[test]
+    fn long_text_is_cut_at_a_character_boundary_and_the_cut_is_counted() {
+        let text = "é".repeat(1000); // 2000 bytes
+        let cut = guest_text(&text, 101);
+        assert!(cut.starts_with(&"é".repeat(50)), "{cut}");
+        assert!(cut.ends_with("... [1900 more bytes cut]"), "{cut}");
+        let huge = "x".repeat(8 << 20);
+        let cut = reason(&huge);
+        assert!(cut.len() < MAX_REASON_BYTES + 64);
+        assert!(cut.ends_with(&format!("[{} more bytes cut]", (8 << 20) - MAX_REASON_BYTES)), "{}", &cut[4000..]);
+    }
+
+    #[test]
+    fn escapes_count_against_the_limit() {
+        let text = "\n".repeat(100);
+        let cut = guest_text(&text, 10);
+        assert_eq!(cut, format!("{}... [95 more bytes cut]", "\\n".repeat(5)));
+    }
+}

@@ -1,0 +1,213 @@
+//! Compiling a component to native code, within bounds.
+//!
+//! Compile time and memory grow with what a component contains, and a
+//! component can be made to take minutes and gigabytes (hundreds of
+//! thousands of functions). Such a file must not stall the host or take its
+//! memory, so the host binary compiles in a child process of its own
+//! ([`Compiler::Subprocess`], `nri-wasm internal-compile`): the component
+//! goes in on stdin, the compiled artifact comes back on stdout, and the
+//! child runs with an address-space limit, a CPU-time limit, a lower
+//! scheduling priority, and is killed at the wall-clock timeout or when the
+//! host dies. The artifact is only loaded once the child has exited cleanly.
+//!
+//! [`Compiler::InProcess`] compiles on a blocking thread of the policy
+//! runtime; its timeout stops the wait, not the work. Tests and embedders
+//! without the binary use it.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Most bytes of a compiled artifact the host takes from the child.
+const MAX_ARTIFACT_BYTES: usize = 1 << 30;
+/// Most bytes of the child's stderr kept for the error message.
+const MAX_CHILD_STDERR: usize = 4096;
+/// Nice level of the compiling child: events come first.
+const CHILD_NICE: libc::c_int = 10;
+
+/// Where components are compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compiler {
+    /// On a blocking thread of this process.
+    InProcess,
+    /// In a child process: this executable, run as `internal-compile`.
+    Subprocess { exe: PathBuf },
+}
+
+/// How much one compilation may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileBounds {
+    pub timeout: Duration,
+    /// Address space of the compiling child.
+    pub memory_bytes: u64,
+    /// Largest component the child accepts.
+    pub max_component_bytes: u64,
+}
+
+/// A compilation that did not produce an artifact; the message completes
+/// "compiling it ...".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    #[error("took longer than the {0} ms allowed ([engine] compile-timeout-ms)")]
+    Timeout(u64),
+    #[error("needed more than the {0} MiB allowed ([engine] compile-memory-mib)")]
+    Memory(u64),
+    #[error("failed: {0}")]
+    Failed(String),
+}
+
+impl Compiler {
+    /// Compiles `component` for `engine` into a serialized artifact.
+    pub async fn compile(
+        &self,
+        engine: &wasmtime::Engine,
+        component: Arc<[u8]>,
+        bounds: CompileBounds,
+    ) -> Result<Vec<u8>, CompileError> {
+        match self {
+            Self::InProcess => {
+                let engine = engine.clone();
+                let work = tokio::task::spawn_blocking(move || engine.precompile_component(&component));
+                match tokio::time::timeout(bounds.timeout, work).await {
+                    Ok(Ok(Ok(artifact))) => Ok(artifact),
+                    Ok(Ok(Err(e))) => Err(CompileError::Failed(super::errors::one_line(&e))),
+                    Ok(Err(join)) => Err(CompileError::Failed(format!("the compiler panicked: {join}"))),
+                    Err(_) => Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
+                }
+            }
+            Self::Subprocess { exe } => subprocess(exe, component, bounds).await,
+        }
+    }
+}
+
+async fn subprocess(
+    exe: &std::path::Path,
+    component: Arc<[u8]>,
+    bounds: CompileBounds,
+) -> Result<Vec<u8>, CompileError> {
+    let failed = |what: &str, e: std::io::Error| CompileError::Failed(format!("{what}: {e}"));
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg("internal-compile")
+        .arg("--max-bytes")
+        .arg(bounds.max_component_bytes.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_clear()
+        .kill_on_drop(true);
+    let cpu_seconds =
+        bounds.timeout.as_secs().saturating_add(1) * std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let memory = bounds.memory_bytes;
+    // SAFETY: the closure runs in the child between fork and exec and calls
+    // only async-signal-safe functions (setrlimit, setpriority, prctl,
+    // getppid) on values computed before the fork.
+    unsafe {
+        command.pre_exec(move || limit_child(memory, cpu_seconds));
+    }
+    let mut child = command.spawn().map_err(|e| failed(&format!("cannot start {}", exe.display()), e))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let work = async {
+        let feed = async {
+            // A child that dies early closes its end: its exit status says why.
+            let _ = stdin.write_all(&component).await;
+            drop(stdin);
+        };
+        let mut artifact: Vec<u8> = Vec::new();
+        let mut errors: Vec<u8> = Vec::new();
+        let read = async { (&mut stdout).take(MAX_ARTIFACT_BYTES as u64 + 1).read_to_end(&mut artifact).await };
+        let read_err = async { (&mut stderr).take(MAX_CHILD_STDERR as u64).read_to_end(&mut errors).await };
+        let ((), out, _) = tokio::join!(feed, read, read_err);
+        out.map_err(|e| failed("reading the compiled artifact", e))?;
+        let status = child.wait().await.map_err(|e| failed("waiting for the compiler", e))?;
+        Ok::<_, CompileError>((status, artifact, errors))
+    };
+    let (status, artifact, errors) = match tokio::time::timeout(bounds.timeout, work).await {
+        Ok(done) => done?,
+        // Dropping the work kills the child (kill_on_drop).
+        Err(_) => return Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
+    };
+    let message =
+        String::from_utf8_lossy(&errors).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+    if status.success() {
+        if artifact.len() > MAX_ARTIFACT_BYTES {
+            return Err(CompileError::Failed(format!("the artifact exceeds {MAX_ARTIFACT_BYTES} bytes")));
+        }
+        return Ok(artifact);
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let mib = memory >> 20;
+    match status.signal() {
+        Some(libc::SIGXCPU) => Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
+        Some(libc::SIGABRT | libc::SIGSEGV | libc::SIGKILL)
+            if message.contains("memory allocation") || message.is_empty() =>
+        {
+            Err(CompileError::Memory(mib))
+        }
+        _ if message.contains("memory allocation") || message.contains("out of memory") => {
+            Err(CompileError::Memory(mib))
+        }
+        _ => Err(CompileError::Failed(super::clip::guest_text(&message, super::clip::MAX_ERROR_BYTES))),
+    }
+}
+
+/// Limits of the compiling child, applied between fork and exec.
+fn limit_child(memory_bytes: u64, cpu_seconds: u64) -> std::io::Result<()> {
+    let set = |resource, value: u64| {
+        let limit = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
+        // SAFETY: setrlimit is async-signal-safe; `limit` is a valid struct.
+        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    set(libc::RLIMIT_AS, memory_bytes)?;
+    set(libc::RLIMIT_CPU, cpu_seconds)?;
+    set(libc::RLIMIT_CORE, 0)?;
+    // SAFETY: async-signal-safe calls on the calling process only.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, CHILD_NICE);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    Ok(())
+}
+
+/// `nri-wasm internal-compile`: the child's side. Reads a component from
+/// stdin, writes the compiled artifact to stdout; on failure writes one line
+/// to stderr and exits non-zero.
+pub fn child_main(max_component_bytes: u64) -> std::process::ExitCode {
+    let mut component = Vec::new();
+    let read = std::io::stdin().lock().take(max_component_bytes + 1).read_to_end(&mut component);
+    let result = read
+        .map_err(|e| format!("cannot read the component: {e}"))
+        .and_then(|_| {
+            if component.len() as u64 > max_component_bytes {
+                return Err(format!("the component exceeds {max_component_bytes} bytes"));
+            }
+            let engine = wasmtime::Engine::new(&super::engine::codegen_config())
+                .map_err(|e| format!("cannot create the engine: {}", super::errors::one_line(&e)))?;
+            engine.precompile_component(&component).map_err(|e| super::errors::one_line(&e))
+        })
+        .and_then(|artifact| {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&artifact).and_then(|()| out.flush()).map_err(|e| format!("cannot write the artifact: {e}"))
+        });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // A diagnostic for the parent, which reads it as the error.
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("{e}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Why a policy could not be loaded, or a call gave no answer; one enum per
+//! step, each variant naming the policy, the event and the limit.
+//!
+//! Every message is one line: wasmtime's own errors carry a multi-line wasm
+//! backtrace (with function names a guest chooses), which is left out, and
+//! every guest-supplied part goes through `clip.rs`.
+
+use wasmtime::Trap;
+
+use super::clip;
+use super::limiter::Refusal;
+use super::limits::Limits;
+
+/// The `nri-wasm:policy` package versions this host loads: `0.3.x`.
+pub const WIT_VERSION: &str = "0.3";
+
+/// Loading one policy failed; each variant names the step that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error("policy {policy}: cannot read {path}: {reason}")]
+    Read { policy: String, path: String, reason: String },
+    #[error("policy {policy}: {path} is {what}, not a policy file")]
+    NotAFile { policy: String, path: String, what: String },
+    #[error(
+        "policy {policy}: {size} bytes is more than the {limit} bytes a policy may have ([engine] max-component-mib)"
+    )]
+    TooLarge { policy: String, size: u64, limit: u64 },
+    #[error("policy {policy}: not a WebAssembly file ({reason})")]
+    NotWasm { policy: String, reason: String },
+    #[error("policy {policy}: a core WebAssembly module, not a component: build it for wasm32-wasip2 or turn it into a component (`wasm-tools component new`)")]
+    CoreModule { policy: String },
+    #[error("policy {policy}: not a valid WebAssembly component: {reason}")]
+    Invalid { policy: String, reason: String },
+    #[error("policy {policy}: imports {import}, which the host does not provide (allowed: nri-wasm:policy/*, wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets)")]
+    ForbiddenImport { policy: String, import: String },
+    #[error("policy {policy}: built against {import}, but this host loads nri-wasm:policy@{WIT_VERSION}.x: rebuild it against {WIT_VERSION} with the current SDK or WIT package")]
+    Version { policy: String, import: String },
+    #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
+    World { policy: String, reason: String },
+    #[error("policy {policy}: {what} ({limit})")]
+    Structure { policy: String, what: String, limit: String },
+    #[error("policy {policy}: memory-mib {asked} exceeds the engine's max-memory-mib {max}")]
+    Limits { policy: String, asked: u64, max: u64 },
+    #[error("policy {policy}: compiling it {reason}")]
+    Compile { policy: String, reason: String },
+    #[error("policy {policy}: cannot be linked: {reason}")]
+    Link { policy: String, reason: String },
+    #[error("policy {policy}: configure (its settings step) failed: {reason}")]
+    Init { policy: String, reason: String },
+    #[error("policy {policy}: refused: the pinned sha256 is {expected}, the file's is {actual}")]
+    Pin { policy: String, expected: String, actual: String },
+    #[error("policy {policy}: {path} is {problem}, and [policies] strict-permissions is on")]
+    Permissions { policy: String, path: String, problem: String },
+}
+
+impl LoadError {
+    /// The name of the step that failed, for metrics and `check`.
+    pub fn step(&self) -> &'static str {
+        match self {
+            Self::Read { .. } | Self::NotAFile { .. } | Self::Permissions { .. } | Self::Pin { .. } => "read",
+            Self::TooLarge { .. } | Self::NotWasm { .. } | Self::CoreModule { .. } | Self::Invalid { .. } => "validate",
+            Self::ForbiddenImport { .. } | Self::Version { .. } | Self::World { .. } => "world",
+            Self::Structure { .. } | Self::Limits { .. } => "limits",
+            Self::Compile { .. } => "compile",
+            Self::Link { .. } => "link",
+            Self::Init { .. } => "configure",
+        }
+    }
+}
+
+/// Which limit cut a call off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Fuel,
+    Time,
+    Memory,
+    Table,
+    Stack,
+    Transfer,
+    Handles,
+}
+
+/// A call that did not produce an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("policy {policy} on {event}: fuel limit of {limit} exhausted")]
+    OutOfFuel { policy: String, event: String, limit: u64 },
+    /// `limit_ms` is the limit the call had; when the chain's budget cut
+    /// the policy's own `timeout-ms`, `configured_ms` says so.
+    #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded{}", cut_note(*limit_ms, *configured_ms))]
+    Timeout { policy: String, event: String, limit_ms: u64, configured_ms: u64 },
+    #[error("policy {policy} on {event}: memory limit of {limit_mib} MiB exceeded")]
+    MemoryLimit { policy: String, event: String, limit_mib: u64 },
+    #[error("policy {policy} on {event}: table limit of {limit} elements exceeded")]
+    TableLimit { policy: String, event: String, limit: usize },
+    #[error("policy {policy} on {event}: stack overflow")]
+    StackOverflow { policy: String, event: String },
+    #[error("policy {policy} on {event}: handed the host more than the {limit} bytes one transfer may carry")]
+    Transfer { policy: String, event: String, limit: usize },
+    #[error("policy {policy} on {event}: held more than {limit} resource handles at once")]
+    Handles { policy: String, event: String, limit: usize },
+    #[error("policy {policy} on {event}: called exit({code})")]
+    Exit { policy: String, event: String, code: i32 },
+    #[error("policy {policy} on {event}: trapped: {trap}")]
+    Trap { policy: String, event: String, trap: String },
+    #[error("policy {policy} on {event}: configure rejected its settings: {reason}")]
+    Init { policy: String, event: String, reason: String },
+}
+
+fn cut_note(limit_ms: u64, configured_ms: u64) -> String {
+    if configured_ms > limit_ms {
+        format!(" (its timeout-ms is {configured_ms}; the chain's budget left it {limit_ms})")
+    } else {
+        String::new()
+    }
+}
+
+impl CallError {
+    /// The limit that was hit, if the call was cut off by one.
+    pub fn limit(&self) -> Option<LimitKind> {
+        match self {
+            Self::OutOfFuel { .. } => Some(LimitKind::Fuel),
+            Self::Timeout { .. } => Some(LimitKind::Time),
+            Self::MemoryLimit { .. } => Some(LimitKind::Memory),
+            Self::TableLimit { .. } => Some(LimitKind::Table),
+            Self::StackOverflow { .. } => Some(LimitKind::Stack),
+            Self::Transfer { .. } => Some(LimitKind::Transfer),
+            Self::Handles { .. } => Some(LimitKind::Handles),
+            _ => None,
+        }
+    }
+
+    /// A short name of the kind of failure, for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::OutOfFuel { .. } => "fuel",
+            Self::Timeout { .. } => "timeout",
+            Self::MemoryLimit { .. } | Self::TableLimit { .. } => "memory",
+            Self::StackOverflow { .. } | Self::Exit { .. } | Self::Trap { .. } => "trap",
+            Self::Transfer { .. } | Self::Handles { .. } => "invalid",
+            Self::Init { .. } => "invalid",
+        }
+    }
+}
+
+/// What a classification needs to know about the call.
+#[derive(Debug)]
+pub(crate) struct Attempt<'a> {
+    pub policy: &'a str,
+    pub event: &'a str,
+    pub limits: &'a Limits,
+    /// The time limit the call had (its own, or less if the chain's budget cut it).
+    pub applied_ms: u64,
+    /// What the call's limiter refused.
+    pub refused: Option<Refusal>,
+    /// The end of what the guest wrote to stderr.
+    pub stderr: Option<String>,
+}
+
+/// Turns a failed call into the limit or trap it was, from the host's own
+/// records first (limiter, trap codes, exit status) and the error text last.
+pub(crate) fn classify(err: &wasmtime::Error, a: &Attempt<'_>) -> CallError {
+    let (policy, event) = (a.policy.to_string(), a.event.to_string());
+    match a.refused {
+        Some(Refusal::Memory { .. }) => {
+            return CallError::MemoryLimit { policy, event, limit_mib: a.limits.memory_mib }
+        }
+        Some(Refusal::Table { .. }) => return CallError::TableLimit { policy, event, limit: a.limits.table_elements },
+        None => {}
+    }
+    if let Some(trap) = err.downcast_ref::<Trap>() {
+        match trap {
+            Trap::OutOfFuel => return CallError::OutOfFuel { policy, event, limit: a.limits.fuel },
+            Trap::Interrupt => {
+                return CallError::Timeout { policy, event, limit_ms: a.applied_ms, configured_ms: a.limits.timeout_ms }
+            }
+            Trap::StackOverflow => return CallError::StackOverflow { policy, event },
+            _ => {}
+        }
+    }
+    if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return CallError::Exit { policy, event, code: exit.0 };
+    }
+    let text = one_line(err);
+    // Wasmtime's types for these two are private; their wording is pinned
+    // by tests (tests/e2e/tests/hostile.rs).
+    if text.contains("fuel allocated for hostcalls has been exhausted") {
+        return CallError::Transfer { policy, event, limit: super::store::TRANSFER_LIMIT };
+    }
+    if text.contains("store handle limit exceeded") {
+        return CallError::Handles { policy, event, limit: super::store::HANDLE_LIMIT };
+    }
+    let trap = match &a.stderr {
+        Some(tail) => format!("{text}; stderr: {tail}"),
+        None => text,
+    };
+    CallError::Trap { policy, event, trap }
+}
+
+/// An error as one bounded line: its causes joined, the wasm backtrace
+/// (multi-line, with names the guest chose) left out.
+pub(crate) fn one_line(err: &wasmtime::Error) -> String {
+    // The engine captures no backtraces; should one be attached anyway, it
+    // is left out by its fixed heading.
+    let parts: Vec<String> = err
+        .chain()
+        .map(|cause| cause.to_string())
+        .filter(|text| !text.trim().is_empty() && !text.starts_with("error while executing at wasm backtrace"))
+        .collect();
+    let mut parts = parts;
+    parts.dedup();
+    clip::guest_text(&parts.join(": "), clip::MAX_ERROR_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_time_limit_names_both_limits() {
+        let e = CallError::Timeout {
+            policy: "10-p".into(),
+            event: "CreateContainer".into(),
+            limit_ms: 480,
+            configured_ms: 10_000,
+        };
+        assert_eq!(
+            e.to_string(),
+            "policy 10-p on CreateContainer: time limit of 480 ms exceeded (its timeout-ms is 10000; the chain's budget left it 480)"
+        );
+        let e = CallError::Timeout {
+            policy: "10-p".into(),
+            event: "CreateContainer".into(),
+            limit_ms: 100,
+            configured_ms: 100,
+        };
+        assert_eq!(e.to_string(), "policy 10-p on CreateContainer: time limit of 100 ms exceeded");
+    }
+
+    #[test]
+    fn errors_are_one_line_without_the_backtrace() {
+        let err = wasmtime::Error::msg("first\nsecond").context("outer");
+        assert_eq!(one_line(&err), "outer: first\\nsecond");
+    }
+}

@@ -1,0 +1,340 @@
+//! From a policy file to a [`CompiledPolicy`], the cheap steps first.
+//!
+//! 1. read: a regular file (symlinks are followed, as ConfigMap volumes
+//!    need), opened without blocking, checked by its open descriptor, no
+//!    larger than `max-component-mib`; its SHA-256 against a pin if the
+//!    operator set one; owner and mode if `strict-permissions` is on;
+//! 2. inspect (`inspect.rs`): header, component, imports, exports, structure;
+//! 3. compile within bounds (`compile.rs`), or take it from the cache;
+//! 4. link against the host's interfaces and check the world's types;
+//! 5. run `configure` with the policy's settings: its subscription.
+//!
+//! Every step is bounded and fails with a [`LoadError`] that names the
+//! policy, the file and the step.
+
+use std::io::Read as _;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
+
+use super::bindings::{wit, PolicyPre};
+use super::cache::Cache;
+use super::engine::{event_kind, Facts, PolicyEngine};
+use super::errors::LoadError;
+use super::inspect::{self, Inspection};
+use super::manifest::PolicySpec;
+use super::store::CallState;
+use crate::nri::version::EventMask;
+
+/// Which optional host interfaces a policy imports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imports {
+    /// `nri-wasm:policy/node`: the policy reads the node view.
+    pub node: bool,
+    /// `nri-wasm:policy/state`: the policy keeps state.
+    pub state: bool,
+}
+
+/// How long each step of a load took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadTimings {
+    pub read: Duration,
+    pub inspect: Duration,
+    /// Compiling, or loading the compiled form from the cache.
+    pub compile: Duration,
+    /// Whether the compiled form came from the cache.
+    pub cached: bool,
+    pub link: Duration,
+    pub configure: Duration,
+}
+
+/// A loaded policy: its spec, its pre-linked component and its subscription.
+#[derive(Clone)]
+pub struct CompiledPolicy {
+    pub spec: PolicySpec,
+    /// Seed of the policy's random sources (from its name).
+    pub(crate) seed: u64,
+    pub(crate) instance_pre: InstancePre<CallState>,
+    pub(crate) handle: ComponentExportIndex,
+    pub(crate) configure: ComponentExportIndex,
+    pub(crate) imports: Imports,
+    events: EventMask,
+    synchronize: bool,
+    pub(crate) name: Arc<str>,
+    pub(crate) settings: Arc<str>,
+    /// SHA-256 of the file, hex.
+    digest: String,
+    /// Its key in the compile cache.
+    cache_key: String,
+    inspection: Inspection,
+    timings: LoadTimings,
+}
+
+impl std::fmt::Debug for CompiledPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPolicy").field("name", &self.name).field("events", &self.events).finish_non_exhaustive()
+    }
+}
+
+impl CompiledPolicy {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// NRI events the policy subscribed to in `configure`.
+    pub fn events(&self) -> EventMask {
+        self.events
+    }
+
+    /// Whether the policy subscribed to `synchronize`.
+    pub fn wants_synchronize(&self) -> bool {
+        self.synchronize
+    }
+
+    /// Which optional host interfaces it imports.
+    pub fn imports(&self) -> Imports {
+        self.imports
+    }
+
+    /// SHA-256 of the policy file, hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    pub fn cache_key(&self) -> &str {
+        &self.cache_key
+    }
+
+    /// What inspecting the file found.
+    pub fn inspection(&self) -> &Inspection {
+        &self.inspection
+    }
+
+    pub fn timings(&self) -> &LoadTimings {
+        &self.timings
+    }
+}
+
+/// A stable seed from a policy's name (FNV-1a).
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// SHA-256 of `bytes`, hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What kind of file system object a non-file is, for the error.
+fn what_it_is(ft: std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads a policy file: a regular file (symlinks followed), at most `max`
+/// bytes, checked through the open descriptor so that it cannot be swapped
+/// for something else between the check and the read.
+pub fn read_policy_file(spec: &PolicySpec, max: u64) -> Result<Vec<u8>, LoadError> {
+    let path = &spec.wasm;
+    let read_err =
+        |reason: String| LoadError::Read { policy: spec.name.clone(), path: path.display().to_string(), reason };
+    let file = std::fs::File::options()
+        .read(true)
+        // A FIFO must not block the open; a device must not become our tty.
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| read_err(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| read_err(e.to_string()))?;
+    if !meta.file_type().is_file() {
+        return Err(LoadError::NotAFile {
+            policy: spec.name.clone(),
+            path: path.display().to_string(),
+            what: what_it_is(meta.file_type()).into(),
+        });
+    }
+    if spec.strict_permissions {
+        check_permissions(spec, path, &meta)?;
+    }
+    if meta.len() > max {
+        return Err(LoadError::TooLarge { policy: spec.name.clone(), size: meta.len(), limit: max });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| read_err(e.to_string()))?;
+    if bytes.len() as u64 > max {
+        return Err(LoadError::TooLarge { policy: spec.name.clone(), size: bytes.len() as u64, limit: max });
+    }
+    Ok(bytes)
+}
+
+/// With `strict-permissions`: owned by root, writable by no one else.
+pub fn check_permissions(spec: &PolicySpec, path: &Path, meta: &std::fs::Metadata) -> Result<(), LoadError> {
+    let problem = if meta.uid() != 0 {
+        Some(format!("owned by uid {}, not root", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777))
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => {
+            Err(LoadError::Permissions { policy: spec.name.clone(), path: path.display().to_string(), problem })
+        }
+        None => Ok(()),
+    }
+}
+
+impl PolicyEngine {
+    /// Reads, checks, compiles, links and configures one policy.
+    pub async fn load_async(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
+        let started = Instant::now();
+        let max = self.settings().max_component_mib << 20;
+        let owned = spec.clone();
+        let bytes = tokio::task::spawn_blocking(move || read_policy_file(&owned, max)).await.map_err(|e| {
+            LoadError::Read { policy: spec.name.clone(), path: spec.wasm.display().to_string(), reason: e.to_string() }
+        })??;
+        let read = started.elapsed();
+        let mut policy = self.load_bytes_async(spec, bytes.into(), facts).await?;
+        policy.timings.read = read;
+        Ok(policy)
+    }
+
+    /// [`Self::load_async`] of bytes (the binary or the text format).
+    pub async fn load_bytes_async(
+        &self,
+        spec: &PolicySpec,
+        bytes: Arc<[u8]>,
+        facts: &Arc<Facts>,
+    ) -> Result<CompiledPolicy, LoadError> {
+        let name = spec.name.as_str();
+        let _permit = self.loads.acquire().await.expect("the load semaphore is never closed");
+        let mut timings = LoadTimings::default();
+        let max_memory = self.settings().max_memory_mib;
+        if spec.limits.memory_mib > max_memory {
+            return Err(LoadError::Limits { policy: name.into(), asked: spec.limits.memory_mib, max: max_memory });
+        }
+        let digest = sha256_hex(&bytes);
+        if let Some(pin) = &spec.sha256 {
+            if !pin.eq_ignore_ascii_case(&digest) {
+                return Err(LoadError::Pin { policy: name.into(), expected: pin.clone(), actual: digest });
+            }
+        }
+        let step = Instant::now();
+        let binary: Arc<[u8]> = inspect::binary(name, &bytes)?.into_owned().into();
+        let inspection = inspect::inspect(name, &binary, &spec.limits, &self.pool_shape())?;
+        timings.inspect = step.elapsed();
+
+        let step = Instant::now();
+        let cache_key = Cache::key(self.engine(), &binary);
+        let (component, cached) = self.component(name, &cache_key, binary).await?;
+        timings.compile = step.elapsed();
+        timings.cached = cached;
+
+        let step = Instant::now();
+        let instance_pre = self
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link { policy: name.into(), reason: super::errors::one_line(&e) })?;
+        // Checks every export against the world once; calls then skip it.
+        PolicyPre::new(instance_pre.clone())
+            .map_err(|e| LoadError::World { policy: name.into(), reason: super::errors::one_line(&e) })?;
+        let export = |func: &str| {
+            component
+                .get_export_index(None, func)
+                .ok_or_else(|| LoadError::World { policy: name.into(), reason: format!("no export named {func}") })
+        };
+        let (handle, configure) = (export("handle")?, export("configure")?);
+        timings.link = step.elapsed();
+
+        let mut imports = Imports::default();
+        for import in &inspection.imports {
+            imports.node |= import.starts_with("nri-wasm:policy/node@");
+            imports.state |= import.starts_with("nri-wasm:policy/state@");
+        }
+        let mut compiled = CompiledPolicy {
+            spec: spec.clone(),
+            seed: seed_of(name),
+            instance_pre,
+            handle,
+            configure,
+            imports,
+            events: EventMask::EMPTY,
+            synchronize: false,
+            name: name.into(),
+            settings: spec.settings.as_str().into(),
+            digest,
+            cache_key,
+            inspection,
+            timings,
+        };
+        // Validate the settings and learn the subscription once, at load.
+        let step = Instant::now();
+        let kinds = self
+            .configure(&compiled, facts)
+            .await
+            .map_err(|e| LoadError::Init { policy: name.into(), reason: e.to_string() })?;
+        compiled.timings.configure = step.elapsed();
+        compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
+        compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
+        Ok(compiled)
+    }
+
+    /// The compiled component: from the cache, or compiled within bounds
+    /// (and then cached). Says whether it came from the cache.
+    async fn component(&self, policy: &str, key: &str, binary: Arc<[u8]>) -> Result<(Component, bool), LoadError> {
+        let compile_err = |reason: String| LoadError::Compile { policy: policy.into(), reason };
+        if let Some(cache) = self.cache() {
+            if let Some(artifact) = cache.get(key) {
+                // SAFETY: the cache only returns files owned by the host's
+                // user in a directory no one else may write (`cache.rs`),
+                // which only this host writes, with artifacts of an engine
+                // whose compatibility hash is part of the key; wasmtime
+                // checks that hash again.
+                match unsafe { Component::deserialize(self.engine(), &artifact) } {
+                    Ok(component) => return Ok((component, true)),
+                    Err(e) => tracing::warn!(policy, error = %e, "ignoring an unusable cached component"),
+                }
+            }
+        }
+        let artifact = self
+            .compiler()
+            .compile(self.engine(), binary, self.settings().compile_bounds())
+            .await
+            .map_err(|e| compile_err(e.to_string()))?;
+        if let Some(cache) = self.cache() {
+            if let Err(e) = cache.put(key, &artifact) {
+                tracing::warn!(policy, dir = %cache.dir().display(), error = %e, "cannot cache a compiled component");
+            }
+        }
+        // SAFETY: the artifact was produced just now by this engine's own
+        // configuration, in this process or in a child process of this
+        // binary that exited cleanly.
+        let component = unsafe { Component::deserialize(self.engine(), &artifact) }
+            .map_err(|e| compile_err(format!("produced an unusable artifact: {}", super::errors::one_line(&e))))?;
+        Ok((component, false))
+    }
+
+    /// [`Self::load_async`] for callers that are not async.
+    pub fn load(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
+        self.block_on(self.load_async(spec, facts))
+    }
+
+    /// [`Self::load_bytes_async`] for callers that are not async.
+    pub fn load_bytes(&self, spec: &PolicySpec, bytes: &[u8], facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
+        self.block_on(self.load_bytes_async(spec, bytes.into(), facts))
+    }
+}

@@ -1,0 +1,238 @@
+//! The store of one call: its limits, its deadline, and everything the guest
+//! can reach (the host state behind the imports in `interfaces.rs`).
+//!
+//! A store lives for exactly one call (`configure` at load, `handle` per
+//! event) and is dropped with everything the guest did. What it may cost is
+//! fixed here, before the guest runs:
+//! - fuel and the wall-clock deadline (checked by the epoch callback when
+//!   the deadline thread advances the epoch, see `watchdog.rs`);
+//! - memory and table growth ([`CallLimiter`]);
+//! - how much the guest may hand the host in one transfer (wasmtime's
+//!   *hostcall fuel*, which bounds the copy of every string and list the
+//!   host lifts, the reply included, before the host sees any of it);
+//! - how many resource handles it may hold (pollables, streams);
+//! - how much it may log ([`LogBudget`]), and write to stdout and stderr
+//!   ([`GuestOutput`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::clip;
+use super::engine::CallEnv;
+use super::event::CallEvent;
+use super::limiter::CallLimiter;
+use super::output::{GuestOutput, Written};
+use super::prepare::CompiledPolicy;
+use super::state::StateTxn;
+use crate::node::view::{ContainerEntry, NodeView};
+
+/// Most bytes of stdout, and of stderr, kept per call (the first and the
+/// last half of what was written; see `output.rs`).
+pub const OUTPUT_CAPACITY: usize = 16 << 10;
+/// Most bytes the guest may hand the host in one transfer: one argument
+/// list of a host call, or the reply of `handle`. Counted as wasmtime
+/// counts it (the host memory the lifted strings and lists take), which is
+/// up to ten times the size of the same data encoded for the runtime (an
+/// update of a container is a large record, mostly empty), whose limit
+/// (1 MiB per policy) is checked after.
+pub const TRANSFER_LIMIT: usize = 16 << 20;
+/// Most resource handles (pollables, streams) a call may hold at once.
+pub const HANDLE_LIMIT: usize = 1024;
+/// Most `host.log` lines per call, and most bytes of them.
+const LOG_LINES: usize = 64;
+const LOG_BYTES: usize = 16 << 10;
+
+/// Per-call state of a store.
+pub struct CallState {
+    pub(crate) limiter: CallLimiter,
+    /// Built on the guest's first WASI call: most calls make none, and an
+    /// empty context still costs the seeding of its random sources.
+    wasi: Option<Box<Wasi>>,
+    /// Seed of the policy's random sources.
+    seed: u64,
+    table: ResourceTable,
+    pub(crate) policy: Arc<str>,
+    pub(crate) settings: Arc<str>,
+    pub(crate) env: CallEnv,
+    /// The event's container as the chain has it now, standing in for the
+    /// view's entry.
+    pub(crate) current: Option<Arc<ContainerEntry>>,
+    pub(crate) state: StateTxn,
+    /// The event being handled; `None` in `configure`.
+    pub(crate) event: Option<CallEvent>,
+    /// When the call must have ended.
+    deadline: Instant,
+    pub(crate) logs: LogBudget,
+}
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallState").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+impl CallState {
+    /// The event of this call (`None` in `configure`).
+    pub fn event(&self) -> Option<&CallEvent> {
+        self.event.as_ref()
+    }
+
+    pub fn policy_name(&self) -> &str {
+        &self.policy
+    }
+
+    pub(crate) fn view(&self) -> &NodeView {
+        &self.env.view
+    }
+}
+
+/// The empty WASI context of a call, and the guest's stdout and stderr.
+struct Wasi {
+    ctx: WasiCtx,
+    stdout: GuestOutput,
+    stderr: GuestOutput,
+}
+
+impl Wasi {
+    /// No files, environment, arguments, sockets or name lookup; stdin is
+    /// empty. Randomness is seeded per policy, not per call: a policy's
+    /// language runtime (hash maps, for one) draws on it, and the same input
+    /// must give the same output and cost the same fuel every time.
+    fn new(seed: u64) -> Self {
+        let (stdout, stderr) = (GuestOutput::new(OUTPUT_CAPACITY), GuestOutput::new(OUTPUT_CAPACITY));
+        let ctx = WasiCtxBuilder::new()
+            .secure_random(StdRng::seed_from_u64(seed))
+            .insecure_random(StdRng::seed_from_u64(seed.rotate_left(32)))
+            .insecure_random_seed(u128::from(seed))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self { ctx, stdout, stderr }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        let seed = self.seed;
+        let wasi = self.wasi.get_or_insert_with(|| Box::new(Wasi::new(seed)));
+        WasiCtxView { ctx: &mut wasi.ctx, table: &mut self.table }
+    }
+}
+
+/// What a call may still log through `host.log`.
+#[derive(Debug, Default)]
+pub struct LogBudget {
+    lines: usize,
+    bytes: usize,
+    dropped: usize,
+}
+
+impl LogBudget {
+    /// Whether a line of `len` bytes may still be logged; counts it either way.
+    pub fn take(&mut self, len: usize) -> bool {
+        if self.lines < LOG_LINES && self.bytes + len.min(clip::MAX_LOG_LINE_BYTES) <= LOG_BYTES {
+            self.lines += 1;
+            self.bytes += len.min(clip::MAX_LOG_LINE_BYTES);
+            true
+        } else {
+            self.dropped += 1;
+            false
+        }
+    }
+
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+}
+
+/// A fresh store for one call of `policy`, ending at `deadline`.
+pub fn new_store(
+    engine: &wasmtime::Engine,
+    policy: &CompiledPolicy,
+    env: &CallEnv,
+    state: StateTxn,
+    current: Option<Arc<ContainerEntry>>,
+    event: Option<CallEvent>,
+    deadline: Instant,
+) -> Store<CallState> {
+    let limits = &policy.spec.limits;
+    let data = CallState {
+        limiter: CallLimiter::new(limits),
+        wasi: None,
+        seed: policy.seed,
+        table: ResourceTable::new(),
+        policy: policy.name.clone(),
+        settings: policy.settings.clone(),
+        env: env.clone(),
+        current: if policy.imports.node { current } else { None },
+        state,
+        event,
+        deadline,
+        logs: LogBudget::default(),
+    };
+    let mut store = Store::new(engine, data);
+    store.limiter(|s| &mut s.limiter);
+    store.set_fuel(limits.fuel).expect("fuel is enabled");
+    store.set_hostcall_fuel(TRANSFER_LIMIT);
+    store.set_max_component_handles(HANDLE_LIMIT);
+    // The epoch moves only when some call's deadline passes; every store
+    // then checks its own.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|cx| {
+        if Instant::now() >= cx.data().deadline {
+            Err(Trap::Interrupt.into())
+        } else {
+            Ok(UpdateDeadline::Continue(1))
+        }
+    });
+    store
+}
+
+/// Logs what the guest wrote to stdout and stderr (one clipped line each,
+/// tagged with the policy and the event), and returns the end of stderr,
+/// where a panic leaves its message, as one line.
+pub fn drain_output(state: &CallState, event: &str) -> Option<String> {
+    let policy = &*state.policy;
+    if state.logs.dropped() > 0 {
+        tracing::warn!(
+            policy,
+            event,
+            dropped = state.logs.dropped(),
+            "policy log lines dropped (over the per-call budget)"
+        );
+    }
+    let wasi = state.wasi.as_ref()?;
+    let text = |w: Written| {
+        if w.dropped == 0 {
+            return String::from_utf8_lossy(&[w.head, w.tail].concat()).into_owned();
+        }
+        // Whole lines only on either side of the cut.
+        let head = w.head.iter().rposition(|&b| b == b'\n').map_or(&w.head[..0], |i| &w.head[..=i]);
+        let tail = w.tail.iter().position(|&b| b == b'\n').map_or(&w.tail[..], |i| &w.tail[i + 1..]);
+        let dropped = w.dropped + (w.head.len() - head.len()) + (w.tail.len() - tail.len());
+        format!("{}[{dropped} bytes dropped]\n{}", String::from_utf8_lossy(head), String::from_utf8_lossy(tail))
+    };
+    let (stdout, stderr) = (text(wasi.stdout.contents()), text(wasi.stderr.contents()));
+    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
+        tracing::info!(policy, event, stream = "stdout", "{}", clip::guest_text(line, clip::MAX_LOG_LINE_BYTES));
+    }
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        tracing::warn!(policy, event, stream = "stderr", "{}", clip::guest_text(line, clip::MAX_LOG_LINE_BYTES));
+    }
+    let tail = stderr.trim();
+    if tail.is_empty() {
+        return None;
+    }
+    // The last 400 characters: where a panic message is.
+    let start = tail.char_indices().rev().nth(399).map_or(0, |(i, _)| i);
+    Some(clip::guest_text(&tail[start..].replace('\n', " | "), clip::MAX_ERROR_BYTES))
+}

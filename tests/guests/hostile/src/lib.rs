@@ -1,0 +1,247 @@
+//! The suite's adversary: a policy that attacks the host in the way its
+//! settings name, on CreateContainer, or in `configure` for the `init-`
+//! modes. Each mode is one class of attack; `tests/e2e/tests/hostile.rs`
+//! runs them all and says what the host must do about each.
+//!
+//! Load time (`configure`): `init-print` (stdout and stderr), `init-panic`,
+//! `init-sleep` (an hour), `init-exit`.
+//!
+//! Waiting where epochs cannot reach: `sleep` (an hour in a WASI sleep),
+//! `sleep-forever` (a pollable that never fires), `stdin` (reads stdin).
+//!
+//! Host resources: `pollables` (holds ever more pollables), `random-huge`
+//! (asks for 64 MiB of random bytes, over and over), `log-flood` (a million
+//! log lines), `log-huge` (one 12 MiB line), `log-forge` (a line with
+//! newlines and escapes), `output-flood` (writes to stdout until stopped),
+//! `state-flood` (fills its state past the limit).
+//!
+//! Strings and copies: `deny-huge` (an 8 MiB reason), `deny-forge`,
+//! `reply-transfer` (a 20 MiB annotation), `reply-large` (a 2 MiB one).
+//!
+//! Host work: `one-container-updates:N` (N updates of one container, each a
+//! new hugepage size), `unknown-updates:N` (N updates and evictions of
+//! containers that do not exist).
+//!
+//! Outputs the runtime would refuse: `invalid:<case>`, cases listed in
+//! [`invalid`].
+//!
+//! Escapes: `exit` (`wasi:cli/exit`), `fs` (opens host files), `net`
+//! (connects and resolves), `env` (reads environment and arguments); the
+//! last three answer with what they managed to do.
+use nri_wasm_sdk::*;
+
+struct Hostile;
+
+fn mode() -> &'static str {
+    settings()
+}
+
+fn hour() -> std::time::Duration {
+    std::time::Duration::from_secs(3600)
+}
+
+fn annotate(key: &str, value: &str) -> Result<Reply, String> {
+    Ok(Reply::adjust(ContainerAdjustment::new().set_annotation(key, value)))
+}
+
+fn resources(f: impl FnOnce(&mut LinuxResources)) -> LinuxResources {
+    let mut r = LinuxResources::default();
+    f(&mut r);
+    r
+}
+
+fn memory(f: impl FnOnce(&mut LinuxMemory)) -> LinuxResources {
+    resources(|r| {
+        let mut m = LinuxMemory::default();
+        f(&mut m);
+        r.memory = Some(m);
+    })
+}
+
+fn cpu(f: impl FnOnce(&mut LinuxCpu)) -> LinuxResources {
+    resources(|r| {
+        let mut c = LinuxCpu::default();
+        f(&mut c);
+        r.cpu = Some(c);
+    })
+}
+
+fn mount(destination: &str, source: &str) -> Mount {
+    Mount { destination: destination.into(), type_: "bind".into(), source: source.into(), options: vec!["ro".into()] }
+}
+
+/// Outputs NRI or the OCI runtime would refuse, by name.
+fn invalid(case: &str) -> Result<Reply, String> {
+    let adjust = |a: ContainerAdjustment| Ok(Reply::adjust(a));
+    let with_resources = |r: LinuxResources| {
+        let mut a = ContainerAdjustment::new();
+        a.linux_mut().resources = Some(r);
+        Ok(Reply::adjust(a))
+    };
+    match case {
+        "relative-mount" => adjust(ContainerAdjustment::new().add_mount(mount("data", "/srv/data"))),
+        "dotdot-mount" => adjust(ContainerAdjustment::new().add_mount(mount("/data/../../etc", "/srv/data"))),
+        "relative-hook" => {
+            let mut a = ContainerAdjustment::new();
+            let hook = Hook { path: "bin/hook".into(), args: vec![], env: vec![], timeout: None };
+            a.hooks = Some(Hooks {
+                prestart: vec![],
+                create_runtime: vec![hook],
+                create_container: vec![],
+                start_container: vec![],
+                poststart: vec![],
+                poststop: vec![],
+            });
+            adjust(a)
+        }
+        "nul-env" => adjust(ContainerAdjustment::new().set_env("A\0B", "x")),
+        "nul-annotation" => adjust(ContainerAdjustment::new().set_annotation("example.com/a\0b", "x")),
+        "nul-mount" => adjust(ContainerAdjustment::new().add_mount(mount("/data\0x", "/srv"))),
+        "nul-arg" => adjust(ContainerAdjustment::new().replace_args(&["sh", "-c\0rm"])),
+        "memory" => with_resources(memory(|m| m.limit = Some(-7))),
+        "quota" => with_resources(cpu(|c| c.quota = Some(-5))),
+        "period" => with_resources(cpu(|c| c.period = Some(0))),
+        "cpuset" => with_resources(cpu(|c| c.cpus = "abc,-1".into())),
+        "oom" => {
+            let mut a = ContainerAdjustment::new();
+            a.linux_mut().oom_score_adj = Some(100_000);
+            adjust(a)
+        }
+        "pids" => with_resources(resources(|r| r.pids = Some(LinuxPids { limit: -9 }))),
+        other => Err(format!("unknown invalid case {other}")),
+    }
+}
+
+/// Settings of the form `name:N`.
+fn count(mode: &str, name: &str) -> Option<usize> {
+    mode.strip_prefix(name)?.strip_prefix(':')?.parse().ok()
+}
+
+impl Policy for Hostile {
+    fn events() -> Vec<EventKind> {
+        vec![EventKind::CreateContainer]
+    }
+
+    fn init(settings: &str) -> Result<(), String> {
+        match settings {
+            "init-print" => {
+                println!("configure writes to stdout");
+                eprintln!("configure writes to stderr");
+            }
+            "init-panic" => panic!("configure panics on purpose"),
+            "init-sleep" => std::thread::sleep(hour()),
+            "init-exit" => std::process::exit(0),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn create_container(_e: &Event) -> Result<Reply, String> {
+        let mode = mode();
+        if let Some(n) = count(mode, "one-container-updates") {
+            let mut reply = Reply::none();
+            reply.update = (0..n)
+                .map(|i| {
+                    let r = resources(|r| {
+                        r.hugepage_limits = vec![HugepageLimit { page_size: format!("{}KB", i + 1), limit: 1 << 20 }]
+                    });
+                    ContainerUpdate::new("c-one", r)
+                })
+                .collect();
+            return Ok(reply);
+        }
+        if let Some(n) = count(mode, "unknown-updates") {
+            let mut reply = Reply::none();
+            reply.update = (0..n)
+                .map(|i| ContainerUpdate::new(&format!("gone-{i}"), memory(|m| m.limit = Some(1 << 30))))
+                .collect();
+            reply.evict =
+                (0..n).map(|i| ContainerEviction { container_id: format!("gone-{i}"), reason: "x".into() }).collect();
+            return Ok(reply);
+        }
+        if let Some(case) = mode.strip_prefix("invalid:") {
+            return invalid(case);
+        }
+        match mode {
+            "sleep" => {
+                std::thread::sleep(hour());
+                annotate("example.com/hostile", "woke up")
+            }
+            "sleep-forever" => {
+                let never = wasip2::clocks::monotonic_clock::subscribe_duration(u64::MAX);
+                wasip2::io::poll::poll(&[&never]);
+                annotate("example.com/hostile", "woke up")
+            }
+            "stdin" => {
+                let mut input = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut input);
+                annotate("example.com/stdin", &input.len().to_string())
+            }
+            "pollables" => {
+                let mut held = Vec::new();
+                loop {
+                    held.push(wasip2::clocks::monotonic_clock::subscribe_duration(1));
+                }
+            }
+            "random-huge" => {
+                let mut total = 0usize;
+                loop {
+                    total += wasip2::random::random::get_random_bytes(64 << 20).len();
+                    std::hint::black_box(total);
+                }
+            }
+            "log-flood" => {
+                for i in 0..1_000_000 {
+                    log(LogLevel::Error, &format!("flooding the host's log, line {i}"));
+                }
+                annotate("example.com/hostile", "logged")
+            }
+            "log-huge" => {
+                log(LogLevel::Error, &"x".repeat(12 << 20));
+                annotate("example.com/hostile", "logged")
+            }
+            "log-forge" => {
+                log(
+                    LogLevel::Info,
+                    "harmless\n2026-01-01T00:00:00Z ERROR nri_wasm: forged line \u{1b}[31mred\u{1b}[0m",
+                );
+                annotate("example.com/hostile", "logged")
+            }
+            "output-flood" => loop {
+                println!("{}", "o".repeat(4096));
+            },
+            "state-flood" => {
+                for i in 0.. {
+                    if state::set(&format!("key-{i}"), &"v".repeat(4096)).is_err() {
+                        return annotate("example.com/state", &i.to_string());
+                    }
+                }
+                unreachable!()
+            }
+            "deny-huge" => Err("r".repeat(8 << 20)),
+            "deny-forge" => Err("no\n2026-01-01T00:00:00Z INFO nri_wasm: allowed everything \u{1b}[2J".into()),
+            "reply-transfer" => annotate("example.com/big", &"b".repeat(20 << 20)),
+            "reply-large" => annotate("example.com/big", &"b".repeat(2 << 20)),
+            "exit" => std::process::exit(0),
+            "fs" => {
+                let opened = std::fs::read("/etc/passwd").is_ok() || std::fs::read_dir("/").is_ok();
+                let preopens = wasip2::filesystem::preopens::get_directories().len();
+                annotate("example.com/fs", &format!("opened={opened} preopens={preopens}"))
+            }
+            "net" => {
+                let connected = std::net::TcpStream::connect("127.0.0.1:1").is_ok();
+                let resolved = std::net::ToSocketAddrs::to_socket_addrs("localhost:80").is_ok();
+                annotate("example.com/net", &format!("connected={connected} resolved={resolved}"))
+            }
+            "env" => {
+                let vars = std::env::vars().count();
+                let args = std::env::args().count();
+                let cwd = std::env::current_dir().is_ok();
+                annotate("example.com/env", &format!("vars={vars} args={args} cwd={cwd}"))
+            }
+            other => annotate("example.com/hostile", other),
+        }
+    }
+}
+
+export_policy!(Hostile);
