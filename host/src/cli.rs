@@ -182,7 +182,8 @@ pub fn policy_dispatcher(config: &Config, compiler: Compiler) -> anyhow::Result<
     let dispatcher = Arc::new(dispatcher);
     let chain_settings = config.chain;
     let loading = dispatcher.clone();
-    engine.handle().spawn(async move {
+    let names: Vec<(String, bool)> = specs.iter().map(|s| (s.name.clone(), loader::mandatory(s))).collect();
+    let load = engine.handle().spawn(async move {
         let engine = loading.engine().clone();
         let loaded = loader::load_specs(&engine, specs, errors, &Arc::new(facts)).await;
         let chain = Chain::new(loaded.policies, chain_settings).with_unloadable(loaded.unloadable);
@@ -195,6 +196,23 @@ pub fn policy_dispatcher(config: &Config, compiler: Compiler) -> anyhow::Result<
         }
         tracing::info!(policies = chain.len(), "policies loaded");
         loading.install(chain).await;
+    });
+    // A load that failed in the host itself must not leave the policies
+    // "still loading" for ever.
+    let failed = dispatcher.clone();
+    engine.handle().spawn(async move {
+        if let Err(e) = load.await {
+            tracing::error!(error = %e, "loading the policies failed");
+            let unloadable = names
+                .into_iter()
+                .map(|(name, mandatory)| Unloadable {
+                    name,
+                    reason: format!("the host failed to load it: {e}"),
+                    mandatory,
+                })
+                .collect();
+            failed.install(Chain::new(Vec::new(), chain_settings).with_unloadable(unloadable)).await;
+        }
     });
     Ok(dispatcher)
 }

@@ -136,6 +136,7 @@ fn adjustment(adjust: &pb::ContainerAdjustment) -> Checked {
     } = adjust;
     for (key, value) in annotations.iter().collect::<std::collections::BTreeMap<_, _>>() {
         removable("adjust.annotations", "key", key)?;
+        text(&format!("adjust.annotations[{:?}] (its key)", clip(key)), key)?;
         text(&format!("adjust.annotations[{key:?}]"), value)?;
     }
     for (i, m) in mounts.iter().enumerate() {
@@ -314,6 +315,7 @@ fn linux_adjustment(linux: &pb::LinuxContainerAdjustment) -> Checked {
         let pb::LinuxNamespace { type_, path: p, special_fields: _ } = ns;
         let field = format!("adjust.linux.namespaces[{i}]");
         removable(&field, "type", type_)?;
+        text(&format!("{field}.type"), type_)?;
         if !p.is_empty() {
             path(&format!("{field}.path"), p)?;
         }
@@ -603,7 +605,7 @@ fn removable(what: &str, name: &str, key: &str) -> Checked {
     match key {
         "" => Err(format!("{what}: an empty {name}")),
         "-" => Err(format!("{what}: removal marker \"-\" names no {name}")),
-        _ => text(&format!("{what} {name}"), key),
+        _ => Ok(()),
     }
 }
 
@@ -615,7 +617,7 @@ fn literal(what: &str, name: &str, key: &str) -> Checked {
     if key.starts_with('-') {
         return Err(format!("{what}: {name} {:?} starts with '-', but NRI cannot remove these", clip(key)));
     }
-    text(&format!("{what}.{name}"), key)
+    Ok(())
 }
 
 /// A guest string shown in an error: short, one line.

@@ -133,8 +133,7 @@ async fn subprocess(
         // Dropping the work kills the child (kill_on_drop).
         Err(_) => return Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
     };
-    let message =
-        String::from_utf8_lossy(&errors).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+    let errors = String::from_utf8_lossy(&errors);
     if status.success() {
         if artifact.len() > MAX_ARTIFACT_BYTES {
             return Err(CompileError::Failed(format!("the artifact exceeds {MAX_ARTIFACT_BYTES} bytes")));
@@ -142,19 +141,21 @@ async fn subprocess(
         return Ok(artifact);
     }
     use std::os::unix::process::ExitStatusExt;
-    let mib = memory >> 20;
-    match status.signal() {
-        Some(libc::SIGXCPU) => Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
-        Some(libc::SIGABRT | libc::SIGSEGV | libc::SIGKILL)
-            if message.contains("memory allocation") || message.is_empty() =>
-        {
-            Err(CompileError::Memory(mib))
-        }
-        _ if message.contains("memory allocation") || message.contains("out of memory") => {
-            Err(CompileError::Memory(mib))
-        }
-        _ => Err(CompileError::Failed(super::clip::guest_text(&message, super::clip::MAX_ERROR_BYTES))),
+    let out_of_memory = ["memory allocation", "out of memory", "Cannot allocate memory"];
+    if status.signal() == Some(libc::SIGKILL) || out_of_memory.iter().any(|m| errors.contains(m)) {
+        return Err(CompileError::Memory(memory >> 20));
     }
+    if status.signal() == Some(libc::SIGXCPU) {
+        return Err(CompileError::Timeout(bounds.timeout.as_millis() as u64));
+    }
+    // The child's own one-line error, or the message of a panic, not the
+    // notes around it.
+    let message = errors
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && !l.starts_with("note:") && !l.starts_with("stack backtrace"))
+        .map_or_else(|| format!("the compiler exited with {status}"), str::to_string);
+    Err(CompileError::Failed(super::clip::guest_text(&message, super::clip::MAX_ERROR_BYTES)))
 }
 
 /// Limits of the compiling child, applied between fork and exec.

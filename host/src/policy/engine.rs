@@ -281,7 +281,9 @@ impl PolicyEngine {
             .worker_threads((settings.max_concurrent_calls.max(1) as usize).min(cores))
             .max_blocking_threads(MAX_CONCURRENT_LOADS as usize + 2)
             .thread_name("nri-wasm-policy")
-            .enable_time()
+            // Time for deadlines and WASI clocks; I/O for the compiling
+            // child process's pipes.
+            .enable_all()
             .build()
             .map_err(|e| EngineError::Runtime(e.to_string()))?;
         let cache = match &settings.cache_dir {

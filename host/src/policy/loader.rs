@@ -22,8 +22,9 @@ use super::prepare::CompiledPolicy;
 pub enum LoadProblem {
     #[error(transparent)]
     Spec(#[from] SpecError),
-    #[error(transparent)]
-    Load(#[from] LoadError),
+    /// Named by its file, which the error itself may not name.
+    #[error("{}: {error}", path.display())]
+    Load { path: std::path::PathBuf, error: LoadError },
 }
 
 /// What loading a directory produced.
@@ -93,13 +94,11 @@ pub async fn load_specs(
                 );
                 loaded.policies.push(policy);
             }
-            Err(e) => {
-                loaded.unloadable.push(Unloadable {
-                    name: spec.name.clone(),
-                    reason: e.to_string(),
-                    mandatory: mandatory(&spec),
-                });
-                loaded.problems.push(e.into());
+            Err(error) => {
+                let problem = LoadProblem::Load { path: spec.wasm.clone(), error };
+                let reason = problem.to_string();
+                loaded.unloadable.push(Unloadable { name: spec.name.clone(), reason, mandatory: mandatory(&spec) });
+                loaded.problems.push(problem);
             }
         }
     }

@@ -44,6 +44,8 @@ pub const OUTPUT_CAPACITY: usize = 16 << 10;
 pub const TRANSFER_LIMIT: usize = 16 << 20;
 /// Most resource handles (pollables, streams) a call may hold at once.
 pub const HANDLE_LIMIT: usize = 1024;
+/// Most random bytes one WASI call may ask for.
+pub const RANDOM_LIMIT: u64 = 64 << 10;
 /// Most `host.log` lines per call, and most bytes of them.
 const LOG_LINES: usize = 64;
 const LOG_BYTES: usize = 16 << 10;
@@ -115,6 +117,9 @@ impl Wasi {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            // A guest asking for gigabytes of random bytes would make the
+            // host allocate them.
+            .max_random_size(RANDOM_LIMIT)
             .build();
         Self { ctx, stdout, stderr }
     }

@@ -459,3 +459,43 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
         h.shutdown().await;
     }
 }
+
+/// Two policies setting the memory limit conflict as two native plugins
+/// would: the event fails, whatever the later policy's `on-error` (a
+/// conflict is the chain's, not one policy's failure). A later policy with
+/// `on-conflict = "yield"` loses instead: its whole reply is dropped (its
+/// unrelated env too) and the conflict is reported; so it is in audit mode.
+#[test]
+fn a_conflict_fails_the_event_unless_the_later_policy_yields() {
+    use nri_wasm::policy::manifest::OnConflict;
+    let first = load("10-a", guests::REPLAY, "memory-limit 1000", OnError::Fail, Mode::Enforce, Limits::default());
+    let second = |on_error, on_conflict, mode| {
+        let spec = PolicySpec {
+            mode,
+            on_conflict,
+            ..policy_spec("20-b", guests::REPLAY, "memory-limit 2000; env X=1", on_error, Limits::default())
+        };
+        engine().load(&spec, &facts()).unwrap()
+    };
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        let chain = Chain::new(
+            vec![first.clone(), second(on_error, OnConflict::Fail, Mode::Enforce)],
+            ChainSettings::default(),
+        );
+        let err = create(&chain, TWO_S, &request()).unwrap_err();
+        assert!(matches!(err, ChainError::Conflict { .. }), "{on_error:?}: {err}");
+        let text = err.to_string();
+        assert!(text.contains("policies \"10-a\" and \"20-b\" both tried to set") && text.contains("memory"), "{text}");
+    }
+    for (on_conflict, mode) in [(OnConflict::Yield, Mode::Enforce), (OnConflict::Fail, Mode::Audit)] {
+        let chain = Chain::new(vec![first.clone(), second(OnError::Fail, on_conflict, mode)], ChainSettings::default());
+        let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &request()).unwrap();
+        let adjust = resp.adjust.as_ref().unwrap();
+        assert_eq!(adjust.linux.resources.memory.limit.value, 1000, "the first setter keeps the field");
+        assert!(adjust.env.iter().all(|e| e.key != "X"), "the loser's whole reply is dropped");
+        assert!(
+            matches!(&steps[1].outcome, Outcome::Yielded { conflict } if conflict.contains("both tried to set")),
+            "{on_conflict:?} {mode:?}: reported: {steps:?}"
+        );
+    }
+}

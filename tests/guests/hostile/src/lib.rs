@@ -25,12 +25,29 @@
 //! Outputs the runtime would refuse: `invalid:<case>`, cases listed in
 //! [`invalid`].
 //!
+//! Lies: `bad-pointer` and `bad-utf8` hand `host.log` a string outside the
+//! guest's memory, and one that is not UTF-8.
+//!
 //! Escapes: `exit` (`wasi:cli/exit`), `fs` (opens host files), `net`
 //! (connects and resolves), `env` (reads environment and arguments); the
 //! last three answer with what they managed to do.
 use nri_wasm_sdk::*;
 
 struct Hostile;
+
+#[link(wasm_import_module = "nri-wasm:policy/host@0.3.0")]
+extern "C" {
+    /// `host.log` as the component imports it: level, pointer, length.
+    #[link_name = "log"]
+    fn raw_log(level: i32, ptr: *const u8, len: usize);
+}
+
+/// Calls `host.log` with a pointer and length of our choosing.
+fn log_raw(ptr: *const u8, len: usize) {
+    // SAFETY: the host reads (or refuses to read) the bytes; nothing on
+    // this side is touched.
+    unsafe { raw_log(1, ptr, len) }
+}
 
 fn mode() -> &'static str {
     settings()
@@ -223,6 +240,15 @@ impl Policy for Hostile {
             "reply-transfer" => annotate("example.com/big", &"b".repeat(20 << 20)),
             "reply-large" => annotate("example.com/big", &"b".repeat(2 << 20)),
             "exit" => std::process::exit(0),
+            "bad-pointer" => {
+                log_raw(0xffff_fff0usize as *const u8, 256);
+                annotate("example.com/hostile", "lied")
+            }
+            "bad-utf8" => {
+                let bytes = [0xffu8, 0xfe, 0xfd];
+                log_raw(bytes.as_ptr(), bytes.len());
+                annotate("example.com/hostile", "lied")
+            }
             "fs" => {
                 let opened = std::fs::read("/etc/passwd").is_ok() || std::fs::read_dir("/").is_ok();
                 let preopens = wasip2::filesystem::preopens::get_directories().len();
@@ -236,8 +262,7 @@ impl Policy for Hostile {
             "env" => {
                 let vars = std::env::vars().count();
                 let args = std::env::args().count();
-                let cwd = std::env::current_dir().is_ok();
-                annotate("example.com/env", &format!("vars={vars} args={args} cwd={cwd}"))
+                annotate("example.com/env", &format!("vars={vars} args={args}"))
             }
             other => annotate("example.com/hostile", other),
         }
