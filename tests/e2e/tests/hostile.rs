@@ -171,7 +171,7 @@ async fn run_attack(attack: Attack) -> String {
             Harness::start_policies(RuntimeProfile::v0_12().with_request_timeout(REQUEST_TIMEOUT), dispatcher.clone())
                 .await;
         let conn = h.connect().await;
-        conn.synchronize(&[pod.clone()], &[c_one(&pod)], 0).await.expect("synchronize");
+        conn.synchronize(std::slice::from_ref(&pod), &[c_one(&pod)], 0).await.expect("synchronize");
         let label = format!("{} ({on_error:?}, {mode:?})", attack.settings);
         let mut warm = 0;
         for run in 0..attack.runs {
