@@ -29,6 +29,13 @@ pub fn request() -> pb::CreateContainerRequest {
     }
 }
 
+/// The limits of the benchmarks' policies: the defaults, but a time limit
+/// no stall of a busy (or hypervisor-starved) machine reaches, so that a
+/// benchmark measures the cost of calls and never fails on a slow one.
+pub fn bench_limits() -> Limits {
+    Limits { timeout_ms: 5_000, ..Limits::default() }
+}
+
 /// The engine, facts and policies of one benchmark run.
 #[derive(Debug, Clone)]
 pub struct Bench {
@@ -58,7 +65,7 @@ impl Bench {
     /// `n` instances of the realistic guest, settings `0` to `n - 1`.
     pub fn realistic(&self, n: usize) -> Chain {
         let policies = (0..n)
-            .map(|i| self.load(&policy_name(i), guests::REALISTIC, &i.to_string(), OnError::Fail, Limits::default()))
+            .map(|i| self.load(&policy_name(i), guests::REALISTIC, &i.to_string(), OnError::Fail, bench_limits()))
             .collect();
         Chain::new(policies, ChainSettings::default())
     }
@@ -68,23 +75,21 @@ impl Bench {
     /// whole would cost.
     pub fn realistic_full(&self, n: usize) -> Chain {
         let policies = (0..n)
-            .map(|i| {
-                self.load(&policy_name(i), guests::REALISTIC, &format!("full-{i}"), OnError::Fail, Limits::default())
-            })
+            .map(|i| self.load(&policy_name(i), guests::REALISTIC, &format!("full-{i}"), OnError::Fail, bench_limits()))
             .collect();
         Chain::new(policies, ChainSettings::default())
     }
 
     /// One instance of the no-op guest.
     pub fn noop(&self) -> Chain {
-        let noop = self.load("00-noop", guests::NOOP, "", OnError::Fail, Limits::default());
+        let noop = self.load("00-noop", guests::NOOP, "", OnError::Fail, bench_limits());
         Chain::new(vec![noop], ChainSettings::default())
     }
 
     /// An evaluation context whose deadline is `budget` from now.
     pub fn cx(&self, budget: Duration) -> EvalContext {
         let env = CallEnv::detached(self.facts.clone());
-        EvalContext { engine: self.engine.clone(), env, deadline: Instant::now() + budget, explain: false }
+        EvalContext::new(self.engine.clone(), env, Instant::now() + budget)
     }
 
     /// Runs CreateContainer through `chain` on the engine's policy runtime.

@@ -84,6 +84,51 @@ pub struct DemoArgs {
     pub policies: Option<PathBuf>,
 }
 
+/// The binary: parse the command line, set up logging, run.
+///
+/// # Safety
+///
+/// Call it first thing in a binary's `main`, before anything opens a file:
+/// it claims the socket a runtime may have passed (see
+/// [`transport::claim_inherited`]).
+pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
+    use tracing_subscriber::EnvFilter;
+    let cli = Cli::parse();
+    if let Some(Command::InternalCompile(args)) = &cli.command {
+        return Ok(crate::policy::compile::child_main(args.max_bytes));
+    }
+    // SAFETY: by this function's contract nothing has opened a file yet, so
+    // the socket the runtime passed (if it did) is owned by nothing else.
+    unsafe { transport::claim_inherited(|k| std::env::var(k).ok()) }?;
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&cli.log))?;
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let runtime = transport_runtime()?;
+    runtime.block_on(async move {
+        match cli.command {
+            None => run(RunArgs::default()).await,
+            Some(Command::Run(args)) => run(args).await,
+            #[cfg(feature = "demo")]
+            Some(Command::Demo(args)) => demo(args).await,
+            Some(Command::InternalCompile(_)) => unreachable!("handled before the runtime starts"),
+        }
+    })?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The runtime the host serves the runtime's socket on: one thread.
+///
+/// The runtime calls its plugins one event at a time and waits for each
+/// answer, so there is no parallelism to gain on this side, and every wake-up
+/// of another worker thread (a task moving between the socket's reader, the
+/// ttrpc server and the handler) costs a system call and a context switch on
+/// the user's critical path. On one thread a task waking another is a queue
+/// push. Policies load on the engine's own runtime, and the chain of an event
+/// runs inline, each call bounded by its deadline (see `policy/dispatcher.rs`).
+pub fn transport_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
 /// Builds the connection options from the file, the flags and the environment.
 pub fn connect_options(args: &RunArgs, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<ConnectOptions> {
     settings(args, env).map(|(_, options)| options)

@@ -77,15 +77,25 @@ fn request() -> pb::CreateContainerRequest {
     nri_sim::fixtures::load("CreateContainer").expect("fixture")
 }
 
-/// CreateContainer once no policy is still loading.
-async fn create_when_loaded(conn: &PluginConn) -> Result<pb::CreateContainerResponse, SimError> {
+/// CreateContainer once no policy is still loading. The host reconnects when
+/// the loaded policies need another subscription: the new connection is
+/// taken then.
+async fn create_when_loaded(sim: &Simulator, mut conn: PluginConn) -> Result<pb::CreateContainerResponse, SimError> {
     let req = request();
     for _ in 0..1200 {
+        if conn.is_closed() {
+            conn = connect(sim).await;
+            conn.synchronize(&[], &[], 0).await.expect("synchronize");
+        }
         match conn.create_container(&req.pod, &req.container).await {
             Err(SimError::Failed { status, .. }) if status.message().contains("still loading") => {
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
-            other => return other,
+            Err(e) if conn.is_closed() => eprintln!("the host reconnected: {e}"),
+            other => {
+                conn.close().await;
+                return other;
+            }
         }
     }
     panic!("the policies did not load within two minutes")
@@ -120,11 +130,10 @@ async fn policies_that_write_panic_sleep_or_exit_while_loading_do_not_stop_the_h
     conn.synchronize(&[], &[], 0).await.unwrap();
     // 10-print is mandatory: the host asks for CreateContainer from the start.
     assert!(conn.is_subscribed(pb::Event::CREATE_CONTAINER));
-    let reply = create_when_loaded(&conn).await.expect("the loadable policies run");
+    let reply = create_when_loaded(&sim, conn).await.expect("the loadable policies run");
     assert_eq!(annotation(&reply, "example.com/hostile"), Some("init-print"), "10-print loaded: {reply:?}");
     assert_eq!(annotation(&reply, "example.com/after"), Some("log-shipper"), "{reply:?}");
     assert!(host.is_running(), "the host is still up");
-    conn.close().await;
     let log = host.stop();
     for (policy, says) in [
         ("20-panic", "configure panics on purpose"),
@@ -197,10 +206,9 @@ async fn a_compiler_bomb_is_refused_within_bounds() {
     // The bomb is mandatory: creation fails while it loads, then with why it did not.
     let conn = connect(&sim).await;
     conn.synchronize(&[], &[], 0).await.unwrap();
-    let err = create_when_loaded(&conn).await.expect_err("the bomb is mandatory");
+    let err = create_when_loaded(&sim, conn).await.expect_err("the bomb is mandatory");
     let SimError::Failed { status, .. } = &err else { panic!("{err}") };
     let message = status.message().to_string();
-    conn.close().await;
     assert!(message.contains("10-bomb") && message.contains("compiling it"), "{message}");
     assert!(message.contains("compile-memory-mib") || message.contains("compile-timeout-ms"), "{message}");
     assert!(host.is_running());

@@ -8,14 +8,17 @@
 //! (`store.rs`) and an instance. Nothing a policy does in one call can be
 //! seen by the next one.
 //!
-//! Every guest call is asynchronous and runs on the engine's own *policy
-//! runtime*, never on the threads that serve the runtime's socket:
+//! Every guest call is asynchronous:
 //! - a call ends at its deadline whatever the guest does: guest code is
 //!   interrupted through the epoch (`watchdog.rs`), a guest waiting in a
 //!   host call (a WASI sleep or poll) is cancelled with the call's future;
 //! - WASI's implementations are async and never start a nested runtime, so
 //!   whatever a guest calls, at load or per event, is safe wherever the
 //!   host makes the call.
+//!
+//! The engine owns a *policy runtime* where loads (and their `configure`)
+//! run, off the path of events; an event's chain runs in the task that
+//! received it (`dispatcher.rs`).
 //!
 //! Callers that are not async themselves (tests, the CLI) use the blocking
 //! wrappers [`PolicyEngine::load`] and [`PolicyEngine::call`].

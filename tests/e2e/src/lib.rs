@@ -274,6 +274,13 @@ pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
     ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
 }
 
+/// How late past the chain's budget an answer may arrive in a test: the
+/// socket and the simulator's own reading take microseconds, but a
+/// virtualised machine can stall for a few hundred milliseconds (steal
+/// time), which no host can prevent. Half the margin the runtime leaves
+/// between the chain's budget and its request timeout.
+pub const STALL: Duration = Duration::from_millis(500);
+
 /// Runs a future (a chain evaluation, a load) to completion on the shared
 /// engine's policy runtime, from a test that is not async.
 pub fn block_on<F>(work: F) -> F::Output
@@ -313,12 +320,11 @@ pub fn test_facts() -> nri_wasm::policy::engine::Facts {
 /// An evaluation context with the test facts, an empty node view and
 /// in-memory state, ending `budget` from now.
 pub fn eval_cx(budget: Duration) -> nri_wasm::policy::chain::EvalContext {
-    nri_wasm::policy::chain::EvalContext {
-        engine: shared_engine(),
-        env: nri_wasm::policy::engine::CallEnv::detached(Arc::new(test_facts())),
-        deadline: std::time::Instant::now() + budget,
-        explain: false,
-    }
+    nri_wasm::policy::chain::EvalContext::new(
+        shared_engine(),
+        nri_wasm::policy::engine::CallEnv::detached(Arc::new(test_facts())),
+        std::time::Instant::now() + budget,
+    )
 }
 
 /// A policy spec as the loader would build it from `NN-name.wasm` + `.toml`.

@@ -516,6 +516,9 @@ async fn view_follows_the_runtime(ops: Vec<Op>) {
         d.outbox_flushed(Duration::from_secs(2)).await;
         let (view, truth) = (believed(&d), truth(&rt.model()));
         assert_eq!(view, truth, "step {step}: the view differs from the runtime");
+        let pods: Vec<String> = d.view().pods().map(|p| p.id.clone()).collect();
+        let real: Vec<String> = rt.model().pods.keys().cloned().collect();
+        assert_eq!(pods, real, "step {step}: the view's pods differ from the runtime's");
         check_exclusive(&rt.model(), &format!("step {step}"));
     }
     rt.close().await;

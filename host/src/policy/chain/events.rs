@@ -17,7 +17,7 @@ use crate::policy::event::CallEvent;
 impl EvalContext {
     /// What the merge may know of the node's containers.
     fn known(&self) -> Known {
-        self.env.view.clone()
+        self.known.clone()
     }
 }
 

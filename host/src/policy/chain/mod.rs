@@ -262,7 +262,7 @@ pub struct Chain {
 }
 
 /// Everything an evaluation needs besides the request.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EvalContext {
     pub engine: Arc<PolicyEngine>,
     /// Facts, node view and state the policies read.
@@ -270,6 +270,35 @@ pub struct EvalContext {
     pub deadline: Instant,
     /// Describe each change in the steps (for `eval` and the demo).
     pub explain: bool,
+    /// What the merge may take as the node's containers: the view, when the
+    /// host keeps it complete; otherwise nothing (existence unchecked).
+    pub known: crate::merge::Known,
+}
+
+impl std::fmt::Debug for EvalContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvalContext").field("deadline", &self.deadline).finish_non_exhaustive()
+    }
+}
+
+impl EvalContext {
+    /// A context ending at `deadline`, describing nothing, knowing no containers.
+    pub fn new(engine: Arc<PolicyEngine>, env: CallEnv, deadline: Instant) -> Self {
+        Self { engine, env, deadline, explain: false, known: Arc::new(crate::merge::Unknown) }
+    }
+
+    /// Describes each change in the steps.
+    pub fn explaining(mut self) -> Self {
+        self.explain = true;
+        self
+    }
+
+    /// Refuses updates and evictions of containers the view does not have
+    /// (use only when the host keeps the view complete).
+    pub fn knowing_view(mut self) -> Self {
+        self.known = self.env.view.clone();
+        self
+    }
 }
 
 /// What an evaluation leaves to be done once the event has succeeded.

@@ -20,7 +20,8 @@
 //!
 //! Host work: `one-container-updates:N` (N updates of one container, each a
 //! new hugepage size), `unknown-updates:N` (N updates and evictions of
-//! containers that do not exist).
+//! containers that do not exist; it reads the node view, so the host keeps
+//! the view complete).
 //!
 //! Outputs the runtime would refuse: `invalid:<case>`, cases listed in
 //! [`invalid`].
@@ -168,12 +169,16 @@ impl Policy for Hostile {
             return Ok(reply);
         }
         if let Some(n) = count(mode, "unknown-updates") {
+            // Reading the node view makes the host keep it complete, and
+            // check updates against it.
+            let known = view::container_ids(&view::ContainerFilter::all()).len();
             let mut reply = Reply::none();
             reply.update = (0..n)
                 .map(|i| ContainerUpdate::new(&format!("gone-{i}"), memory(|m| m.limit = Some(1 << 30))))
                 .collect();
-            reply.evict =
-                (0..n).map(|i| ContainerEviction { container_id: format!("gone-{i}"), reason: "x".into() }).collect();
+            reply.evict = (0..n)
+                .map(|i| ContainerEviction { container_id: format!("gone-{i}"), reason: format!("{known} known") })
+                .collect();
             return Ok(reply);
         }
         if let Some(case) = mode.strip_prefix("invalid:") {

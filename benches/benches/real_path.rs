@@ -1,0 +1,318 @@
+//! The cost on the runtime's path: what the runtime waits for, per CRI call,
+//! and what the plugin process spends, per container's life.
+//!
+//! The runtime simulator plays what containerd sends a plugin for CRI
+//! CreateContainer, StartContainer, StopContainer and RemoveContainer of a
+//! container (the same NRI events in the same order, one at a time,
+//! synchronously, only those the plugin subscribed to), against plugins run
+//! as processes of their own:
+//! - (a) `floor`: a minimal native plugin on the project's own transport,
+//!   subscribed to CreateContainer, setting one env variable;
+//! - (b) `empty`: nri-wasm with no policy;
+//! - (c) `one`: nri-wasm with one realistic policy;
+//! - (d) `ten`: nri-wasm with ten realistic policies.
+//!
+//! In rounds of 200 containers, in rotating order, it records for every CRI
+//! call the time the simulated runtime spent in the plugin, and the plugin's
+//! CPU time per container (the sum over its threads of
+//! `/proc/PID/task/*/schedstat`), and reports medians over rounds as ratios
+//! to (a) in the same run. It also times the in-process chain of ten
+//! realistic policies, for the target "(d) at most 1.5 × (in-process chain
+//! + (a))", and counts each plugin's wake-ups while idle for 30 s.
+//!
+//! `cargo bench -p nri-wasm-benches --bench real_path`; `cargo test
+//! --benches` runs one short round.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nri_sim::node::{NodeModel, SimRuntime};
+use nri_sim::{RuntimeProfile, Simulator};
+use nri_wasm_api::api as pb;
+use nri_wasm_benches::{guests, Bench};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The plugins measured, in the order of the first round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Floor,
+    Empty,
+    One,
+    Ten,
+}
+
+impl Setup {
+    const ALL: [Setup; 4] = [Setup::Floor, Setup::Empty, Setup::One, Setup::Ten];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Floor => "(a) floor",
+            Self::Empty => "(b) no policy",
+            Self::One => "(c) one policy",
+            Self::Ten => "(d) ten policies",
+        }
+    }
+
+    fn policies(self) -> usize {
+        match self {
+            Self::Floor | Self::Empty => 0,
+            Self::One => 1,
+            Self::Ten => 10,
+        }
+    }
+}
+
+/// The CRI calls of one container's life.
+const CALLS: [&str; 4] = ["create", "start", "stop", "remove"];
+
+/// A plugin process and the simulated runtime it is connected to.
+struct Plugin {
+    setup: Setup,
+    child: Child,
+    runtime: SimRuntime,
+    _sim: Simulator,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bin(name: &str) -> PathBuf {
+    // The benchmarks' own binaries, built with them.
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target profile directory");
+    dir.join(name)
+}
+
+/// CPU time of every thread of a process so far, in nanoseconds.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// Context switches (voluntary and not) so far of every thread of a
+/// process, by thread id.
+fn switches(pid: u32) -> std::collections::HashMap<String, u64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Default::default() };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let n = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split(':').nth(1).and_then(|v| v.trim().parse::<u64>().ok()))
+                .sum::<u64>();
+            Some((t.file_name().to_string_lossy().into_owned(), n))
+        })
+        .collect()
+}
+
+/// Wake-ups between two readings: each thread's increase (threads that
+/// ended in between are not counted; threads that started count whole).
+fn wakeups(before: &std::collections::HashMap<String, u64>, after: &std::collections::HashMap<String, u64>) -> u64 {
+    after.iter().map(|(tid, n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum()
+}
+
+async fn start(setup: Setup, cache: &Path) -> Plugin {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("nri.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::containerd("v2.3.4", "v0.12.0")).await.expect("listen");
+    let mut command = match setup {
+        Setup::Floor => {
+            let mut c = Command::new(bin("floor-plugin"));
+            c.arg(&socket);
+            c
+        }
+        _ => {
+            let policies = dir.path().join("policies");
+            std::fs::create_dir(&policies).unwrap();
+            for i in 0..setup.policies() {
+                std::fs::copy(guests::REALISTIC, policies.join(format!("{i:02}-realistic.wasm"))).unwrap();
+                // A time limit a stall of the machine does not reach: the
+                // benchmark measures costs, not the hypervisor.
+                let toml = format!("settings = \"{i}\"\n[limits]\ntimeout-ms = 900\n");
+                std::fs::write(policies.join(format!("{i:02}-realistic.toml")), toml).unwrap();
+            }
+            let config = dir.path().join("config.toml");
+            let text = format!(
+                "[runtime]\nsocket = {socket:?}\n[policies]\ndir = {policies:?}\n[engine]\ncache-dir = {cache:?}\n"
+            );
+            std::fs::write(&config, text).unwrap();
+            let mut c = Command::new(bin("nri-wasm-host"));
+            c.args(["--log", "warn", "run", "--config"]).arg(&config);
+            c
+        }
+    };
+    let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("start the plugin");
+    // The host reconnects once its policies are loaded if the subscription
+    // changes: take the connection that stays.
+    let conn = loop {
+        let mut conn = tokio::time::timeout(Duration::from_secs(60), sim.accept())
+            .await
+            .expect("the plugin connects")
+            .expect("the plugin registers");
+        conn.configure().await.expect("configure");
+        conn.synchronize(&[], &[], 0).await.expect("synchronize");
+        let wanted = setup.policies() > 0 || setup == Setup::Floor;
+        if !wanted || conn.is_subscribed(pb::Event::CREATE_CONTAINER) {
+            break conn;
+        }
+    };
+    let runtime = SimRuntime::new(conn, NodeModel::shared());
+    Plugin { setup, child, runtime, _sim: sim, _dir: dir }
+}
+
+/// One round: `n` containers through their life; per CRI call the time spent
+/// in the plugin, and the plugin's CPU time per container.
+async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64) {
+    let pod = nri_sim::workload::pod(3);
+    p.runtime.run_pod(&pod).await.expect("run pod");
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    let cpu_before = cpu_ns(p.child.id());
+    for i in 0..n {
+        let mut ctr = nri_sim::workload::container(&pod, i);
+        ctr.id = format!("{:064x}", (round << 32) | i);
+        let t = Instant::now();
+        let created = p.runtime.create(&ctr).await.expect("create");
+        times[0].push(t.elapsed());
+        let t = Instant::now();
+        p.runtime.start(&created.id).await.expect("start");
+        times[1].push(t.elapsed());
+        let t = Instant::now();
+        p.runtime.stop(&created.id).await.expect("stop");
+        times[2].push(t.elapsed());
+        let t = Instant::now();
+        p.runtime.remove(&created.id).await.expect("remove");
+        times[3].push(t.elapsed());
+    }
+    let cpu = (cpu_ns(p.child.id()) - cpu_before) as f64 / n as f64;
+    p.runtime.remove_pod(&pod.id).await.expect("remove pod");
+    (times, cpu)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[v.len() / 2]
+}
+
+fn p50(v: &mut [Duration]) -> f64 {
+    v.sort();
+    v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+/// The in-process chain of ten realistic policies, p50 in µs.
+fn in_process_ten(iterations: usize) -> f64 {
+    let bench = Bench::new();
+    let chain = bench.realistic(10);
+    let req = nri_wasm_benches::request();
+    let mut times = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations / 10 {
+        let t = Instant::now();
+        bench.create(&chain, Duration::from_secs(60), &req).expect("chain answers");
+        if i >= iterations / 10 {
+            times.push(t.elapsed());
+        }
+    }
+    p50(&mut times)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
+    let (mut rounds, per_round, idle) =
+        if full { (6, 200, Duration::from_secs(30)) } else { (1, 5, Duration::from_secs(1)) };
+    // NRI_WASM_REAL_PATH_ROUNDS=N: more rounds (for profiling a plugin).
+    if let Some(n) = std::env::var("NRI_WASM_REAL_PATH_ROUNDS").ok().and_then(|v| v.parse().ok()) {
+        rounds = n;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    runtime.block_on(async {
+        let mut plugins = Vec::new();
+        for setup in Setup::ALL {
+            plugins.push(start(setup, cache.path()).await);
+        }
+        // Per setup: per CRI call, the p50 of each round; CPU per container of each round.
+        let mut per_call: Vec<[Vec<f64>; 4]> = vec![Default::default(); 4];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); 4];
+        for r in 0..rounds {
+            for k in 0..4 {
+                let s = (r + k) % 4;
+                let (mut times, c) = round(&plugins[s], per_round, r).await;
+                for (call, t) in times.iter_mut().enumerate() {
+                    per_call[s][call].push(p50(t));
+                }
+                cpu[s].push(c);
+            }
+        }
+        let chain_ten = in_process_ten(if full { 2000 } else { 20 });
+        eprintln!();
+        eprintln!(
+            "real path: median over {rounds} rounds of {per_round} containers; time the runtime waited per CRI call (p50, µs), plugin CPU per container (µs)"
+        );
+        eprintln!("{:<18} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9}", "", "create", "start", "stop", "remove", "CPU/cycle", "vs (a)");
+        let floor_cpu = median(&mut cpu[0].clone());
+        let mut medians = Vec::new();
+        for (s, p) in plugins.iter().enumerate() {
+            let m: Vec<f64> = (0..4).map(|c| median(&mut per_call[s][c].clone())).collect();
+            let c = median(&mut cpu[s].clone());
+            eprintln!(
+                "{:<18} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11.1} {:>8.2}x",
+                p.setup.name(),
+                m[0],
+                m[1],
+                m[2],
+                m[3],
+                c / 1e3,
+                c / floor_cpu
+            );
+            medians.push(m);
+        }
+        let floor_create = medians[0][0];
+        eprintln!(
+            "in-process chain of ten realistic policies: p50 {chain_ten:.1} µs; (d) create {:.1} µs = {:.2} × (chain + (a) = {:.1} µs)",
+            medians[3][0],
+            medians[3][0] / (chain_ten + floor_create),
+            chain_ten + floor_create
+        );
+        eprintln!("ratios to (a) per CRI call: {}", {
+            let r: Vec<String> = (1..4)
+                .map(|s| {
+                    let parts: Vec<String> = (0..4)
+                        .map(|c| {
+                            if medians[0][c] > 0.0 {
+                                format!("{} {:.2}x", CALLS[c], medians[s][c] / medians[0][c])
+                            } else {
+                                format!("{} +{:.1} µs", CALLS[c], medians[s][c] - medians[0][c])
+                            }
+                        })
+                        .collect();
+                    format!("{}: {}", plugins[s].setup.name(), parts.join(", "))
+                })
+                .collect();
+            r.join("; ")
+        });
+        // Idle: wake-ups per second of each plugin with nothing to do.
+        let before: Vec<_> = plugins.iter().map(|p| switches(p.child.id())).collect();
+        tokio::time::sleep(idle).await;
+        for (p, b) in plugins.iter().zip(before) {
+            let rate = wakeups(&b, &switches(p.child.id())) as f64 / idle.as_secs_f64();
+            eprintln!("idle wake-ups, {:<18} {rate:>6.1} per second over {:?}", p.setup.name(), idle);
+        }
+    });
+}
