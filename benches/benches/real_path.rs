@@ -147,7 +147,8 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
             }
             let config = dir.path().join("config.toml");
             let text = format!(
-                "[runtime]\nsocket = {socket:?}\n[policies]\ndir = {policies:?}\n[engine]\ncache-dir = {cache:?}\n"
+                "[runtime]\nsocket = {socket:?}\n[policies]\ndir = {policies:?}\n[engine]\ncache-dir = {cache:?}\n\
+                 [metrics]\naddress = \"\"\n"
             );
             std::fs::write(&config, text).unwrap();
             let mut c = Command::new(bin("nri-wasm-host"));

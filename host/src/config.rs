@@ -3,7 +3,9 @@
 //! Defaults live in one place (the `Default` impls below), unknown keys are
 //! errors (a typo must not silently fall back to a default), and
 //! [`Config::validate`] checks what types cannot, before anything connects.
-//! Command-line flags override the file.
+//! Errors name the file, the line, the key and what is allowed. Command-line
+//! flags override the file. Every key is documented in
+//! `docs/configuration.md`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +19,7 @@ use crate::policy::engine::EngineSettings;
 use crate::policy::limits::{LimitOverrides, Limits};
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Default, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub plugin: PluginConfig,
@@ -25,11 +27,69 @@ pub struct Config {
     pub policies: PoliciesConfig,
     pub engine: EngineSettings,
     pub chain: ChainSettings,
+    pub metrics: MetricsConfig,
+    pub logging: LoggingConfig,
+}
+
+/// Where the metrics and health endpoint listens unless configured.
+pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9580";
+
+/// The metrics and health endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct MetricsConfig {
+    /// Address of the HTTP endpoint (`/metrics`, `/healthz`, `/readyz`,
+    /// `/status`); an empty string turns it off.
+    pub address: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self { address: DEFAULT_METRICS_ADDRESS.into() }
+    }
+}
+
+impl MetricsConfig {
+    /// The address to listen on, if the endpoint is on.
+    pub fn socket_addr(&self) -> Result<Option<std::net::SocketAddr>, String> {
+        if self.address.is_empty() {
+            return Ok(None);
+        }
+        self.address.parse().map(Some).map_err(|_| {
+            format!("[metrics] address {:?} is not an IP address and port such as 127.0.0.1:9580", self.address)
+        })
+    }
+}
+
+/// How the host logs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct LoggingConfig {
+    /// A level (`error`, `warn`, `info`, `debug`, `trace`) or a filter such
+    /// as `info,nri_wasm::nri=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self { level: "info".into(), format: LogFormat::Text }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines (colours only on a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Where the policies are, and the limits they get unless their own
 /// settings file says otherwise.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct PoliciesConfig {
     /// Directory of `NN-name.wasm` (+ optional `NN-name.toml`) files. Without
@@ -40,6 +100,27 @@ pub struct PoliciesConfig {
     pub state_dir: Option<PathBuf>,
     /// Default limits of every policy call (`[policies.limits]`).
     pub limits: LimitOverrides,
+    /// Refuse policy files (and settings files) not owned by root or
+    /// writable by group or others.
+    pub strict_permissions: bool,
+    /// Watch the directory and reload when it changes (SIGHUP reloads too).
+    pub watch: bool,
+    /// How long the directory must be quiet before a reload, in milliseconds
+    /// (editors, `kubectl cp` and ConfigMap updates write in several steps).
+    pub reload_debounce_ms: u64,
+}
+
+impl Default for PoliciesConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            state_dir: None,
+            limits: LimitOverrides::default(),
+            strict_permissions: false,
+            watch: true,
+            reload_debounce_ms: 500,
+        }
+    }
 }
 
 impl PoliciesConfig {
@@ -50,7 +131,7 @@ impl PoliciesConfig {
 }
 
 /// How we present ourselves to the runtime.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginConfig {
     /// Plugin name (`[a-zA-Z0-9_.+-]`).
@@ -67,7 +148,7 @@ impl Default for PluginConfig {
 
 /// How we reach the runtime (external mode). Keys are kebab-case like every
 /// other table; the snake_case spelling of the first release is still read.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct RuntimeConfig {
     /// The runtime's NRI socket.
@@ -113,14 +194,84 @@ impl RuntimeConfig {
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("config file {path} is not valid: {message}")]
+    #[error("config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
+    #[error("config file {}{}: {message}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    Invalid { path: PathBuf, line: Option<usize>, message: String },
     #[error("invalid [plugin] settings: {0}")]
     Identity(#[from] IdentityError),
-    #[error("invalid [runtime] settings: {0}")]
-    Runtime(String),
-    #[error("invalid policy settings: {0}")]
-    Policies(String),
+}
+
+/// The tables of the file and the keys each may hold (for locating errors).
+const TABLES: &[(&str, &[&str])] = &[
+    ("plugin", &["name", "index"]),
+    ("runtime", &["socket", "register-timeout-ms", "reconnect-initial-ms", "reconnect-max-ms"]),
+    ("policies", &["dir", "state-dir", "strict-permissions", "watch", "reload-debounce-ms"]),
+    (
+        "policies.limits",
+        &["fuel", "timeout-ms", "memory-mib", "table-elements", "instances", "tables", "memories", "state-kib"],
+    ),
+    (
+        "engine",
+        &[
+            "cache-dir",
+            "cache-max-mib",
+            "pooling",
+            "max-concurrent-calls",
+            "max-memory-mib",
+            "warm-policies",
+            "max-component-mib",
+            "compile-timeout-ms",
+            "compile-memory-mib",
+        ],
+    ),
+    ("chain", &["budget-fraction", "breaker-failures", "breaker-backoff-ms", "min-call-ms"]),
+    ("metrics", &["address"]),
+    ("logging", &["level", "format"]),
+];
+
+/// The line (1-based) of the key an error message names, in its table.
+fn line_of(text: &str, message: &str) -> Option<usize> {
+    let (table, keys) = TABLES.iter().rev().find(|(t, _)| message.contains(&format!("[{t}]")))?;
+    let key = keys.iter().find(|k| message.contains(&format!(" {k}")))?;
+    let mut in_table = false;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            in_table = l.trim_matches(|c| c == '[' || c == ']').trim() == *table;
+            continue;
+        }
+        if in_table {
+            let name = l.split('=').next().unwrap_or("").trim().replace('_', "-");
+            if name == *key {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
+/// A log filter: levels, or `target=level` directives, comma separated. A
+/// bare word that is not a level would be taken as a target name and
+/// silently log nothing of it, so it is refused.
+fn check_log_filter(filter: &str) -> Result<(), String> {
+    const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level);
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!("{directive:?} names no level"));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(filter).map(drop).map_err(|e| e.to_string())
+}
+
+/// serde names Rust types in its messages; an operator reads TOML.
+fn plain_types(message: &str) -> String {
+    [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]
+        .iter()
+        .fold(message.to_string(), |m, (rust, toml)| {
+            m.replace(&format!("expected {rust}"), &format!("expected {toml}"))
+        })
 }
 
 impl Config {
@@ -134,37 +285,65 @@ impl Config {
     /// Parses and validates configuration text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
         let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_path_buf(), message: e.to_string() })?;
-        config.validate()?;
+            .map_err(|e| ConfigError::Parse { path: origin.to_path_buf(), message: plain_types(&e.to_string()) })?;
+        config.check().map_err(|message| ConfigError::Invalid {
+            path: origin.to_path_buf(),
+            line: line_of(text, &message),
+            message,
+        })?;
         Ok(config)
     }
 
-    /// Checks what the types cannot.
+    /// Checks what the types cannot (for a configuration built in code or
+    /// changed by flags).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.identity()?;
+        self.check().map_err(|message| ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, message })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.identity().map_err(|e| format!("[plugin] {e}"))?;
         let rt = &self.runtime;
         if rt.socket.as_os_str().is_empty() {
-            return Err(ConfigError::Runtime("socket path is empty".into()));
+            return Err("[runtime] socket must not be empty".into());
         }
         if rt.register_timeout_ms == 0 {
-            return Err(ConfigError::Runtime("register-timeout-ms must be positive".into()));
+            return Err("[runtime] register-timeout-ms must be positive".into());
         }
         if rt.reconnect_initial_ms == 0 || rt.reconnect_max_ms < rt.reconnect_initial_ms {
-            return Err(ConfigError::Runtime(format!(
-                "reconnect delays must satisfy 0 < reconnect-initial-ms ({}) <= reconnect-max-ms ({})",
+            return Err(format!(
+                "[runtime] reconnect-initial-ms ({}) must be positive and at most reconnect-max-ms ({})",
                 rt.reconnect_initial_ms, rt.reconnect_max_ms
-            )));
+            ));
+        }
+        if self.policies.reload_debounce_ms > 60_000 {
+            return Err(format!(
+                "[policies] reload-debounce-ms {} must be at most 60000",
+                self.policies.reload_debounce_ms
+            ));
         }
         let limits = self.policies.limits();
-        limits.validate("[policies.limits]").map_err(ConfigError::Policies)?;
-        self.chain.validate().map_err(ConfigError::Policies)?;
-        self.engine.validate(&limits).map_err(ConfigError::Policies)?;
+        limits.validate("[policies.limits]")?;
+        self.chain.validate()?;
+        self.engine.validate(&limits)?;
+        self.metrics.socket_addr()?;
+        check_log_filter(&self.logging.level).map_err(|why| {
+            format!(
+                "[logging] level {:?}: {why}; allowed: off, error, warn, info, debug, trace, or a filter such as \
+                 \"info,nri_wasm::nri=debug\"",
+                self.logging.level
+            )
+        })?;
         Ok(())
     }
 
     /// The identity the plugin registers with.
     pub fn identity(&self) -> Result<PluginIdentity, IdentityError> {
         PluginIdentity::new(&self.plugin.name, &self.plugin.index)
+    }
+
+    /// The configuration as TOML (every key, defaults included).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
     }
 }
 
@@ -215,6 +394,39 @@ mod tests {
         assert_eq!(c.policies.dir.as_deref(), Some(Path::new("/etc/nri-wasm/policies")));
         assert_eq!(c.chain, ChainSettings::default());
         assert_eq!(c.policies.limits(), Limits::default(), "the README shows the defaults");
+    }
+
+    /// docs/configuration.md documents every key of every table, with the
+    /// default the code has, and its complete example is a valid file.
+    #[test]
+    fn the_configuration_reference_documents_every_key_and_default() {
+        let doc = include_str!("../../docs/configuration.md");
+        let defaults: toml::Table = toml::from_str(&Config::default().to_toml()).unwrap();
+        let limits = toml::Table::try_from(Limits::default()).unwrap();
+        let limit_keys: Vec<&str> = limits.keys().map(String::as_str).collect();
+        let tables = TABLES.iter().map(|(t, k)| (*t, k.to_vec())).chain([("policies.limits", limit_keys)]);
+        for (table, keys) in tables {
+            let heading = doc.find(&format!("`[{table}]`")).unwrap_or_else(|| panic!("no section for [{table}]"));
+            let values = match table {
+                "policies.limits" => Some(&limits),
+                t => defaults.get(t).and_then(|v| v.as_table()),
+            };
+            for key in keys {
+                let row = doc[heading..]
+                    .lines()
+                    .find(|l| l.starts_with(&format!("| `{key}` |")))
+                    .unwrap_or_else(|| panic!("[{table}] {key} is not documented"));
+                let documented = row.split('|').nth(2).unwrap().trim().trim_matches('`');
+                match values.and_then(|t| t.get(key)) {
+                    Some(value) => assert_eq!(documented, value.to_string(), "[{table}] {key}: documented default"),
+                    None => assert_eq!(documented, "none", "[{table}] {key} has no default"),
+                }
+            }
+        }
+        let example = doc.split("## A complete file").nth(1).expect("a complete example");
+        let block = example.split("```toml\n").nth(1).and_then(|b| b.split("```").next()).unwrap();
+        let c = parse(block).unwrap();
+        assert_eq!(c.policies.dir.as_deref(), Some(Path::new("/etc/nri-wasm/policies")));
     }
 
     #[test]

@@ -2,16 +2,40 @@
 
 use std::process::Command;
 
+/// The README's first command: the example policies at work. Every pod of
+/// the scenario is handled as it says (the demo checks, and fails if not),
+/// and the report names what each policy did.
 #[test]
-fn demo_runs_without_a_runtime() {
-    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm")).args(["demo", "--pods", "2"]).output().unwrap();
+fn demo_runs_the_example_policies_without_a_runtime() {
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm")).args(["demo", "--colour", "never"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("plugin registered as 10-nri-wasm"), "{stdout}");
-    assert!(stdout.contains("synchronized 2 pods, 2 containers"), "{stdout}");
-    // With no policy the host asks for no lifecycle event.
-    assert!(stdout.contains("subscribed to events 0x100"), "{stdout}");
+    assert!(stdout.contains("9 policies loaded"), "{stdout}");
+    assert!(stdout.contains("95-not-a-policy") && stdout.contains("not a WebAssembly file"), "{stdout}");
+    assert!(stdout.contains("registered as 10-nri-wasm"), "{stdout}");
+    assert!(stdout.contains("env APP_NAME=storefront"), "{stdout}");
+    assert!(stdout.contains("rlimit RLIMIT_NOFILE soft 16384 hard 65536"), "{stdout}");
+    assert!(stdout.contains("40-hook-injector added OCI hooks"), "{stdout}");
+    assert!(stdout.contains("every pod was handled as its scenario describes"), "{stdout}");
+    assert!(!stdout.contains("\x1b["), "colour with --colour never");
+
+    // The same as JSON lines: events with each policy's outcome, a summary.
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm")).args(["demo", "--json"]).output().unwrap();
+    assert!(output.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kind"], "summary");
+    assert_eq!(summary["refused"], 3, "{summary}");
+    assert_eq!(summary["created"], 7, "{summary}");
+    assert_eq!(summary["mismatches"].as_array().map(Vec::len), Some(0), "{summary}");
+    let denied = lines.iter().filter(|l| l["kind"] == "event" && l["result"] == "refused").count();
+    assert_eq!(denied, 3);
+    let by_policy = |p: &str| summary["policies"][p]["changed"].as_u64().unwrap_or(0);
+    assert!(by_policy("10-pod-metadata-env") >= 7, "{summary}");
 }
 
 #[test]
@@ -31,14 +55,15 @@ fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
     std::fs::write(dir.path().join("10-junk.wasm"), b"not a component").unwrap();
     std::fs::write(dir.path().join("20-lonely.toml"), "mode = \"audit\"\n").unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
-        .args(["demo", "--pods", "1", "--policies"])
+        .args(["demo", "--pods", "1", "--colour", "never", "--policies"])
         .arg(dir.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("host: 0 policies loaded"), "{stdout}");
-    assert!(stderr.contains("10-junk") && stderr.contains("not a WebAssembly file"), "{stderr}");
-    assert!(stderr.contains("20-lonely.toml") && stderr.contains("no policy"), "{stderr}");
+    assert!(stdout.contains("0 policies loaded"), "{stdout}");
+    assert!(stdout.contains("10-junk") && stdout.contains("not a WebAssembly file"), "{stdout}");
+    assert!(stdout.contains("20-lonely.toml") && stdout.contains("no policy"), "{stdout}");
+    assert!(stdout.contains("1 containers created, 0 refused"), "{stdout}");
 }

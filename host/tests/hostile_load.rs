@@ -62,7 +62,7 @@ fn config(dir: &Path, socket: &Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("config.toml");
     let text = format!(
         "[runtime]\nsocket = {socket:?}\nreconnect-initial-ms = 50\nreconnect-max-ms = 200\n\
-         [policies]\ndir = {:?}\n{extra}",
+         [metrics]\naddress = \"\"\n[policies]\ndir = {:?}\n{extra}",
         dir.join("policies")
     );
     std::fs::write(&path, text).unwrap();

@@ -42,6 +42,7 @@ fn main() {
         writeln!(code, "/// Components of `{}`.", dir.strip_prefix(&root).unwrap_or(dir).display()).unwrap();
         writeln!(code, "pub mod {module} {{").unwrap();
         let mut all = String::new();
+        let mut files = String::new();
         for m in &members {
             let name = Path::new(m).file_name().and_then(|n| n.to_str()).expect("member name");
             let crate_name = crate_name(&dir.join(m).join("Cargo.toml"));
@@ -52,9 +53,17 @@ fn main() {
             writeln!(code, "    /// `{m}`, compiled.\n    pub const {konst}: &str = {path:?};").unwrap();
             println!("cargo:rustc-env={prefix}_{konst}={path}");
             writeln!(all, "        ({name:?}, {konst}, include_bytes!({path:?})),").unwrap();
+            let policy_file = dir.join(m).join("policy.toml");
+            if policy_file.exists() {
+                let path = policy_file.display().to_string();
+                writeln!(files, "        ({name:?}, include_str!({path:?})),").unwrap();
+            }
         }
         writeln!(code, "    /// Every one: name, path, bytes.").unwrap();
         writeln!(code, "    pub static ALL: &[(&str, &str, &[u8])] = &[\n{all}    ];").unwrap();
+        writeln!(code, "    /// The `policy.toml` of those that have one: name, text (what an operator").unwrap();
+        writeln!(code, "    /// installs beside the component as `NN-name.toml`).").unwrap();
+        writeln!(code, "    pub static POLICY_FILES: &[(&str, &str)] = &[\n{files}    ];").unwrap();
         writeln!(code, "}}").unwrap();
     }
     std::fs::write(out.join("components.rs"), code).expect("writing components.rs");

@@ -17,9 +17,11 @@
 //!   throttled (its adjustment), and forgotten when it is removed.
 //!
 //! Settings, words separated by spaces (all optional):
-//! `cpu-percent=20` (quota as a share of the period), `period=100000`
-//! (microseconds, used when a container has none), `memory-high=256M`
-//! (a `memory.high` value), `label=qos.nri-wasm.io/class`.
+//! `cpu-percent=20` (quota as a share of the period, 1 to 100; never below
+//! the kernel's 1 ms), `period=100000` (microseconds, 1000 to 1000000, used
+//! when a container has none), `memory-high=256M` (a `memory.high` value:
+//! `max` or bytes with an optional K, M, G, T suffix),
+//! `label=qos.nri-wasm.io/class`. See README.md.
 //!
 //! State: `online/<id>` for every running latency-critical container, and
 //! `saved/<id>` = `quota,period` for every throttled offline container (its
@@ -28,9 +30,17 @@
 use nri_wasm_sdk::view::{self, ContainerFilter, ContainerInfo};
 use nri_wasm_sdk::*;
 
+#[cfg(test)]
+mod tests;
+
 const ONLINE: &str = "online/";
 const SAVED: &str = "saved/";
 const DEFAULT_PERIOD: u64 = 100_000;
+/// The CPU controller's bounds of a period, and its smallest quota, in
+/// microseconds.
+const MIN_PERIOD: u64 = 1_000;
+const MAX_PERIOD: u64 = 1_000_000;
+const MIN_QUOTA: u64 = 1_000;
 
 struct ColocationQos;
 
@@ -49,23 +59,47 @@ fn parse_settings(text: &str) -> Result<Settings, String> {
         label: "qos.nri-wasm.io/class".into(),
     };
     for word in text.split_whitespace() {
-        let (key, value) = word.split_once('=').ok_or_else(|| format!("setting {word:?} is not key=value"))?;
-        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("{key} {v:?} is not a number"));
+        let (key, value) =
+            word.split_once('=').ok_or_else(|| format!("invalid settings: {word:?} is not key=value"))?;
+        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("invalid settings: {key} {v:?} is not a number"));
         match key {
             "cpu-percent" => s.cpu_percent = number(value)?,
             "period" => s.period = number(value)?,
             "memory-high" => s.memory_high = value.into(),
             "label" => s.label = value.into(),
-            _ => return Err(format!("unknown setting {key:?} (known: cpu-percent, period, memory-high, label)")),
+            _ => {
+                return Err(format!(
+                    "invalid settings: unknown setting {key:?} (known: cpu-percent, period, memory-high, label)"
+                ))
+            }
         }
     }
     if !(1..=100).contains(&s.cpu_percent) {
-        return Err(format!("cpu-percent {} must be within 1..=100", s.cpu_percent));
+        return Err(format!("invalid settings: cpu-percent {} is outside 1..=100", s.cpu_percent));
     }
-    if s.period == 0 {
-        return Err("period must be positive".into());
+    if !(MIN_PERIOD..=MAX_PERIOD).contains(&s.period) {
+        return Err(format!(
+            "invalid settings: period {} is outside {MIN_PERIOD}..={MAX_PERIOD} microseconds",
+            s.period
+        ));
+    }
+    if !memory_high_ok(&s.memory_high) {
+        return Err(format!(
+            "invalid settings: memory-high {:?} is neither max nor a size such as 256M (bytes, or K, M, G, T)",
+            s.memory_high
+        ));
+    }
+    if s.label.is_empty() {
+        return Err("invalid settings: label needs a pod label key".into());
     }
     Ok(s)
+}
+
+/// What the kernel takes in `memory.high`: `max`, or bytes with an
+/// optional K, M, G or T suffix.
+fn memory_high_ok(value: &str) -> bool {
+    let digits = value.strip_suffix(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']).unwrap_or(value);
+    value == "max" || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn settings_now() -> Settings {
@@ -77,8 +111,12 @@ fn class(e: &Event, s: &Settings) -> Option<String> {
 }
 
 fn throttled_cpu(period: Option<u64>, s: &Settings) -> LinuxCpu {
-    let period = period.unwrap_or(s.period);
-    LinuxCpu { quota: Some((period * s.cpu_percent / 100) as i64), period: Some(period), ..LinuxCpu::default() }
+    // A container's own period, if it has one the kernel takes.
+    let period = period.filter(|p| (MIN_PERIOD..=MAX_PERIOD).contains(p)).unwrap_or(s.period);
+    // The kernel refuses a quota below 1 ms: a container would not be
+    // created, an update would fail.
+    let quota = (period * s.cpu_percent / 100).max(MIN_QUOTA);
+    LinuxCpu { quota: Some(quota as i64), period: Some(period), ..LinuxCpu::default() }
 }
 
 fn throttled(period: Option<u64>, s: &Settings) -> LinuxResources {

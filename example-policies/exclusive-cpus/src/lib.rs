@@ -5,9 +5,12 @@
 //! NUMA-aligned when one node has room. Every other container runs on the
 //! *shared* CPUs: all online CPUs minus those handed out. When a container
 //! gets CPUs, the other containers' cpusets shrink (updates in the
-//! CreateContainer reply); when it is removed, its CPUs go back to the pool
-//! and the others grow back (the host sends those updates with
-//! UpdateContainers, since RemoveContainer has no reply).
+//! CreateContainer reply); when it stops, its CPUs go back to the pool and
+//! the others grow back (in the StopContainer reply). Stopping, not
+//! removal: the kubelet keeps a stopped container for a while and restarts
+//! a pod's container as a new one, which must find the CPUs free. A
+//! removal the stop was missed for releases them too (the host sends those
+//! updates with UpdateContainers, since RemoveContainer has no reply).
 //!
 //! Settings, words separated by spaces (all optional):
 //! - `pool=2-7`: the CPUs that may be handed out (default: every online CPU
@@ -16,15 +19,21 @@
 //! - `min-shared=1`: CPUs that always stay shared; a request that would
 //!   leave fewer is denied.
 //!
+//! See README.md.
+//!
 //! State: `cpus/<container id>` = the container's CPU list. The state is the
 //! allocation table; the node view is used to find the shared containers and
-//! to drop allocations of containers the runtime no longer reports (a
-//! container whose creation failed after the answer, or that went away while
-//! the host was disconnected) at the next CreateContainer or Synchronize.
+//! to drop allocations of containers the runtime no longer runs (a
+//! container whose creation failed after the answer, or that stopped or went
+//! away while the host was disconnected) at the next CreateContainer or
+//! Synchronize.
 use std::collections::BTreeSet;
 
 use nri_wasm_sdk::view::{self, ContainerFilter};
 use nri_wasm_sdk::*;
+
+#[cfg(test)]
+mod tests;
 
 const DEFAULT_ANNOTATION: &str = "exclusive-cpus.nri-wasm.io/count";
 /// Annotation set on a container that got CPUs (for people reading the spec).
@@ -42,14 +51,29 @@ struct Settings {
 fn parse_settings(text: &str) -> Result<Settings, String> {
     let mut s = Settings { pool: None, annotation: DEFAULT_ANNOTATION.into(), min_shared: 1 };
     for word in text.split_whitespace() {
-        let (key, value) = word.split_once('=').ok_or_else(|| format!("setting {word:?} is not key=value"))?;
+        let (key, value) =
+            word.split_once('=').ok_or_else(|| format!("invalid settings: {word:?} is not key=value"))?;
         match key {
-            "pool" => s.pool = Some(parse_cpu_list(value)?.into_iter().collect()),
-            "annotation" if !value.is_empty() => s.annotation = value.into(),
-            "min-shared" => {
-                s.min_shared = value.parse().map_err(|_| format!("min-shared {value:?} is not a number"))?
+            "pool" => {
+                let cpus = parse_cpu_list(value).map_err(|e| format!("invalid settings: pool: {e}"))?;
+                if cpus.is_empty() {
+                    return Err("invalid settings: pool names no CPU (e.g. pool=2-7)".into());
+                }
+                s.pool = Some(cpus.into_iter().collect());
             }
-            _ => return Err(format!("unknown setting {key:?} (known: pool, annotation, min-shared)")),
+            "annotation" => {
+                if value.is_empty() {
+                    return Err("invalid settings: annotation needs a pod annotation key".into());
+                }
+                s.annotation = value.into();
+            }
+            "min-shared" => {
+                s.min_shared =
+                    value.parse().map_err(|_| format!("invalid settings: min-shared {value:?} is not a number"))?
+            }
+            _ => {
+                return Err(format!("invalid settings: unknown setting {key:?} (known: pool, annotation, min-shared)"))
+            }
         }
     }
     Ok(s)
@@ -120,15 +144,17 @@ impl Node {
         }
     }
 
-    /// Forgets allocations of containers the runtime no longer has.
+    /// Forgets allocations of containers the runtime no longer runs
+    /// (gone, or stopped while the host was away).
     fn reconcile(&mut self, keep: Option<&str>) {
-        let ids = view::container_ids(&ContainerFilter::all());
+        let holding = [ContainerState::Created, ContainerState::Paused, ContainerState::Running];
+        let ids = view::container_ids(&ContainerFilter::all().in_states(&holding));
         let live: BTreeSet<&str> = ids.iter().collect();
         self.allocated.retain(|(id, _)| {
             let alive = live.contains(id.as_str()) || Some(id.as_str()) == keep;
             if !alive {
                 state::remove(&format!("{KEY}{id}"));
-                log(LogLevel::Info, &format!("released CPUs of vanished container {id}"));
+                log(LogLevel::Info, &format!("released the CPUs of container {id}, which the runtime no longer runs"));
             }
             alive
         });
@@ -158,9 +184,25 @@ fn requested(e: &Event, s: &Settings) -> Result<usize, String> {
     }
 }
 
+/// A container stopped or was removed: its CPUs go back to the pool and
+/// the shared containers grow onto them. A stopped container is not started
+/// again (the kubelet creates a new one, and keeps the stopped one for a
+/// while), so its CPUs are released at the stop, not when it is removed.
+fn release(id: &str) -> Reply {
+    let key = format!("{KEY}{id}");
+    if state::get(&key).is_none() {
+        return Reply::none();
+    }
+    state::remove(&key);
+    let s = settings_now();
+    let node = Node::load(&s);
+    log(LogLevel::Info, &format!("container {id} released its CPUs"));
+    Reply { adjust: None, update: node.shared_updates(id), evict: Vec::new() }
+}
+
 impl Policy for ExclusiveCpus {
     fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer, EventKind::RemoveContainer, EventKind::Synchronize]
+        vec![EventKind::CreateContainer, EventKind::StopContainer, EventKind::RemoveContainer, EventKind::Synchronize]
     }
 
     fn init(settings: &str) -> Result<(), String> {
@@ -207,16 +249,12 @@ impl Policy for ExclusiveCpus {
         Ok(reply)
     }
 
+    fn stop_container(e: &Event) -> Result<Reply, String> {
+        Ok(release(&e.container_meta().id))
+    }
+
     fn remove_container(e: &Event) -> Result<Reply, String> {
-        let key = format!("{KEY}{}", e.container_meta().id);
-        if state::get(&key).is_none() {
-            return Ok(Reply::none());
-        }
-        state::remove(&key);
-        let s = settings_now();
-        let node = Node::load(&s);
-        log(LogLevel::Info, &format!("container {} released its CPUs", e.container_meta().id));
-        Ok(Reply { adjust: None, update: node.shared_updates(&e.container_meta().id), evict: Vec::new() })
+        Ok(release(&e.container_meta().id))
     }
 
     fn synchronize() -> Result<Reply, String> {

@@ -41,6 +41,7 @@
 extern crate self as nri_wasm_sdk;
 
 use std::cell::OnceCell;
+#[cfg(target_arch = "wasm32")]
 use std::sync::OnceLock;
 
 /// Generated bindings of the `nri-wasm:policy` world.
@@ -60,18 +61,22 @@ pub mod bindings {
 pub use wit_bindgen as __wit_bindgen;
 
 pub mod alloc;
+pub mod field;
+mod sys;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 
 #[cfg(all(feature = "bump-alloc", target_arch = "wasm32"))]
 #[global_allocator]
 static ALLOC: alloc::BumpAlloc = alloc::BumpAlloc::new();
 
 pub use bindings::nri_wasm::policy::event::{ContainerMeta, PodMeta};
-pub use bindings::nri_wasm::policy::host::{log as host_log, node, runtime};
 /// The whole event as one value (see [`Event::whole`]).
 pub use bindings::nri_wasm::policy::types::Event as WholeEvent;
 pub use bindings::nri_wasm::policy::types::*;
+pub use sys::host::{log as host_log, node, runtime};
 
-use bindings::nri_wasm::policy::event as host_event;
+use sys::event as host_event;
 
 /// The event a handler handles, read from the host on demand.
 ///
@@ -270,6 +275,89 @@ impl Event {
     }
 }
 
+impl EventKind {
+    /// The kind's WIT name (`create-container`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::RunPodSandbox => "run-pod-sandbox",
+            EventKind::StopPodSandbox => "stop-pod-sandbox",
+            EventKind::RemovePodSandbox => "remove-pod-sandbox",
+            EventKind::CreateContainer => "create-container",
+            EventKind::PostCreateContainer => "post-create-container",
+            EventKind::StartContainer => "start-container",
+            EventKind::PostStartContainer => "post-start-container",
+            EventKind::UpdateContainer => "update-container",
+            EventKind::PostUpdateContainer => "post-update-container",
+            EventKind::StopContainer => "stop-container",
+            EventKind::RemoveContainer => "remove-container",
+            EventKind::UpdatePodSandbox => "update-pod-sandbox",
+            EventKind::PostUpdatePodSandbox => "post-update-pod-sandbox",
+            EventKind::ValidateContainerAdjustment => "validate-container-adjustment",
+            EventKind::Synchronize => "synchronize",
+        }
+    }
+}
+
+impl WholeEvent {
+    /// The kind of this event.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            WholeEvent::RunPodSandbox(_) => EventKind::RunPodSandbox,
+            WholeEvent::StopPodSandbox(_) => EventKind::StopPodSandbox,
+            WholeEvent::RemovePodSandbox(_) => EventKind::RemovePodSandbox,
+            WholeEvent::CreateContainer(_) => EventKind::CreateContainer,
+            WholeEvent::PostCreateContainer(_) => EventKind::PostCreateContainer,
+            WholeEvent::StartContainer(_) => EventKind::StartContainer,
+            WholeEvent::PostStartContainer(_) => EventKind::PostStartContainer,
+            WholeEvent::UpdateContainer(_) => EventKind::UpdateContainer,
+            WholeEvent::PostUpdateContainer(_) => EventKind::PostUpdateContainer,
+            WholeEvent::StopContainer(_) => EventKind::StopContainer,
+            WholeEvent::RemoveContainer(_) => EventKind::RemoveContainer,
+            WholeEvent::UpdatePodSandbox(_) => EventKind::UpdatePodSandbox,
+            WholeEvent::PostUpdatePodSandbox(_) => EventKind::PostUpdatePodSandbox,
+            WholeEvent::ValidateContainerAdjustment(_) => EventKind::ValidateContainerAdjustment,
+            WholeEvent::Synchronize => EventKind::Synchronize,
+        }
+    }
+
+    /// The event's pod; `None` on synchronize.
+    pub fn pod(&self) -> Option<&PodSandbox> {
+        match self {
+            WholeEvent::RunPodSandbox(e)
+            | WholeEvent::StopPodSandbox(e)
+            | WholeEvent::RemovePodSandbox(e)
+            | WholeEvent::PostUpdatePodSandbox(e) => Some(&e.pod),
+            WholeEvent::CreateContainer(e)
+            | WholeEvent::PostCreateContainer(e)
+            | WholeEvent::StartContainer(e)
+            | WholeEvent::PostStartContainer(e)
+            | WholeEvent::PostUpdateContainer(e)
+            | WholeEvent::StopContainer(e)
+            | WholeEvent::RemoveContainer(e) => Some(&e.pod),
+            WholeEvent::UpdateContainer(e) => Some(&e.pod),
+            WholeEvent::UpdatePodSandbox(e) => Some(&e.pod),
+            WholeEvent::ValidateContainerAdjustment(e) => Some(&e.pod),
+            WholeEvent::Synchronize => None,
+        }
+    }
+
+    /// The event's container; `None` on pod events and synchronize.
+    pub fn container(&self) -> Option<&Container> {
+        match self {
+            WholeEvent::CreateContainer(e)
+            | WholeEvent::PostCreateContainer(e)
+            | WholeEvent::StartContainer(e)
+            | WholeEvent::PostStartContainer(e)
+            | WholeEvent::PostUpdateContainer(e)
+            | WholeEvent::StopContainer(e)
+            | WholeEvent::RemoveContainer(e) => Some(&e.container),
+            WholeEvent::UpdateContainer(e) => Some(&e.container),
+            WholeEvent::ValidateContainerAdjustment(e) => Some(&e.container),
+            _ => None,
+        }
+    }
+}
+
 fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
     env.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
 }
@@ -277,10 +365,13 @@ fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
 /// The host's view of the node: pods, containers, topology.
 pub mod view {
     pub use crate::bindings::nri_wasm::policy::node::*;
+    // The functions, from where the SDK reaches the host (the generated
+    // imports themselves on wasm32, the test host elsewhere).
+    pub use crate::sys::node::{container, containers, pod, pods, topology};
 
     /// The ids of the containers `filter` selects, sorted.
     pub fn container_ids(filter: &ContainerFilter) -> ContainerIds {
-        ContainerIds(crate::bindings::nri_wasm::policy::node::container_ids(filter))
+        ContainerIds(crate::sys::node::container_ids(filter))
     }
 
     /// Container ids as the host sends them (packed), read in place.
@@ -367,14 +458,24 @@ pub mod view {
 /// become permanent).
 pub mod state {
     pub use crate::bindings::nri_wasm::policy::state::*;
+    pub use crate::sys::state::{get, keys, remove, set};
 }
 
+#[cfg(target_arch = "wasm32")]
 static SETTINGS: OnceLock<String> = OnceLock::new();
 
 /// The operator's settings for this policy (empty if none were given),
 /// asked of the host on first use.
+#[cfg(target_arch = "wasm32")]
 pub fn settings() -> &'static str {
-    SETTINGS.get_or_init(bindings::nri_wasm::policy::host::settings)
+    SETTINGS.get_or_init(sys::host::settings)
+}
+
+/// The operator's settings for this policy (empty if none were given): in
+/// a native build, those of the [`testing::TestHost`] running the call.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn settings() -> &'static str {
+    testing::fake::settings()
 }
 
 /// Parses a kernel CPU list such as `0-3,8` (what cpusets are written as).
@@ -787,5 +888,294 @@ impl ContainerUpdate {
     pub fn ignoring_failure(mut self) -> Self {
         self.ignore_failure = true;
         self
+    }
+}
+
+/// The points in a container's life where an OCI hook runs, for
+/// [`ContainerAdjustment::add_hook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStage {
+    Prestart,
+    CreateRuntime,
+    CreateContainer,
+    StartContainer,
+    Poststart,
+    Poststop,
+}
+
+impl HookStage {
+    /// Every stage, in the order the runtime runs them.
+    pub const ALL: [HookStage; 6] = [
+        HookStage::Prestart,
+        HookStage::CreateRuntime,
+        HookStage::CreateContainer,
+        HookStage::StartContainer,
+        HookStage::Poststart,
+        HookStage::Poststop,
+    ];
+
+    /// The stage's name as the OCI runtime specification writes it
+    /// (`prestart`, `createRuntime`, `createContainer`, `startContainer`,
+    /// `poststart`, `poststop`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HookStage::Prestart => "prestart",
+            HookStage::CreateRuntime => "createRuntime",
+            HookStage::CreateContainer => "createContainer",
+            HookStage::StartContainer => "startContainer",
+            HookStage::Poststart => "poststart",
+            HookStage::Poststop => "poststop",
+        }
+    }
+
+    /// The stage named `name` (the OCI name, or the same in kebab or snake
+    /// case: `create-runtime`, `create_runtime`).
+    pub fn parse(name: &str) -> Option<HookStage> {
+        let plain: String = name.chars().filter(|c| *c != '-' && *c != '_').collect::<String>().to_ascii_lowercase();
+        HookStage::ALL.into_iter().find(|s| s.name().to_ascii_lowercase() == plain)
+    }
+
+    /// The hooks of this stage in `hooks`.
+    pub fn of(self, hooks: &Hooks) -> &Vec<Hook> {
+        match self {
+            HookStage::Prestart => &hooks.prestart,
+            HookStage::CreateRuntime => &hooks.create_runtime,
+            HookStage::CreateContainer => &hooks.create_container,
+            HookStage::StartContainer => &hooks.start_container,
+            HookStage::Poststart => &hooks.poststart,
+            HookStage::Poststop => &hooks.poststop,
+        }
+    }
+
+    /// The hooks of this stage in `hooks`, to change.
+    pub fn of_mut(self, hooks: &mut Hooks) -> &mut Vec<Hook> {
+        match self {
+            HookStage::Prestart => &mut hooks.prestart,
+            HookStage::CreateRuntime => &mut hooks.create_runtime,
+            HookStage::CreateContainer => &mut hooks.create_container,
+            HookStage::StartContainer => &mut hooks.start_container,
+            HookStage::Poststart => &mut hooks.poststart,
+            HookStage::Poststop => &mut hooks.poststop,
+        }
+    }
+}
+
+impl Hooks {
+    /// Whether no stage has a hook.
+    pub fn is_empty(&self) -> bool {
+        HookStage::ALL.iter().all(|s| s.of(self).is_empty())
+    }
+
+    /// Every hook with its stage, stage by stage.
+    pub fn iter(&self) -> impl Iterator<Item = (HookStage, &Hook)> {
+        HookStage::ALL.into_iter().flat_map(move |s| s.of(self).iter().map(move |h| (s, h)))
+    }
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Hooks {
+            prestart: Vec::new(),
+            create_runtime: Vec::new(),
+            create_container: Vec::new(),
+            start_container: Vec::new(),
+            poststart: Vec::new(),
+            poststop: Vec::new(),
+        }
+    }
+}
+
+impl Hook {
+    /// A hook running the program at `path` (absolute) without arguments.
+    pub fn new(path: &str) -> Self {
+        Hook { path: path.into(), args: Vec::new(), env: Vec::new(), timeout: None }
+    }
+
+    /// Its command line, `args[0]` included (as in the OCI specification).
+    pub fn with_args<S: AsRef<str>>(mut self, args: &[S]) -> Self {
+        self.args = args.iter().map(|a| a.as_ref().to_string()).collect();
+        self
+    }
+
+    /// Adds `NAME=value` to its environment.
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.push(format!("{name}={value}"));
+        self
+    }
+
+    /// Seconds the runtime waits for it (positive).
+    pub fn with_timeout(mut self, seconds: i64) -> Self {
+        self.timeout = Some(seconds);
+        self
+    }
+}
+
+impl Mount {
+    /// A bind mount of host path `source` at `destination` in the container.
+    pub fn bind(source: &str, destination: &str, options: &[&str]) -> Self {
+        Mount {
+            destination: destination.into(),
+            type_: "bind".into(),
+            source: source.into(),
+            options: options.iter().map(|o| o.to_string()).collect(),
+        }
+    }
+}
+
+impl LinuxDevice {
+    /// A device node: `kind` is `c` (character), `b` (block), `u` or `p`.
+    pub fn new(path: &str, kind: &str, major: i64, minor: i64) -> Self {
+        LinuxDevice { path: path.into(), type_: kind.into(), major, minor, file_mode: None, uid: None, gid: None }
+    }
+
+    /// Its permission bits (`0o666`).
+    pub fn with_file_mode(mut self, mode: u32) -> Self {
+        self.file_mode = Some(mode);
+        self
+    }
+
+    /// Its owner.
+    pub fn with_owner(mut self, uid: u32, gid: u32) -> Self {
+        self.uid = Some(uid);
+        self.gid = Some(gid);
+        self
+    }
+}
+
+impl LinuxDeviceCgroup {
+    /// A rule allowing `access` (some of `r`, `w`, `m`) to the device
+    /// `kind` (`c` or `b`) `major:minor`.
+    pub fn allow(kind: &str, major: i64, minor: i64, access: &str) -> Self {
+        LinuxDeviceCgroup {
+            allow: true,
+            type_: kind.into(),
+            major: Some(major),
+            minor: Some(minor),
+            access: access.into(),
+        }
+    }
+}
+
+impl ContainerAdjustment {
+    /// Adds (or replaces, by path) a device node.
+    pub fn add_device(mut self, device: LinuxDevice) -> Self {
+        self.linux_mut().devices.push(device);
+        self
+    }
+
+    /// Adds a rule to the container's device cgroup.
+    pub fn allow_device(mut self, rule: LinuxDeviceCgroup) -> Self {
+        self.resources_mut().devices.push(rule);
+        self
+    }
+
+    /// Injects a CDI device by its fully qualified name (`vendor/class=name`).
+    pub fn add_cdi_device(mut self, name: &str) -> Self {
+        self.cdi_devices.push(name.into());
+        self
+    }
+
+    /// Adds an OCI hook at `stage` (hooks accumulate across policies).
+    pub fn add_hook(mut self, stage: HookStage, hook: Hook) -> Self {
+        stage.of_mut(self.hooks.get_or_insert_with(Hooks::default)).push(hook);
+        self
+    }
+
+    /// Sets the CPU quota and its period, in microseconds.
+    pub fn set_cpu_quota(mut self, quota: i64, period: u64) -> Self {
+        let cpu = self.resources_mut().cpu.get_or_insert_with(LinuxCpu::default);
+        cpu.quota = Some(quota);
+        cpu.period = Some(period);
+        self
+    }
+
+    /// Sets the memory nodes the container may allocate from (`0-1`).
+    pub fn set_cpuset_mems(mut self, mems: &str) -> Self {
+        self.resources_mut().cpu.get_or_insert_with(LinuxCpu::default).mems = mems.into();
+        self
+    }
+
+    /// Sets a cgroup v2 file (`cpu.weight`, `memory.high`, ...).
+    pub fn set_unified(mut self, file: &str, value: &str) -> Self {
+        self.resources_mut().unified.push(kv(file, value));
+        self
+    }
+}
+
+impl Default for PodSandbox {
+    fn default() -> Self {
+        PodSandbox {
+            id: String::new(),
+            name: String::new(),
+            uid: String::new(),
+            namespace: String::new(),
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            runtime_handler: String::new(),
+            linux: None,
+            pid: 0,
+            ips: Vec::new(),
+        }
+    }
+}
+
+impl Default for Container {
+    fn default() -> Self {
+        Container {
+            id: String::new(),
+            pod_sandbox_id: String::new(),
+            name: String::new(),
+            state: ContainerState::Unknown,
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            mounts: Vec::new(),
+            hooks: None,
+            linux: None,
+            pid: 0,
+            rlimits: Vec::new(),
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            status_reason: String::new(),
+            status_message: String::new(),
+            cdi_devices: Vec::new(),
+            user: None,
+            image: None,
+        }
+    }
+}
+
+impl Default for LinuxContainer {
+    fn default() -> Self {
+        LinuxContainer {
+            namespaces: Vec::new(),
+            devices: Vec::new(),
+            resources: None,
+            oom_score_adj: None,
+            cgroups_path: String::new(),
+            io_priority: None,
+            seccomp_profile: None,
+            seccomp_policy: None,
+            sysctl: Vec::new(),
+            net_devices: Vec::new(),
+            scheduler: None,
+            rdt: None,
+        }
+    }
+}
+
+impl Default for LinuxPodSandbox {
+    fn default() -> Self {
+        LinuxPodSandbox {
+            pod_overhead: None,
+            pod_resources: None,
+            cgroup_parent: String::new(),
+            cgroups_path: String::new(),
+            namespaces: Vec::new(),
+            resources: None,
+        }
     }
 }

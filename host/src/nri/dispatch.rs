@@ -157,6 +157,10 @@ pub trait Dispatcher: Send + Sync + 'static {
         Ok(pb::ValidateContainerAdjustmentResponse::default())
     }
 
+    /// The answer to `event` ran out of the answer budget and was sent as
+    /// DEADLINE_EXCEEDED; the call was dropped.
+    fn answer_overrun(&self, _event: &'static str, _budget: Duration) {}
+
     /// The connection to the runtime is gone (it will be re-established or
     /// the process exits). State derived from the runtime should be dropped.
     async fn disconnected(&self) {}

@@ -21,6 +21,7 @@
 
 pub mod dispatch;
 pub mod mux;
+pub mod record;
 pub mod registration;
 pub mod service;
 pub mod session;

@@ -158,7 +158,10 @@ impl PluginService {
         let budget = self.state.budget();
         let result = match tokio::time::timeout(budget, call).await {
             Ok(r) => r,
-            Err(_) => Err(DispatchError::DeadlineExceeded(budget)),
+            Err(_) => {
+                self.dispatcher.answer_overrun(event, budget);
+                Err(DispatchError::DeadlineExceeded(budget))
+            }
         };
         result.map_err(|e| {
             tracing::warn!(event, error = %e, "event failed");

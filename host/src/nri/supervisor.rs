@@ -108,40 +108,166 @@ impl Supervisor {
 
     async fn run_external(&self, path: &std::path::Path) {
         let mut backoff = Backoff::new(self.options.backoff_initial, self.options.backoff_max);
+        let mut socket = SocketWatch::new(path);
+        let mut failures = Failures::default();
+        let mut quick = 0u32;
         let stop = &self.cx.stop;
+        tracing::info!(socket = %path.display(), plugin = %self.cx.identity, "connecting to the runtime");
         loop {
-            tracing::info!(socket = %path.display(), plugin = %self.cx.identity, "connecting to the runtime");
             let connected = tokio::select! {
                 c = transport::connect_socket(path) => c,
                 _ = stop.cancelled() => return,
             };
             match connected {
-                Ok(stream) => match session::run_session(stream, &self.cx).await {
-                    SessionEnd::Stopped => {
-                        tracing::info!("stopped; connection to the runtime closed");
-                        return;
-                    }
-                    SessionEnd::Resubscribe { from, to } => {
-                        tracing::info!(%from, %to, "reconnecting to subscribe to the events the policies need");
-                        backoff.reset();
-                        continue;
-                    }
-                    end => {
-                        let registered = matches!(end, SessionEnd::Lost { registered: true, .. })
-                            || matches!(end, SessionEnd::ShutdownRequested);
-                        if registered {
-                            backoff.reset();
+                Ok(stream) => {
+                    failures.connected();
+                    match session::run_session(stream, &self.cx).await {
+                        SessionEnd::Stopped => {
+                            tracing::info!("stopped; connection to the runtime closed");
+                            return;
                         }
-                        tracing::warn!(reason = %end, "disconnected from the runtime");
+                        SessionEnd::Resubscribe { from, to } => {
+                            tracing::info!(%from, %to, "reconnecting to subscribe to the events the policies need");
+                            backoff.reset();
+                            continue;
+                        }
+                        end => {
+                            let registered = matches!(end, SessionEnd::Lost { registered: true, .. })
+                                || matches!(end, SessionEnd::ShutdownRequested);
+                            if registered {
+                                backoff.reset();
+                            }
+                            tracing::warn!(reason = %end, "disconnected from the runtime; reconnecting");
+                        }
                     }
-                },
-                Err(e) => tracing::warn!(error = %e, "runtime not reachable"),
+                }
+                Err(e) => failures.failed(&e),
             }
-            let delay = backoff.next_delay();
-            tracing::info!(delay_ms = delay.as_millis() as u64, "reconnecting after back-off");
+            let delay = match quick.checked_sub(1) {
+                Some(left) => {
+                    quick = left;
+                    QUICK_RETRY
+                }
+                None => backoff.next_delay(),
+            };
+            tracing::debug!(delay_ms = delay.as_millis() as u64, "waiting before the next attempt, or for the socket");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
+                _ = socket.appeared() => {
+                    tracing::debug!(socket = %path.display(), "the runtime's socket was created");
+                    // A socket is bound before it listens, and a runtime
+                    // may create it before it serves: a few quick attempts
+                    // first, then the back-off from its start.
+                    backoff.reset();
+                    quick = QUICK_RETRIES;
+                }
                 _ = stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// Attempts at a short interval after the runtime's socket appears (two
+/// seconds in all), before the back-off takes over again.
+const QUICK_RETRIES: u32 = 40;
+const QUICK_RETRY: Duration = Duration::from_millis(50);
+
+/// Failed attempts to reach the runtime, logged once with a count instead
+/// of a warning per attempt: the first failure, then a summary every few
+/// minutes or when the reason changes, then how long it took on success.
+#[derive(Debug, Default)]
+struct Failures {
+    count: u64,
+    since: Option<std::time::Instant>,
+    reported: Option<std::time::Instant>,
+    last: String,
+}
+
+/// How often a runtime that stays unreachable is mentioned again.
+const FAILURE_SUMMARY_EVERY: Duration = Duration::from_secs(300);
+
+impl Failures {
+    fn failed(&mut self, e: &ConnectError) {
+        let now = std::time::Instant::now();
+        let reason = e.to_string();
+        self.count += 1;
+        let since = *self.since.get_or_insert(now);
+        let due = self.reported.is_none_or(|r| now.duration_since(r) >= FAILURE_SUMMARY_EVERY);
+        if self.count == 1 || reason != self.last || due {
+            let waited_s = now.duration_since(since).as_secs();
+            match self.count {
+                1 => {
+                    tracing::warn!(error = %reason, "runtime not reachable; retrying, and connecting as soon as its socket appears")
+                }
+                n => tracing::warn!(error = %reason, attempts = n, waited_s, "runtime still not reachable"),
+            }
+            self.reported = Some(now);
+        } else {
+            tracing::debug!(error = %reason, attempts = self.count, "runtime not reachable");
+        }
+        self.last = reason;
+    }
+
+    fn connected(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                failed_attempts = self.count,
+                waited_ms = since.elapsed().as_millis() as u64,
+                "runtime reachable again"
+            );
+        }
+        *self = Self::default();
+    }
+}
+
+/// Waits for the runtime's socket to be created (or replaced) in its
+/// directory. Where the directory itself does not exist (yet), it looks
+/// again once a second.
+#[derive(Debug)]
+struct SocketWatch {
+    dir: Option<std::path::PathBuf>,
+    name: Option<std::ffi::OsString>,
+    watch: Option<crate::watch::DirWatch>,
+}
+
+impl SocketWatch {
+    fn new(path: &std::path::Path) -> Self {
+        Self {
+            dir: path.parent().map(|d| d.to_path_buf()),
+            name: path.file_name().map(|n| n.to_os_string()),
+            watch: None,
+        }
+    }
+
+    /// Resolves when the socket may have appeared.
+    async fn appeared(&mut self) {
+        let Some(dir) = self.dir.clone() else { return std::future::pending().await };
+        loop {
+            if self.watch.as_ref().is_none_or(|w| w.is_gone()) {
+                match crate::watch::DirWatch::new(&dir) {
+                    Ok(w) => self.watch = Some(w),
+                    Err(_) => {
+                        // No directory to watch: look again in a second, and
+                        // tell the caller to try once it is there.
+                        loop {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            if dir.is_dir() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            let watch = self.watch.as_mut().expect("set above");
+            match watch.changed().await {
+                Ok(names) if names.iter().any(|n| Some(n) == self.name.as_ref()) => return,
+                Ok(_) if watch.is_gone() => continue,
+                Ok(_) => continue,
+                Err(_) => {
+                    self.watch = None;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    return;
+                }
             }
         }
     }

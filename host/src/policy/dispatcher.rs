@@ -35,10 +35,11 @@ use nri_wasm_api::api as pb;
 use tokio::sync::{watch, Semaphore};
 
 use super::bindings::wit;
-use super::chain::{container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated};
+use super::chain::{container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer};
 use super::engine::{CallEnv, Facts, PolicyEngine};
 use super::event::CallEvent;
 use super::state::StateStore;
+use crate::metrics::Metrics;
 use crate::node::view::NodeView;
 use crate::nri::service::DEFAULT_REQUEST_TIMEOUT;
 use crate::nri::version::{EventKind, EventMask};
@@ -127,6 +128,11 @@ pub struct PolicyDispatcher {
     outbox: Outbox,
     request_timeout: Mutex<Duration>,
     permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    /// Told of every step; the metrics unless [`Self::with_observer`].
+    observer: Arc<dyn Observer>,
+    /// Describe every change in the steps (the demo, `eval`).
+    explain: bool,
 }
 
 /// One batch of updates for UpdateContainers, numbered in event order.
@@ -160,6 +166,7 @@ impl PolicyDispatcher {
     /// counts as the first load (see [`Self::pending`] for a host that
     /// registers before its policies are loaded).
     pub fn new(engine: Arc<PolicyEngine>, chain: Chain, facts: Facts, max_concurrent: usize) -> Self {
+        let metrics = Arc::new(Metrics::new());
         Self {
             engine,
             chain: RwLock::new(Arc::new(chain)),
@@ -171,7 +178,34 @@ impl PolicyDispatcher {
             outbox: Outbox::default(),
             request_timeout: Mutex::new(DEFAULT_REQUEST_TIMEOUT),
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            metrics: metrics.clone(),
+            observer: metrics,
+            explain: false,
         }
+    }
+
+    /// Records events, policy calls and decisions in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.observer = metrics.clone();
+        self.metrics = metrics;
+        self
+    }
+
+    /// Tells `observer` of every step instead of the metrics (it may pass
+    /// them on).
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Describes every change in the steps the observer sees.
+    pub fn explaining(mut self) -> Self {
+        self.explain = true;
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The first load is still under way: `chain` stands in until
@@ -206,8 +240,17 @@ impl PolicyDispatcher {
     /// Policy state is kept: it belongs to the policies' names. Returns
     /// whether the subscription the runtime should have changed.
     pub fn replace_chain(&self, chain: Chain) -> bool {
+        self.replace_shared(Arc::new(chain))
+    }
+
+    fn replace_shared(&self, chain: Arc<Chain>) -> bool {
         let before = self.wanted_events();
-        *self.chain.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(chain);
+        if !chain.reads_node() {
+            // Rebuilt by the Synchronize after the reconnection that a
+            // chain reading it again brings.
+            *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Arc::default();
+        }
+        *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
         self.installed.send_modify(|(n, loaded)| {
             *n += 1;
             *loaded = true;
@@ -218,6 +261,11 @@ impl PolicyDispatcher {
     /// [`Self::replace_chain`], after reading the state files of the new
     /// chain's policies off the reactor (so that no call does file I/O).
     pub async fn install(&self, chain: Chain) -> bool {
+        self.install_shared(Arc::new(chain)).await
+    }
+
+    /// [`Self::install`] of a chain someone else holds too (metrics).
+    pub async fn install_shared(&self, chain: Arc<Chain>) -> bool {
         let names: Vec<String> =
             chain.entries().iter().filter(|e| e.policy.imports().state).map(|e| e.policy.name().to_string()).collect();
         let states = self.states.clone();
@@ -225,7 +273,12 @@ impl PolicyDispatcher {
         if let Err(e) = preload.await {
             tracing::error!(error = %e, "policy state not preloaded");
         }
-        self.replace_chain(chain)
+        self.replace_shared(chain)
+    }
+
+    /// Whether the first load is done.
+    pub fn is_loaded(&self) -> bool {
+        self.installed.borrow().1
     }
 
     /// Resolves once the first load is done (at once if it is).
@@ -249,8 +302,13 @@ impl PolicyDispatcher {
         &self.states
     }
 
+    /// Keeps the view only while some policy reads it. Without one the host
+    /// is not subscribed to the events that remove containers and pods, so
+    /// a view kept anyway would only grow, by every container ever created.
     fn change_view(&self, f: impl FnOnce(&mut NodeView)) {
-        change(&self.view, f)
+        if self.chain().reads_node() {
+            change(&self.view, f)
+        }
     }
 
     fn request_timeout(&self) -> Duration {
@@ -287,6 +345,27 @@ impl PolicyDispatcher {
         F: FnOnce(Arc<Chain>, EvalContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Evaluated<T>, ChainError>> + Send + 'static,
     {
+        let start = Instant::now();
+        let result = self.evaluate_inner(kind, wants, f).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(DispatchError::Denied(_)) => "denied",
+            Err(DispatchError::DeadlineExceeded(_)) => {
+                self.metrics.budget_overrun();
+                "deadline"
+            }
+            Err(_) => "failed",
+        };
+        self.metrics.event(kind, outcome, start.elapsed());
+        result
+    }
+
+    async fn evaluate_inner<T, F, Fut>(&self, kind: &'static str, wants: bool, f: F) -> Result<T, DispatchError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Chain>, EvalContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Evaluated<T>, ChainError>> + Send + 'static,
+    {
         let budget = self.budget();
         let deadline = Instant::now() + budget;
         // What earlier events decided reaches the runtime first.
@@ -295,7 +374,8 @@ impl PolicyDispatcher {
         let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
         // The view is complete (and may refuse updates of unknown
         // containers) only when the host subscribes to what keeps it so.
-        let cx = EvalContext::new(self.engine.clone(), env, deadline);
+        let mut cx = EvalContext::new(self.engine.clone(), env, deadline).observed_by(self.observer.clone());
+        cx.explain = self.explain;
         let cx = if chain.reads_node() { cx.knowing_view() } else { cx };
         if !wants {
             // No policy runs: only conversion and merge, cheap enough inline.
@@ -444,9 +524,11 @@ impl Dispatcher for PolicyDispatcher {
         pods: Vec<pb::PodSandbox>,
         containers: Vec<pb::Container>,
     ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
-        self.change_view(|v| v.synchronize(&pods, &containers));
-        let (pods, containers) = self.view().len();
-        tracing::info!(pods, containers, "node view rebuilt from Synchronize");
+        if self.chain().reads_node() {
+            self.change_view(|v| v.synchronize(&pods, &containers));
+            let (pods, containers) = self.view().len();
+            tracing::info!(pods, containers, "node view rebuilt from Synchronize");
+        }
         let wants = self.chain().wants_synchronize();
         // A runtime drops a plugin whose Synchronize fails, taking every
         // policy with it: a policy's failure here is reported, never passed on.
@@ -587,6 +669,11 @@ impl Dispatcher for PolicyDispatcher {
         let result = self.notify(EventKind::RemoveContainer, &req, target).await;
         self.change_view(|v| v.container_removed(&req.container.id));
         result
+    }
+
+    fn answer_overrun(&self, event: &'static str, budget: Duration) {
+        self.metrics.budget_overrun();
+        self.metrics.event(event, "deadline", budget);
     }
 
     async fn disconnected(&self) {

@@ -57,7 +57,7 @@ const POOL_MEMORIES: u32 = 4;
 const POOL_TABLES: u32 = 16;
 
 /// Engine-wide settings (the `[engine]` table of the host configuration).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct EngineSettings {
     /// Directory for compiled policies, so that a restart or reload does not
@@ -185,6 +185,11 @@ pub struct PolicyEngine {
     /// The state of every policy that does not import `state` (shared, so
     /// that their calls allocate none).
     no_state: Arc<StateSnapshot>,
+    /// Components in use, by cache key: a file loaded as several policies
+    /// (one component, several settings) or reloaded unchanged shares one
+    /// copy of its code and metadata instead of holding one per policy.
+    pub(crate) in_use:
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<wasmtime::component::Component>>>,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -310,6 +315,7 @@ impl PolicyEngine {
             runtime: Some(runtime),
             loads: tokio::sync::Semaphore::new(MAX_CONCURRENT_LOADS as usize),
             no_state: Arc::default(),
+            in_use: Default::default(),
         })
     }
 

@@ -90,6 +90,16 @@ pub fn binary<'a>(policy: &str, bytes: &'a [u8]) -> Result<std::borrow::Cow<'a, 
 
 /// One pass over a component: refuses what cannot load, reports what it found.
 pub fn inspect(policy: &str, bytes: &[u8], limits: &Limits, pool: &PoolShape) -> Result<Inspection, LoadError> {
+    let found = survey(policy, bytes)?;
+    check(policy, &found, limits, pool)?;
+    Ok(found)
+}
+
+/// The pass of [`inspect`] without its refusals: what a component imports,
+/// exports and creates, even when the host would refuse it (`nri-wasm
+/// check` reports every import, allowed or not). Fails only on what is not
+/// a readable component.
+pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
     let invalid = |e: wasmtime::wasmparser::BinaryReaderError| LoadError::Invalid {
         policy: policy.into(),
         reason: format!("{} (at byte {})", e.message(), e.offset()),
@@ -187,7 +197,6 @@ pub fn inspect(policy: &str, bytes: &[u8], limits: &Limits, pool: &PoolShape) ->
     found.wit_version = found.imports.iter().find_map(|i| {
         i.strip_prefix("nri-wasm:policy/").and_then(|rest| rest.split_once('@')).map(|(_, v)| v.to_string())
     });
-    check(policy, &found, limits, pool)?;
     Ok(found)
 }
 

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 /// Limits of a policy call. In configuration files every field is optional
 /// and falls back to the host-wide default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Limits {
     /// Fuel (roughly: WebAssembly instructions) per call, `configure` included.
@@ -50,16 +50,24 @@ impl Default for Limits {
 }
 
 /// Overrides of some limits (a policy's `[limits]` table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LimitOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub table_elements: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub instances: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tables: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memories: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub state_kib: Option<u64>,
 }
 

@@ -75,25 +75,10 @@ pub async fn load_specs(
         }
         loaded.problems.push(e.into());
     }
-    let results = futures::future::join_all(specs.iter().map(|spec| async move {
-        let started = std::time::Instant::now();
-        (engine.load_async(spec, facts).await, started.elapsed())
-    }))
-    .await;
-    for (spec, (result, took)) in specs.into_iter().zip(results) {
+    let results = load_each(engine, &specs, facts).await;
+    for (spec, result) in specs.into_iter().zip(results) {
         match result {
-            Ok(policy) => {
-                tracing::info!(
-                    policy = policy.name(),
-                    events = %policy.events(),
-                    on_error = ?spec.on_error,
-                    mode = ?spec.mode,
-                    cached = policy.timings().cached,
-                    load_ms = took.as_millis() as u64,
-                    "policy loaded"
-                );
-                loaded.policies.push(policy);
-            }
+            Ok(policy) => loaded.policies.push(policy),
             Err(error) => {
                 let problem = LoadProblem::Load { path: spec.wasm.clone(), error };
                 let reason = problem.to_string();
@@ -107,6 +92,32 @@ pub async fn load_specs(
         tracing::error!(error = %problem, "policy left out");
     }
     loaded
+}
+
+/// Loads each of `specs` (together; the engine bounds how many compile at
+/// once), logging each policy that loaded.
+pub async fn load_each(
+    engine: &PolicyEngine,
+    specs: &[PolicySpec],
+    facts: &Arc<Facts>,
+) -> Vec<Result<CompiledPolicy, LoadError>> {
+    futures::future::join_all(specs.iter().map(|spec| async move {
+        let started = std::time::Instant::now();
+        let result = engine.load_async(spec, facts).await;
+        if let Ok(policy) = &result {
+            tracing::info!(
+                policy = policy.name(),
+                events = %policy.events(),
+                on_error = ?spec.on_error,
+                mode = ?spec.mode,
+                cached = policy.timings().cached,
+                load_ms = started.elapsed().as_millis() as u64,
+                "policy loaded"
+            );
+        }
+        result
+    }))
+    .await
 }
 
 /// Loads every policy in `dir`.

@@ -43,6 +43,7 @@ pub mod loader;
 pub mod manifest;
 pub mod output;
 pub mod prepare;
+pub mod reload;
 pub mod state;
 pub mod store;
 pub mod watchdog;

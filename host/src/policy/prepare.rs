@@ -72,6 +72,8 @@ pub struct CompiledPolicy {
     cache_key: String,
     inspection: Inspection,
     timings: LoadTimings,
+    /// Keeps the component shared with other policies of the same file.
+    _component: Arc<Component>,
 }
 
 impl std::fmt::Debug for CompiledPolicy {
@@ -240,7 +242,7 @@ impl PolicyEngine {
 
         let step = Instant::now();
         let cache_key = Cache::key(self.engine(), &binary);
-        let (component, cached) = self.component(name, &cache_key, binary).await?;
+        let (component, cached) = self.component_shared(name, &cache_key, binary).await?;
         timings.compile = step.elapsed();
         timings.cached = cached;
 
@@ -280,6 +282,7 @@ impl PolicyEngine {
             cache_key,
             inspection,
             timings,
+            _component: component,
         };
         // Validate the settings and learn the subscription once, at load.
         let step = Instant::now();
@@ -291,6 +294,27 @@ impl PolicyEngine {
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
         Ok(compiled)
+    }
+
+    /// The compiled component: the one a loaded policy already uses, or
+    /// [`Self::component`]'s.
+    async fn component_shared(
+        &self,
+        policy: &str,
+        key: &str,
+        binary: Arc<[u8]>,
+    ) -> Result<(Arc<Component>, bool), LoadError> {
+        let in_use =
+            |engine: &Self| engine.in_use.lock().unwrap_or_else(|p| p.into_inner()).get(key).and_then(|w| w.upgrade());
+        if let Some(component) = in_use(self) {
+            return Ok((component, true));
+        }
+        let (component, cached) = self.component(policy, key, binary).await?;
+        let component = Arc::new(component);
+        let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(key.to_string(), Arc::downgrade(&component));
+        Ok((component, cached))
     }
 
     /// The compiled component: from the cache, or compiled within bounds

@@ -63,6 +63,14 @@ async fn update_containers_reaches_the_runtime_and_reports_failures() {
     let recorder = Recorder::new(Replies::default());
     let h = Harness::start(RuntimeProfile::v0_12(), recorder).await;
     let mut conn = h.connect().await;
+    // The host takes the link once its registration call returns, which
+    // may be after the runtime's Configure reached it on a loaded machine.
+    for _ in 0..500 {
+        if h.handles.link.is_connected() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     conn.fail_updates_for(&["b"]);
     let update = |id: &str| nri_wasm_api::api::ContainerUpdate { container_id: id.into(), ..Default::default() };
     let evict =

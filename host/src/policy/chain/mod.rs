@@ -47,7 +47,7 @@ pub const MAX_REPLY_BYTES: usize = 1 << 20;
 pub const MAX_TOTAL_REPLY_BYTES: usize = 3 << 20;
 
 /// Chain-wide settings (the `[chain]` table of the host configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct ChainSettings {
     /// Share of the runtime's request timeout the whole chain may use.
@@ -169,6 +169,13 @@ pub struct Step {
     pub outcome: Outcome,
 }
 
+/// Sees every step as it happens, whatever the evaluation's end (metrics,
+/// decision logs). Called on the evaluating thread: keep it cheap.
+pub trait Observer: Send + Sync + std::fmt::Debug {
+    /// `policy` took a `step` on `event` of `target`.
+    fn step(&self, event: &str, target: &str, step: &Step);
+}
+
 /// The outcome of one policy's turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -273,6 +280,8 @@ pub struct EvalContext {
     /// What the merge may take as the node's containers: the view, when the
     /// host keeps it complete; otherwise nothing (existence unchecked).
     pub known: crate::merge::Known,
+    /// Told of every step (see [`Observer`]).
+    pub observer: Option<Arc<dyn Observer>>,
 }
 
 impl std::fmt::Debug for EvalContext {
@@ -284,12 +293,18 @@ impl std::fmt::Debug for EvalContext {
 impl EvalContext {
     /// A context ending at `deadline`, describing nothing, knowing no containers.
     pub fn new(engine: Arc<PolicyEngine>, env: CallEnv, deadline: Instant) -> Self {
-        Self { engine, env, deadline, explain: false, known: Arc::new(crate::merge::Unknown) }
+        Self { engine, env, deadline, explain: false, known: Arc::new(crate::merge::Unknown), observer: None }
     }
 
     /// Describes each change in the steps.
     pub fn explaining(mut self) -> Self {
         self.explain = true;
+        self
+    }
+
+    /// Tells `observer` of every step.
+    pub fn observed_by(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
         self
     }
 

@@ -12,8 +12,8 @@ use protobuf::Message as _;
 
 use super::budget::Plan;
 use super::{
-    audited, ignores_failures, Chain, ChainEntry, ChainError, Effects, EvalContext, Evaluated, Outcome, PolicyFailure,
-    Step, MAX_REPLY_BYTES, MAX_TOTAL_REPLY_BYTES,
+    audited, ignores_failures, Chain, ChainEntry, ChainError, Effects, EvalContext, Evaluated, Observer, Outcome,
+    PolicyFailure, Step, MAX_REPLY_BYTES, MAX_TOTAL_REPLY_BYTES,
 };
 use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::ContainerEntry;
@@ -137,16 +137,26 @@ pub(super) struct Run<'t> {
     /// Bytes of replies merged so far.
     total: usize,
     plan: Plan,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl<'t> Run<'t> {
     pub fn new(target: &'t str, event: &'static str) -> Self {
-        Self { target, event, steps: Vec::new(), effects: Effects::default(), total: 0, plan: Plan::default() }
+        Self {
+            target,
+            event,
+            steps: Vec::new(),
+            effects: Effects::default(),
+            total: 0,
+            plan: Plan::default(),
+            observer: None,
+        }
     }
 
     /// Plans time for `entries`, the policies that will run, in order.
     pub fn plan<'e>(&mut self, entries: impl IntoIterator<Item = &'e ChainEntry>, cx: &EvalContext, start: Instant) {
         self.plan = Plan::new(entries, cx.deadline.saturating_duration_since(start));
+        self.observer = cx.observer.clone();
     }
 
     pub fn done<T>(self, value: T) -> Evaluated<T> {
@@ -155,7 +165,11 @@ impl<'t> Run<'t> {
 
     fn step(&mut self, entry: &ChainEntry, fuel: u64, elapsed: Duration, outcome: Outcome) {
         let audit = audited(entry);
-        self.steps.push(Step { policy: entry.policy.name().to_string(), audit, fuel, elapsed, outcome });
+        let step = Step { policy: entry.policy.name().to_string(), audit, fuel, elapsed, outcome };
+        if let Some(observer) = &self.observer {
+            observer.step(self.event, self.target, &step);
+        }
+        self.steps.push(step);
     }
 }
 
@@ -324,7 +338,8 @@ impl Chain {
     ) -> Result<(), ChainError> {
         let policy = entry.policy.name().to_string();
         let audit = audited(entry);
-        tracing::info!(policy, event = run.event, target = run.target, reason, audit, "policy denies");
+        // The decision's log line is the observer's (one per decision).
+        tracing::debug!(policy, event = run.event, target = run.target, reason, audit, "policy denies");
         run.step(entry, fuel, elapsed, Outcome::Denied { reason: reason.clone() });
         if audit {
             return Ok(());

@@ -1,0 +1,271 @@
+//! What an operator sees of the host as a process: how fast it is ready
+//! after a restart, how much memory it holds, and whether that grows.
+//!
+//! The host runs as its own process (`nri-wasm run`, built with the
+//! benchmarks), against the runtime simulator over a real socket:
+//! - **start-up**: 20 policies, one of them a 10 MiB+ component, from an
+//!   empty compile cache (cold) and from the cache the cold start filled
+//!   (warm): the time from starting the process until the runtime has
+//!   configured it with the loaded chain's subscription;
+//! - **resident memory** with 20 small policies after 2,000 containers;
+//! - **growth**: resident memory after 10 % and after 100 % of 1,000,000
+//!   events (the life of 250,000 containers, one policy subscribed to every
+//!   lifecycle event), which must not grow.
+//!
+//! `cargo bench -p nri-wasm-benches --bench operations`; `cargo test
+//! --benches` runs a short version; `NRI_WASM_OPS_EVENTS=0` skips the
+//! growth check.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nri_sim::node::{NodeModel, SimRuntime};
+use nri_sim::{RuntimeProfile, Simulator};
+use nri_wasm_api::api as pb;
+use nri_wasm_components::{examples, guests};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(Path::parent).expect("target profile directory").join(name)
+}
+
+/// A policy directory's content: file stem, component bytes, policy file.
+type Policies = Vec<(String, Vec<u8>, String)>;
+
+/// Nineteen small policies of every kind the project has (the nine
+/// examples with their settings, the test guests with several settings)
+/// and, if `big`, one component of more than 10 MiB: the realistic guest
+/// carrying 10 MiB of data in a custom section (as a policy shipping its
+/// own allow-list database would).
+fn policies(big: bool) -> Policies {
+    let mut out: Policies = Vec::new();
+    for (name, _, bytes) in examples::ALL {
+        let file = examples::POLICY_FILES.iter().find(|(n, _)| n == name).map_or("", |(_, t)| t);
+        out.push((name.to_string(), bytes.to_vec(), file.to_string()));
+    }
+    for i in 0..5 {
+        out.push((
+            format!("realistic-{i}"),
+            std::fs::read(guests::REALISTIC).unwrap(),
+            format!("settings = \"{i}\"\n"),
+        ));
+        out.push((format!("annotate-{i}"), std::fs::read(guests::ANNOTATE).unwrap(), format!("settings = \"a{i}\"\n")));
+    }
+    if big {
+        let mut bytes = std::fs::read(guests::REALISTIC).unwrap();
+        let payload = vec![0x5a; 10 << 20];
+        let name = b"allow-list";
+        let size = name.len() + 1 + payload.len();
+        bytes.push(0);
+        let mut n = size;
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            bytes.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+        bytes.push(name.len() as u8);
+        bytes.extend_from_slice(name);
+        bytes.extend_from_slice(&payload);
+        out.push(("big".into(), bytes, "settings = \"7\"\n".into()));
+    } else {
+        out.push(("noop".into(), std::fs::read(guests::NOOP).unwrap(), String::new()));
+    }
+    out
+}
+
+/// A host process and the runtime it registered with.
+struct Host {
+    child: Child,
+    runtime: SimRuntime,
+    _sim: Simulator,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a host on `policies`; returns it once the runtime configured it
+/// with `wanted` subscribed and the host says it is ready (registered, all
+/// its policies loaded), and the time that took.
+async fn start(policies: &Policies, cache: &Path, wanted: pb::Event) -> (Host, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::containerd("v2.3.4", "v0.12.0")).await.unwrap();
+    let pdir = dir.path().join("policies");
+    std::fs::create_dir(&pdir).unwrap();
+    for (i, (name, bytes, file)) in policies.iter().enumerate() {
+        std::fs::write(pdir.join(format!("{i:02}-{name}.wasm")), bytes).unwrap();
+        // A time limit no stall of the machine reaches.
+        let file = format!("{file}\n[limits]\ntimeout-ms = 900\n");
+        std::fs::write(pdir.join(format!("{i:02}-{name}.toml")), file).unwrap();
+    }
+    let config = dir.path().join("config.toml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let endpoint: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let text = format!(
+        "[runtime]\nsocket = {socket:?}\n[policies]\ndir = {pdir:?}\nwatch = false\n[engine]\ncache-dir = {cache:?}\n\
+         [metrics]\naddress = \"{endpoint}\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let started = Instant::now();
+    let child = Command::new(bin("nri-wasm-host"))
+        .args(["--log", "warn", "run", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the host");
+    // A host registers at once and reconnects when its loaded chain needs
+    // other events. Ready: registered with the final subscription, and
+    // every policy loaded (`/readyz`).
+    let ready = || async {
+        loop {
+            if matches!(nri_wasm::metrics::get(endpoint, "/readyz").await, Ok((200, _))) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    let conn = loop {
+        let mut conn = tokio::time::timeout(Duration::from_secs(300), sim.accept()).await.unwrap().unwrap();
+        conn.configure().await.unwrap();
+        conn.synchronize(&[], &[], 0).await.unwrap();
+        tokio::select! {
+            _ = ready() => {}
+            _ = conn.closed() => continue,
+        }
+        // A subscription that changes with the last load closes this
+        // connection right after the host said it is ready.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !conn.is_closed() && conn.is_subscribed(wanted) {
+            break conn;
+        }
+    };
+    let ready = started.elapsed();
+    let host = Host { child, runtime: SimRuntime::new(conn, NodeModel::shared()), _sim: sim, _dir: dir };
+    (host, ready)
+}
+
+/// `VmRSS` and `VmHWM` of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// `n` containers through their whole life (4 events each when subscribed).
+async fn lives(host: &Host, n: usize, offset: usize) {
+    let pod = nri_sim::workload::pod(offset % 1000);
+    if !host.runtime.model().pods.contains_key(&pod.id) {
+        host.runtime.run_pod(&pod).await.unwrap();
+    }
+    for i in 0..n {
+        let mut ctr = nri_sim::workload::container(&pod, i);
+        ctr.id = format!("{:064x}", offset + i);
+        let created = host.runtime.create(&ctr).await.expect("create");
+        host.runtime.start(&created.id).await.expect("start");
+        host.runtime.stop(&created.id).await.expect("stop");
+        host.runtime.remove(&created.id).await.expect("remove");
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
+    let (starts, containers, mut events) = if full { (3, 2000, 1_000_000) } else { (1, 20, 400) };
+    // NRI_WASM_OPS_EVENTS=N: another number of events for the growth check
+    // (0 skips it).
+    if let Some(n) = std::env::var("NRI_WASM_OPS_EVENTS").ok().and_then(|v| v.parse().ok()) {
+        events = n;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        // Start-up, cold and warm.
+        let with_big = policies(true);
+        let size: usize = with_big.iter().map(|(_, b, _)| b.len()).sum();
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        for _ in 0..starts {
+            let cache = tempfile::tempdir().unwrap();
+            let (host, t) = start(&with_big, cache.path(), pb::Event::CREATE_CONTAINER).await;
+            cold.push(t);
+            drop(host);
+            let (host, t) = start(&with_big, cache.path(), pb::Event::CREATE_CONTAINER).await;
+            warm.push(t);
+            drop(host);
+        }
+        let (cold, warm) = (median(cold), median(warm));
+        eprintln!();
+        eprintln!(
+            "start-up with 20 policies ({:.1} MiB, the largest {:.1} MiB), process start to configured with them, median of {starts}:",
+            size as f64 / (1 << 20) as f64,
+            with_big.iter().map(|(_, b, _)| b.len()).max().unwrap() as f64 / (1 << 20) as f64
+        );
+        eprintln!(
+            "  cold (empty cache) {:.0} ms, warm (from the cache) {:.0} ms: warm = {:.3} x cold",
+            cold.as_secs_f64() * 1e3,
+            warm.as_secs_f64() * 1e3,
+            warm.as_secs_f64() / cold.as_secs_f64()
+        );
+
+        // Resident memory with 20 small policies.
+        let cache = tempfile::tempdir().unwrap();
+        let small = policies(false);
+        let (host, _) = start(&small, cache.path(), pb::Event::CREATE_CONTAINER).await;
+        let (idle, _) = rss_kib(host.child.id());
+        lives(&host, containers, 0).await;
+        let (rss, hwm) = rss_kib(host.child.id());
+        eprintln!(
+            "resident memory with 20 small policies: {:.1} MiB loaded and idle, {:.1} MiB after {containers} containers (peak {:.1} MiB)",
+            idle as f64 / 1024.0,
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0
+        );
+        drop(host);
+
+        if events == 0 {
+            return;
+        }
+        // Growth over a million events.
+        let one = vec![("noop".to_string(), std::fs::read(guests::NOOP).unwrap(), String::new())];
+        let (host, _) = start(&one, cache.path(), pb::Event::START_CONTAINER).await;
+        let cycles = events / 4;
+        let tenth = cycles / 10;
+        let started = Instant::now();
+        lives(&host, tenth, 1 << 40).await;
+        let (at_tenth, _) = rss_kib(host.child.id());
+        lives(&host, cycles - tenth, (1 << 40) + tenth).await;
+        let (at_end, hwm) = rss_kib(host.child.id());
+        eprintln!(
+            "{events} events ({cycles} container lives, one policy on every event) in {:.0} s: resident {:.1} MiB after 10 %, {:.1} MiB at the end ({:+.1} MiB, peak {:.1} MiB)",
+            started.elapsed().as_secs_f64(),
+            at_tenth as f64 / 1024.0,
+            at_end as f64 / 1024.0,
+            (at_end as f64 - at_tenth as f64) / 1024.0,
+            hwm as f64 / 1024.0
+        );
+        drop(host);
+    });
+}

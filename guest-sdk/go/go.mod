@@ -1,0 +1,3 @@
+module nri-wasm.local/nriwasm
+
+go 1.27

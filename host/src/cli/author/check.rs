@@ -1,0 +1,311 @@
+//! `nri-wasm check POLICY.wasm`: will this host load the policy, and what
+//! will it cost?
+//!
+//! The component goes through the loader's own steps with the production
+//! engine, in order: read, the cheap inspection (header, world, imports,
+//! structure), compilation in the bounded child process, linking, and
+//! `configure` with the settings. Before the verdict, the report lists
+//! what an author needs to fix a refusal: the world's version ("rebuild
+//! against 0.3" for an older one) and every import, allowed or refused with
+//! the reason. For a policy that loads it measures what a node will pay:
+//! compiling, loading again from the compile cache (what every restart and
+//! reload costs), and a fresh instance with a call that does nothing, the
+//! floor of every event the policy handles.
+//!
+//! A file that is not WebAssembly is refused in one line that quotes none
+//! of it (it may be a secret passed by mistake). Exit codes: 0 loads, 1
+//! refused (the report names the step), 2 usage or unreadable file.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use nri_wasm_api::api as pb;
+
+use super::{HostArgs, SettingsArgs, SetupError, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::nri::version::EventKind;
+use crate::policy::bindings::wit;
+use crate::policy::compile::Compiler;
+use crate::policy::engine::{CallEnv, CompiledPolicy, LoadError, PolicyEngine, WIT_VERSION};
+use crate::policy::event::CallEvent;
+use crate::policy::inspect::{self, Inspection};
+use crate::policy::manifest::PolicySpec;
+use crate::policy::prepare::read_policy_file;
+
+/// Calls timed for the figure of a call that does nothing.
+const NOOP_CALLS: usize = 20;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Exit codes: 0 the host loads it; 1 refused (the last line names the step); \
+    2 usage, or a file that cannot be read.\nGuide: docs/writing-policies.md")]
+pub struct CheckArgs {
+    /// The policy component (`.wasm`; its `NN-name.toml` is read if it is beside it).
+    #[arg(value_name = "POLICY.wasm")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// The host's configuration file: its [engine] settings and default
+    /// [policies.limits] apply, as on the node.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// How `check` ended, with the exit code it means.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// Nothing was checked.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The file cannot be read.
+    #[error("{0}")]
+    Unreadable(LoadError),
+    /// The host refuses the policy at `step`.
+    #[error("refused at step {step}: {error}")]
+    Refused { step: &'static str, error: String },
+}
+
+impl CheckError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Setup(SetupError::PolicyFile(_)) | Self::Refused { .. } => EXIT_FAILED,
+            Self::Setup(_) | Self::Unreadable(_) => EXIT_USAGE,
+        }
+    }
+}
+
+impl From<LoadError> for CheckError {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::Read { .. } | LoadError::NotAFile { .. } => Self::Unreadable(e),
+            e => Self::Refused { step: e.step(), error: e.to_string() },
+        }
+    }
+}
+
+/// `nri-wasm check`: the report to `out`, what kept it from checking to `err`.
+pub fn check(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    match run(args, compiler, out) {
+        Ok(()) => {
+            let _ = writeln!(out, "result    loads");
+            ExitCode::from(EXIT_OK)
+        }
+        Err(e @ CheckError::Refused { .. }) => {
+            let _ = writeln!(out, "result    {e}");
+            ExitCode::from(e.exit_code())
+        }
+        Err(e) => {
+            let _ = writeln!(err, "nri-wasm check: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// What the host makes of an import.
+fn import_verdict(policy: &str, import: &str) -> Result<&'static str, String> {
+    if let Some(refusal) = inspect::import_refusal(policy, import) {
+        return Err(match refusal {
+            LoadError::Version { .. } => format!("another version of the interface: rebuild against {WIT_VERSION}"),
+            _ => "the host does not provide it".to_string(),
+        });
+    }
+    Ok(match import.split('/').next().unwrap_or_default() {
+        "nri-wasm:policy" => "the host's policy interface",
+        "wasi:cli" => "WASI: empty arguments, environment and stdin; output kept, bounded",
+        "wasi:io" => "WASI: streams and polling",
+        "wasi:clocks" => "WASI: clocks",
+        "wasi:random" => "WASI: random bytes, bounded per call",
+        "wasi:filesystem" => "WASI: no directory is opened to policies",
+        "wasi:sockets" => "WASI: no network is reachable from policies",
+        _ => "allowed",
+    })
+}
+
+/// The world line: which version of the policy interface it was built for.
+fn world_line(found: &Inspection) -> String {
+    let exports = ["configure", "handle"];
+    let missing: Vec<&str> = exports.iter().copied().filter(|e| !found.exports.iter().any(|x| x == e)).collect();
+    let exports = match missing.as_slice() {
+        [] => "exports configure and handle".to_string(),
+        m => format!("does not export {}", m.join(" or ")),
+    };
+    match &found.wit_version {
+        Some(v) if v.starts_with(&format!("{WIT_VERSION}.")) => format!("nri-wasm:policy@{v}; {exports}"),
+        Some(v) => format!(
+            "nri-wasm:policy@{v}, but this host loads {WIT_VERSION}.x: rebuild against {WIT_VERSION} (the current SDK or WIT package); {exports}"
+        ),
+        None => format!("nri-wasm:policy (no import names its version); {exports}"),
+    }
+}
+
+/// What the inspection found, before any verdict.
+fn write_inspection(spec: &PolicySpec, size: usize, found: &Inspection, out: &mut dyn Write) {
+    let _ = writeln!(
+        out,
+        "size      {size} bytes: {} functions, {} bytes of code; core modules {}, core instances {}, memories {}, tables {}",
+        found.functions, found.code_bytes, found.core_modules, found.core_instances, found.memories, found.tables
+    );
+    let _ = writeln!(out, "world     {}", world_line(found));
+    let _ = writeln!(out, "imports   {}", found.imports.len());
+    for import in &found.imports {
+        match import_verdict(&spec.name, import) {
+            Ok(what) => writeln!(out, "  allowed  {import}: {what}"),
+            Err(why) => writeln!(out, "  refused  {import}: {why}"),
+        }
+        .unwrap_or_default();
+    }
+}
+
+fn events_line(policy: &CompiledPolicy) -> String {
+    let mut events: Vec<&str> = policy.events().iter().map(EventKind::name).collect();
+    if policy.wants_synchronize() {
+        events.push("Synchronize");
+    }
+    match events.is_empty() {
+        true => "none (the policy never runs)".to_string(),
+        false => events.join(", "),
+    }
+}
+
+/// Times a fresh instance and a call of an event the policy does not
+/// subscribe to (its handler's default, which does nothing).
+fn noop_call(engine: &PolicyEngine, policy: &CompiledPolicy, env: &CallEnv) -> String {
+    let candidates = [
+        (wit::EventKind::PostUpdatePodSandbox, EventKind::PostUpdatePodSandbox),
+        (wit::EventKind::StopPodSandbox, EventKind::StopPodSandbox),
+        (wit::EventKind::RemovePodSandbox, EventKind::RemovePodSandbox),
+        (wit::EventKind::RunPodSandbox, EventKind::RunPodSandbox),
+    ];
+    let unsubscribed = candidates.iter().find(|(_, k)| !policy.events().contains(*k));
+    let ((kind, event), note) = match unsubscribed {
+        Some(pair) => (*pair, "which it does not subscribe to"),
+        None => (candidates[0], "which it subscribes to: its handler's own work is included"),
+    };
+    let call = CallEvent::pod(kind, Arc::new(pb::PodSandbox::default()));
+    let mut times = Vec::with_capacity(NOOP_CALLS);
+    let mut fuel = 0;
+    for _ in 0..NOOP_CALLS {
+        let report = engine.call(policy, call.clone(), env, None, Duration::from_secs(5));
+        if let Err(e) = &report.outcome {
+            return format!("the call failed: {e}");
+        }
+        times.push(report.elapsed);
+        fuel = report.fuel_used;
+    }
+    times.sort_unstable();
+    let median = times[times.len() / 2];
+    format!(
+        "{} µs median of {NOOP_CALLS} (first {} µs), fuel {}: instantiate and call {}, {note}",
+        median.as_micros(),
+        times.first().map_or(0, |t| t.as_micros()),
+        super::grouped(fuel),
+        event.name()
+    )
+}
+
+fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), CheckError> {
+    let config = super::host_config(&HostArgs { config: args.config.clone(), cache_dir: None })?;
+    if !args.file.exists() {
+        return Err(SetupError::Missing(args.file.clone()).into());
+    }
+    let spec = super::file_spec(&args.file, &args.settings, config.policies.limits())?;
+    let bytes = read_policy_file(&spec, config.engine.max_component_mib << 20)?;
+    // Refused without a word of the content, in one line.
+    let binary = inspect::binary(&spec.name, &bytes)?;
+    let _ = writeln!(out, "policy    {} ({})", spec.name, args.file.display());
+    let found = inspect::survey(&spec.name, &binary)?;
+    write_inspection(&spec, bytes.len(), &found, out);
+
+    // A cache of its own: the first load compiles, the second loads the
+    // compiled code, as a node's restart does.
+    let cache =
+        tempfile::tempdir().map_err(|e| SetupError::Usage(format!("cannot create a temporary directory: {e}")))?;
+    let engine = super::engine(&config.engine, Some(cache.path().to_path_buf()), compiler)?;
+    let facts = Arc::new(super::facts());
+    let started = Instant::now();
+    let loaded = engine.load_bytes(&spec, &bytes, &facts);
+    let first = started.elapsed();
+    let policy = match loaded {
+        Ok(policy) => policy,
+        Err(e @ LoadError::Init { .. }) => {
+            let _ = writeln!(out, "events    unknown: configure failed with these settings (below)");
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let settings = match spec.settings.as_str() {
+        "" => "none given: accepted".to_string(),
+        s => format!("accepted: {}", crate::policy::clip::guest_text(s, 200)),
+    };
+    let _ = writeln!(out, "settings  {settings}");
+    let _ = writeln!(out, "events    {}", events_line(&policy));
+    let uses = |yes: bool| if yes { "yes" } else { "no" };
+    let imports = policy.imports();
+    let _ = writeln!(out, "reads     node view: {}, state: {}", uses(imports.node), uses(imports.state));
+    let l = &spec.limits;
+    let _ = writeln!(
+        out,
+        "limits    fuel {}, timeout-ms {}, memory-mib {}, state-kib {}",
+        super::grouped(l.fuel),
+        l.timeout_ms,
+        l.memory_mib,
+        l.state_kib
+    );
+    let t = policy.timings();
+    let _ = writeln!(out, "compile   {} (the whole first load: {})", super::ms(t.compile), super::ms(first));
+
+    let started = Instant::now();
+    let again = engine.load_bytes(&spec, &bytes, &facts)?;
+    let cached = started.elapsed();
+    let from_cache =
+        if again.timings().cached { "from the compile cache" } else { "compiled again: the cache is not usable" };
+    let _ = writeln!(
+        out,
+        "cached    {} to load {from_cache} (compiled code read in {})",
+        super::ms(cached),
+        super::ms(again.timings().compile)
+    );
+    let env = CallEnv::detached(facts);
+    let _ = writeln!(out, "call      {}", noop_call(&engine, &again, &env));
+    drop(engine);
+    drop(cache);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_are_explained_or_refused_with_the_reason() {
+        assert_eq!(import_verdict("p", "nri-wasm:policy/event@0.3.0"), Ok("the host's policy interface"));
+        assert!(import_verdict("p", "wasi:filesystem/types@0.2.6").unwrap().contains("no directory"));
+        assert_eq!(import_verdict("p", "wasi:http/outgoing-handler@0.2.0"), Err("the host does not provide it".into()));
+        let old = import_verdict("p", "nri-wasm:policy/host@0.2.0").unwrap_err();
+        assert!(old.contains("rebuild against 0.3"), "{old}");
+    }
+
+    #[test]
+    fn the_world_line_tells_an_old_build_to_rebuild() {
+        let mut found = Inspection { wit_version: Some("0.2.0".into()), ..Default::default() };
+        let line = world_line(&found);
+        assert!(line.contains("nri-wasm:policy@0.2.0") && line.contains("rebuild against 0.3"), "{line}");
+        assert!(line.contains("does not export configure or handle"), "{line}");
+        found.wit_version = Some("0.3.1".into());
+        found.exports = vec!["configure".into(), "handle".into()];
+        assert_eq!(world_line(&found), "nri-wasm:policy@0.3.1; exports configure and handle");
+    }
+
+    #[test]
+    fn exit_codes_tell_usage_from_refusal() {
+        let unreadable =
+            CheckError::from(LoadError::Read { policy: "p".into(), path: "x".into(), reason: "gone".into() });
+        assert_eq!(unreadable.exit_code(), EXIT_USAGE);
+        let refused = CheckError::from(LoadError::NotWasm { policy: "p".into(), reason: "no \\0asm header".into() });
+        assert_eq!(refused.exit_code(), EXIT_FAILED);
+        assert!(refused.to_string().starts_with("refused at step validate: "), "{refused}");
+        assert_eq!(CheckError::from(SetupError::Missing("x".into())).exit_code(), EXIT_USAGE);
+    }
+}

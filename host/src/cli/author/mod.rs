@@ -1,0 +1,251 @@
+//! The policy author's commands: `check`, `eval` (with `--replay`) and `new`.
+//!
+//! They answer, offline and in minutes, what an author otherwise learns on
+//! a node: does the host load this component, what does the chain do with
+//! this event, what does a policy cost. So they run nothing of their own:
+//! the production engine (pooling allocator, the compiling child process,
+//! the compile cache), the loader's steps, the chain with its limits, time
+//! shares, merge and validation, and the dispatcher that keeps the node
+//! view and the policies' state between events. What they add is only the
+//! input (a request in NRI's JSON, a recording) and a report of what each
+//! policy did.
+//!
+//! - `check.rs`: one component through every load step, with its costs;
+//! - `eval.rs`: events through a chain, one or a recording (`replay.rs`);
+//! - `describe.rs`: replies as the Rust SDK's test lines;
+//! - `new.rs`: a project from a template.
+//!
+//! Exit codes are part of the interface (scripts and CI use them):
+//! [`EXIT_OK`], [`EXIT_FAILED`], [`EXIT_USAGE`], [`EXIT_POLICY_ERROR`].
+
+pub mod check;
+mod describe;
+pub mod eval;
+pub mod new;
+mod replay;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+
+use crate::config::{Config, ConfigError};
+use crate::node::topology::Topology;
+use crate::policy::compile::Compiler;
+use crate::policy::engine::{EngineError, EngineSettings, Facts, PolicyEngine};
+use crate::policy::limits::Limits;
+use crate::policy::manifest::{self, PolicySpec, SpecError};
+
+/// `check`: the policy loads. `eval`: every event succeeded and every
+/// policy loaded and answered.
+pub const EXIT_OK: u8 = 0;
+/// `check`: the host refuses the policy (the report names the step).
+/// `eval`: an event would fail at the runtime (a denial, a failure of a
+/// policy with `on-error = "fail"`, a conflict).
+pub const EXIT_FAILED: u8 = 1;
+/// Nothing was checked or evaluated: a usage error, or an input (policy
+/// file, event, recording, settings, state, configuration) that cannot be
+/// read.
+pub const EXIT_USAGE: u8 = 2;
+/// `eval`: every event succeeded, but a policy did not load or failed (a
+/// trap, a limit, invalid output) and `on-error = "ignore"` dropped its
+/// output.
+pub const EXIT_POLICY_ERROR: u8 = 3;
+
+/// Where a policy's settings come from, when not from its `NN-name.toml`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SettingsArgs {
+    /// The settings text given to the policy's `configure`.
+    #[arg(long, conflicts_with = "settings_file")]
+    pub settings: Option<String>,
+    /// The settings from a file: its text as is, or, for a `.toml` file,
+    /// the policy file an operator installs as `NN-name.toml` (its
+    /// settings, limits, on-error, on-conflict and mode apply).
+    #[arg(long, value_name = "FILE")]
+    pub settings_file: Option<PathBuf>,
+}
+
+/// The host side: its configuration and the compile cache.
+#[derive(Debug, Args, Clone, Default)]
+pub struct HostArgs {
+    /// The host's configuration file: its [engine] and [chain] settings and
+    /// its default [policies.limits] apply, as on the node.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where compiled policies are kept between runs (default: the
+    /// configuration's cache-dir, else $XDG_CACHE_HOME/nri-wasm or
+    /// ~/.cache/nri-wasm).
+    #[arg(long, value_name = "DIR", env = "NRI_WASM_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// What keeps a command from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    #[error("{}: no such file or directory", .0.display())]
+    Missing(PathBuf),
+    #[error("--settings-file {}: {reason}", path.display())]
+    SettingsFile { path: PathBuf, reason: String },
+    #[error(transparent)]
+    PolicyFile(#[from] SpecError),
+    #[error("cannot start the engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// The host's configuration, checked, or the defaults.
+fn host_config(args: &HostArgs) -> Result<Config, SetupError> {
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.policies.limits().validate("[policies.limits]").map_err(SetupError::InvalidConfig)?;
+    config.engine.validate(&config.policies.limits()).map_err(SetupError::InvalidConfig)?;
+    config.chain.validate().map_err(SetupError::InvalidConfig)?;
+    Ok(config)
+}
+
+/// The user's cache of compiled policies.
+fn user_cache_dir() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
+    };
+    Some(base.join("nri-wasm"))
+}
+
+/// The production engine with the configuration's settings, compiling with
+/// `compiler` and caching in `cache_dir`.
+fn engine(
+    settings: &EngineSettings,
+    cache_dir: Option<PathBuf>,
+    compiler: Compiler,
+) -> Result<Arc<PolicyEngine>, SetupError> {
+    let settings = EngineSettings { cache_dir, ..settings.clone() };
+    Ok(Arc::new(PolicyEngine::new(&settings)?.with_compiler(compiler)))
+}
+
+/// The facts a node would show its policies: this machine's.
+fn facts() -> Facts {
+    let topology = Topology::from_system()
+        .unwrap_or_else(|_| Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32)));
+    Facts::unconfigured(Facts::node_from_system(), &topology)
+}
+
+/// The spec of one component file: named `NN-name` after the file (or its
+/// stem), with its `NN-name.toml` beside it if there is one, then the
+/// settings the command line gives.
+fn file_spec(wasm: &Path, settings: &SettingsArgs, defaults: Limits) -> Result<PolicySpec, SetupError> {
+    let file_name = wasm.file_name().and_then(|n| n.to_str()).unwrap_or("policy.wasm");
+    let (name, beside) = match manifest::policy_stem(file_name, "wasm") {
+        Some(stem) => {
+            let toml = wasm.with_file_name(format!("{stem}.toml"));
+            (stem, toml.is_file().then_some(toml))
+        }
+        None => (file_name.strip_suffix(".wasm").unwrap_or(file_name).to_string(), None),
+    };
+    let mut spec = manifest::read_spec(&name, wasm, beside.as_deref(), defaults)?;
+    apply_settings(&mut spec, settings, defaults)?;
+    Ok(spec)
+}
+
+/// Most bytes of a settings file (as for a policy's `NN-name.toml`).
+const MAX_SETTINGS_BYTES: u64 = 1 << 20;
+
+/// Applies `--settings` or `--settings-file` to `spec`.
+fn apply_settings(spec: &mut PolicySpec, settings: &SettingsArgs, defaults: Limits) -> Result<(), SetupError> {
+    if let Some(text) = &settings.settings {
+        spec.settings = text.clone();
+    }
+    let Some(path) = &settings.settings_file else { return Ok(()) };
+    let bad = |reason: String| SetupError::SettingsFile { path: path.clone(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() || meta.len() > MAX_SETTINGS_BYTES {
+        return Err(bad(format!("not a regular file of at most {MAX_SETTINGS_BYTES} bytes")));
+    }
+    if path.extension().is_some_and(|e| e == "toml") {
+        let from_file = manifest::read_spec(&spec.name, &spec.wasm, Some(path), defaults)?;
+        *spec = from_file;
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        spec.settings = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
+    }
+    Ok(())
+}
+
+/// Thousands separated by commas, for fuel.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration in milliseconds, for people.
+fn ms(d: std::time::Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_easily() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(100_000_000), "100,000,000");
+        assert_eq!(ms(std::time::Duration::from_micros(1234)), "1.23 ms");
+        assert_eq!(ms(std::time::Duration::from_micros(12_340)), "12.3 ms");
+    }
+
+    #[test]
+    fn a_policy_file_is_read_beside_the_component_and_settings_override_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("20-x.wasm");
+        std::fs::write(
+            dir.path().join("20-x.toml"),
+            "on-error = \"fail\"\nsettings = \"beside\"\n[limits]\nfuel = 7\n",
+        )
+        .unwrap();
+        let none = SettingsArgs::default();
+        let spec = file_spec(&wasm, &none, Limits::default()).unwrap();
+        assert_eq!((spec.name.as_str(), spec.settings.as_str(), spec.limits.fuel), ("20-x", "beside", 7));
+        let text = SettingsArgs { settings: Some("given".into()), settings_file: None };
+        assert_eq!(file_spec(&wasm, &text, Limits::default()).unwrap().settings, "given");
+
+        let raw = dir.path().join("settings.json");
+        std::fs::write(&raw, "{\"a\": 1}").unwrap();
+        let from_raw = SettingsArgs { settings: None, settings_file: Some(raw) };
+        let spec = file_spec(&dir.path().join("plain.wasm"), &from_raw, Limits::default()).unwrap();
+        assert_eq!((spec.name.as_str(), spec.settings.as_str()), ("plain", "{\"a\": 1}"));
+
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, "mode = \"audit\"\n[settings]\nlabel = \"team\"\n").unwrap();
+        let from_toml = SettingsArgs { settings: None, settings_file: Some(policy) };
+        let spec = file_spec(&dir.path().join("plain.wasm"), &from_toml, Limits::default()).unwrap();
+        assert_eq!(spec.settings, r#"{"label":"team"}"#);
+        assert_eq!(spec.mode, crate::policy::manifest::Mode::Audit);
+
+        let typo = dir.path().join("typo.toml");
+        std::fs::write(&typo, "on-eror = \"fail\"\n").unwrap();
+        let e = file_spec(&wasm, &SettingsArgs { settings: None, settings_file: Some(typo) }, Limits::default());
+        assert!(e.unwrap_err().to_string().contains("on-eror"));
+    }
+}

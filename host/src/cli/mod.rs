@@ -1,0 +1,254 @@
+//! The `nri-wasm` command line: one file per verb.
+//!
+//! A runtime that launches plugins from its plugin directory runs them with no
+//! arguments at all, so the binary without a subcommand is `run`, and `run`
+//! detects launched mode from the environment the runtime sets.
+//!
+//! - `run.rs`: serve a runtime (the DaemonSet's command);
+//! - `demo.rs`: the example policies against the embedded runtime simulator;
+//! - `config.rs`: `config check`, the effective configuration or its errors;
+//! - `status.rs`: a running host's chain and counters, over its endpoint;
+//! - `author/`: the policy author's `check`, `eval` (and `eval --replay`)
+//!   and `new`.
+
+pub mod author;
+mod config;
+#[cfg(feature = "demo")]
+mod demo;
+mod run;
+mod status;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::LogFormat;
+use crate::nri::transport;
+
+pub use run::{
+    connect_options, policy_host, policy_host_observed, run, run_host, run_host_recording, run_recording, settings,
+    stop_on_signals, subprocess_compiler, transport_runtime, PolicyHost,
+};
+pub use status::print as print_status;
+
+/// One NRI plugin that runs a chain of WebAssembly policies.
+#[derive(Debug, Parser)]
+#[command(name = "nri-wasm", version, about)]
+pub struct Cli {
+    /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or e.g.
+    /// `info,nri_wasm::nri=debug`); overrides the config file; `RUST_LOG`
+    /// overrides both.
+    #[arg(long, global = true)]
+    pub log: Option<String>,
+    /// Log format; overrides the config file.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Connect to the runtime (or use the socket it launched us with) and serve events.
+    Run(RunArgs),
+    /// Run the example policies through a simulated pod lifecycle: no real runtime needed.
+    #[cfg(feature = "demo")]
+    Demo(DemoArgs),
+    /// Check a configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Show a running host's chain, each policy's state and counters.
+    Status(StatusArgs),
+    /// Will this host load a policy, and what will it cost? (exit 0 loads,
+    /// 1 refused, 2 usage or unreadable file)
+    Check(author::check::CheckArgs),
+    /// Run an event, or a recording (--replay), through policies offline
+    /// with the production engine (exit 0 ok, 1 an event fails, 2 usage or
+    /// bad input, 3 a policy failed or did not load)
+    Eval(author::eval::EvalArgs),
+    /// Create a policy project (handler, settings, native tests, a fixture,
+    /// a README with the build and install commands) from its SDK's template.
+    New(author::new::NewArgs),
+    /// Compile a component from stdin to stdout (the host's own child process).
+    #[command(hide = true)]
+    InternalCompile(InternalCompileArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file and the settings files of its policy
+    /// directory; print the effective configuration.
+    Check(ConfigCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigCheckArgs {
+    /// The configuration file (TOML).
+    pub file: PathBuf,
+    /// Print nothing but errors.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The host's metrics endpoint.
+    #[arg(long, default_value = crate::config::DEFAULT_METRICS_ADDRESS)]
+    pub address: String,
+    /// Print the JSON the host returned.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InternalCompileArgs {
+    /// Largest component accepted, in bytes.
+    #[arg(long)]
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct RunArgs {
+    /// Configuration file (TOML).
+    #[arg(long, short = 'c', env = "NRI_WASM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The runtime's NRI socket (external mode).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Plugin name to register with.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Two-digit plugin index to register with.
+    #[arg(long)]
+    pub idx: Option<String>,
+    /// Directory of policies (`NN-name.wasm`, optional `NN-name.toml`).
+    #[arg(long, env = "NRI_WASM_POLICIES")]
+    pub policies: Option<PathBuf>,
+    /// Address of the metrics and health endpoint (`""` turns it off).
+    #[arg(long)]
+    pub metrics_address: Option<String>,
+    /// Record every request the runtime sends to this file, one JSON line
+    /// each, for `nri-wasm eval --replay` (off by default). The file holds
+    /// the containers' environment: it is created with mode 0600.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub record: Option<PathBuf>,
+    /// Past this size the recording moves to FILE.jsonl.1 (replacing it) and
+    /// starts anew; 0 never rotates.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub record_max_mib: u64,
+}
+
+#[cfg(feature = "demo")]
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory of policies to run instead of the built-in examples.
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
+    /// Pods of the simulated workload (the first few are the scenarios that
+    /// trigger the examples; more are ordinary pods).
+    #[arg(long, default_value_t = 10)]
+    pub pods: usize,
+    /// NRI version the simulated runtime speaks.
+    #[arg(long, default_value = "v0.12.0")]
+    pub nri_version: String,
+    /// One JSON object per event, then a summary object, instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Colour: auto (when stdout is a terminal), always, never.
+    #[arg(long, value_enum, default_value_t = Colour::Auto)]
+    pub colour: Colour,
+}
+
+/// When to colour output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Colour {
+    Auto,
+    Always,
+    Never,
+}
+
+/// The log filter of `check` and `eval`: their reports tell what the
+/// policies did, so the policy modules' own lines would only repeat them
+/// (and say that UpdateContainers could not be sent: there is no runtime).
+const AUTHOR_LOG: &str = "error,nri_wasm::policy=off";
+
+/// Sets up logging: to stderr, `format`, `filter` unless `RUST_LOG` is set;
+/// colours only when stderr is a terminal.
+pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(filter))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+/// The binary: parse the command line, set up logging, run.
+///
+/// # Safety
+///
+/// Call it first thing in a binary's `main`, before anything opens a file:
+/// it claims the socket a runtime may have passed (see
+/// [`transport::claim_inherited`]).
+pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
+    let cli = Cli::parse();
+    if let Some(Command::InternalCompile(args)) = &cli.command {
+        return Ok(crate::policy::compile::child_main(args.max_bytes));
+    }
+    // SAFETY: by this function's contract nothing has opened a file yet, so
+    // the socket the runtime passed (if it did) is owned by nothing else.
+    unsafe { transport::claim_inherited(|k| std::env::var(k).ok()) }?;
+    let format = cli.log_format.unwrap_or(LogFormat::Text);
+    match cli.command {
+        None => serve(&cli.log, cli.log_format, RunArgs::default()),
+        Some(Command::Run(args)) => serve(&cli.log, cli.log_format, args),
+        #[cfg(feature = "demo")]
+        Some(Command::Demo(args)) => {
+            // The report says what loading and the policies did; the log
+            // only what went wrong in the host itself.
+            init_logging(cli.log.as_deref().unwrap_or("error,nri_wasm::policy::reload=off"), format)?;
+            transport_runtime()?.block_on(demo::demo(args))
+        }
+        Some(Command::Config(ConfigCommand::Check(args))) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            Ok(config::check(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
+        }
+        Some(Command::Status(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            transport_runtime()?.block_on(status::status(&args, &mut std::io::stdout().lock()))
+        }
+        Some(Command::Check(args)) => {
+            // The report says what the policy did; the log only what went
+            // wrong in the host itself.
+            init_logging(cli.log.as_deref().unwrap_or(AUTHOR_LOG), format)?;
+            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+            Ok(author::check::check(&args, subprocess_compiler(), &mut out, &mut err))
+        }
+        Some(Command::Eval(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or(AUTHOR_LOG), format)?;
+            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+            Ok(author::eval::eval(&args, subprocess_compiler(), &mut out, &mut err))
+        }
+        Some(Command::New(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            Ok(author::new::new(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
+        }
+        Some(Command::InternalCompile(_)) => unreachable!("handled before anything else"),
+    }
+}
+
+/// `run`: the configuration first (its logging settings apply), then serve.
+fn serve(log: &Option<String>, format: Option<LogFormat>, args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+    let (config, options) = settings(&args, |k| std::env::var(k).ok())?;
+    let filter = log.clone().unwrap_or_else(|| config.logging.level.clone());
+    init_logging(&filter, format.unwrap_or(config.logging.format))?;
+    let record = args
+        .record
+        .clone()
+        .map(|path| crate::nri::record::RecordOptions { path, max_bytes: args.record_max_mib.saturating_mul(1 << 20) });
+    transport_runtime()?.block_on(run_recording(config, options, record))?;
+    Ok(std::process::ExitCode::SUCCESS)
+}

@@ -1,0 +1,101 @@
+//! `nri-wasm status`: what a running host is doing, from its endpoint.
+
+use std::io::Write;
+
+use super::StatusArgs;
+use crate::metrics::HostStatus;
+
+pub async fn status(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<std::process::ExitCode> {
+    let addr: std::net::SocketAddr = args
+        .address
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--address {:?} is not an IP address and port", args.address))?;
+    let (code, body) = crate::metrics::get(addr, "/status").await.map_err(|e| {
+        anyhow::anyhow!("no host answers on {addr} ({e}); is it running with [metrics] address = {:?}?", args.address)
+    })?;
+    if code != 200 {
+        anyhow::bail!("the host on {addr} answered {code}: {}", body.trim());
+    }
+    if args.json {
+        writeln!(out, "{}", body.trim())?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let status: HostStatus =
+        serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("unexpected answer from {addr}: {e}"))?;
+    print(&status, out)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The status as a table.
+pub fn print(s: &HostStatus, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "runtime: {}   chain: {}   reconnects: {}",
+        if s.registered { "registered" } else { "not registered" },
+        if s.chain_loaded { "loaded" } else { "loading" },
+        s.reconnects
+    )?;
+    if !s.subscribed.is_empty() {
+        writeln!(out, "subscribed: {}", s.subscribed)?;
+    }
+    writeln!(out, "{:<24} {:<8} {:<8} {:<6} {:>8}  calls", "POLICY", "STATUS", "MODE", "ERROR", "FAILURES")?;
+    for p in &s.policies {
+        let calls: Vec<String> = p.calls.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let status = if p.quarantined { "quarantined" } else { &p.status };
+        writeln!(
+            out,
+            "{:<24} {:<8} {:<8} {:<6} {:>8}  {}",
+            p.name,
+            status,
+            p.mode,
+            p.on_error,
+            p.failures,
+            if calls.is_empty() { "-".into() } else { calls.join(" ") }
+        )?;
+        if !p.reason.is_empty() {
+            writeln!(out, "    {}", p.reason)?;
+        }
+    }
+    if s.policies.is_empty() {
+        writeln!(out, "(no policies)")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::PolicyStatus;
+
+    #[test]
+    fn the_table_shows_every_policy_and_why_one_is_not_loaded() {
+        let s = HostStatus {
+            registered: true,
+            chain_loaded: true,
+            reconnects: 2,
+            subscribed: "CreateContainer".into(),
+            policies: vec![
+                PolicyStatus {
+                    name: "10-a".into(),
+                    status: "loaded".into(),
+                    mode: "enforce".into(),
+                    on_error: "ignore".into(),
+                    calls: [("changed".to_string(), 3u64)].into_iter().collect(),
+                    ..Default::default()
+                },
+                PolicyStatus {
+                    name: "20-b".into(),
+                    status: "failed".into(),
+                    reason: "not a component".into(),
+                    ..Default::default()
+                },
+            ],
+        };
+        let mut out = Vec::new();
+        print(&s, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("registered") && out.contains("reconnects: 2"), "{out}");
+        assert!(out.contains("10-a") && out.contains("changed=3"), "{out}");
+        assert!(out.contains("20-b") && out.contains("not a component"), "{out}");
+    }
+}

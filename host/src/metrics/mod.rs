@@ -1,0 +1,429 @@
+//! What the host tells its operator: Prometheus metrics, health, and the
+//! state of every policy, served over HTTP (`/metrics`, `/healthz`,
+//! `/readyz`, `/status`).
+//!
+//! Everything is recorded where it happens, at a cost of an atomic add per
+//! number: policy calls and their outcomes as the chain reports each step
+//! ([`crate::policy::chain::Observer`]), events and the chain's time by the
+//! dispatcher, registration and reconnects from the supervisor's status,
+//! loaded policies and reloads by the loader. The HTTP server is deliberately
+//! small (`http.rs`): GET only, a bounded request head, a deadline per
+//! connection, one response per connection.
+
+mod http;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use serde::Serialize;
+
+use crate::policy::chain::{Chain, Observer, Outcome, Step};
+
+pub use http::{get, serve};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    policy: String,
+    event: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabel {
+    policy: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event: String,
+    result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabel {
+    event: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    policy: String,
+    sha256: String,
+    mode: String,
+    on_error: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+/// What `/status` and `nri-wasm status` show of one policy.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Default)]
+pub struct PolicyStatus {
+    pub name: String,
+    /// `loaded`, `failed` or `loading`.
+    pub status: String,
+    pub sha256: String,
+    pub events: String,
+    pub mode: String,
+    pub on_error: String,
+    /// Why it is not loaded.
+    pub reason: String,
+    /// Calls by outcome since the host started.
+    pub calls: std::collections::BTreeMap<String, u64>,
+    /// Consecutive failures, and whether it is quarantined now.
+    pub failures: u32,
+    pub quarantined: bool,
+}
+
+/// What `/status` returns.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Default)]
+pub struct HostStatus {
+    pub registered: bool,
+    pub chain_loaded: bool,
+    pub reconnects: u64,
+    pub subscribed: String,
+    pub policies: Vec<PolicyStatus>,
+}
+
+/// Every metric of the host, and its health.
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_duration: Family<PolicyLabel, Histogram>,
+    fuel: Family<PolicyLabel, Counter>,
+    events: Family<EventLabels, Counter>,
+    chain_duration: Family<EventLabel, Histogram>,
+    overruns: Counter,
+    registered: Gauge,
+    reconnects: Counter,
+    policies: Family<StatusLabel, Gauge>,
+    info: Family<InfoLabels, Gauge>,
+    reloads: Family<ResultLabel, Counter>,
+    chain_loaded: AtomicBool,
+    /// The policies as last installed, for `/status`.
+    chain: Mutex<Option<Arc<Chain>>>,
+    subscribed: Mutex<String>,
+    /// Where the endpoint listens, once it does.
+    endpoint: Mutex<Option<std::net::SocketAddr>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let calls = Family::<CallLabels, Counter>::default();
+        let call_duration = Family::<PolicyLabel, Histogram>::new_with_constructor(|| {
+            // 10 µs to about 1.3 s.
+            Histogram::new(exponential_buckets(1e-5, 2.0, 18))
+        });
+        let fuel = Family::<PolicyLabel, Counter>::default();
+        let events = Family::<EventLabels, Counter>::default();
+        let chain_duration = Family::<EventLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(1e-5, 2.0, 18))
+        });
+        let overruns = Counter::default();
+        let registered = Gauge::default();
+        let reconnects = Counter::default();
+        let policies = Family::<StatusLabel, Gauge>::default();
+        let info = Family::<InfoLabels, Gauge>::default();
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register("nri_wasm_policy_calls", "Policy calls by policy, event and outcome", calls.clone());
+        registry.register_with_unit(
+            "nri_wasm_policy_call_duration",
+            "Time of a policy call, the host's work on its reply included",
+            Unit::Seconds,
+            call_duration.clone(),
+        );
+        registry.register("nri_wasm_policy_fuel_consumed", "Fuel policies consumed", fuel.clone());
+        registry.register("nri_wasm_events", "NRI events by type and result", events.clone());
+        registry.register_with_unit(
+            "nri_wasm_chain_duration",
+            "Time of the chain for one event",
+            Unit::Seconds,
+            chain_duration.clone(),
+        );
+        registry.register(
+            "nri_wasm_answer_budget_overruns",
+            "Events answered with DEADLINE_EXCEEDED because the answer budget ran out",
+            overruns.clone(),
+        );
+        registry.register("nri_wasm_registered", "1 while registered with the runtime", registered.clone());
+        registry.register("nri_wasm_reconnects", "Connections to the runtime after the first", reconnects.clone());
+        registry.register("nri_wasm_policies", "Policies by status (loaded, failed, loading)", policies.clone());
+        registry.register("nri_wasm_policy_info", "One series per policy of the chain, always 1", info.clone());
+        registry.register("nri_wasm_reloads", "Reloads of the policy directory by result", reloads.clone());
+        Self {
+            registry,
+            calls,
+            call_duration,
+            fuel,
+            events,
+            chain_duration,
+            overruns,
+            registered,
+            reconnects,
+            policies,
+            info,
+            reloads,
+            chain_loaded: AtomicBool::new(false),
+            chain: Mutex::new(None),
+            subscribed: Mutex::new(String::new()),
+            endpoint: Mutex::new(None),
+        }
+    }
+
+    /// The address the endpoint listens on (the port the system chose for
+    /// a configured port 0).
+    pub fn endpoint(&self) -> Option<std::net::SocketAddr> {
+        *self.endpoint.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_endpoint(&self, addr: std::net::SocketAddr) {
+        *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr);
+    }
+
+    /// The metrics in Prometheus's text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// An event was answered: `result` is ok, denied or failed.
+    pub fn event(&self, event: &str, result: &str, chain: Duration) {
+        self.events.get_or_create(&EventLabels { event: event.into(), result: result.into() }).inc();
+        self.chain_duration.get_or_create(&EventLabel { event: event.into() }).observe(chain.as_secs_f64());
+    }
+
+    /// An answer ran out of the answer budget.
+    pub fn budget_overrun(&self) {
+        self.overruns.inc();
+    }
+
+    /// The host registered (or lost the runtime).
+    pub fn set_registered(&self, registered: bool, registrations: u64) {
+        self.registered.set(i64::from(registered));
+        let reconnects = registrations.saturating_sub(1);
+        let seen = self.reconnects.get();
+        if reconnects > seen {
+            self.reconnects.inc_by(reconnects - seen);
+        }
+    }
+
+    /// The subscription the runtime was given.
+    pub fn set_subscribed(&self, mask: String) {
+        *self.subscribed.lock().unwrap_or_else(|p| p.into_inner()) = mask;
+    }
+
+    /// A chain was installed; `loading` policies are still being loaded.
+    pub fn chain_installed(&self, chain: &Arc<Chain>, loading: bool) {
+        self.info.clear();
+        for p in chain.policies() {
+            self.info
+                .get_or_create(&InfoLabels {
+                    policy: p.name().into(),
+                    sha256: p.digest().into(),
+                    mode: format!("{:?}", p.spec.mode).to_lowercase(),
+                    on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
+                })
+                .set(1);
+        }
+        let (pending, failed) = match loading {
+            true => (chain.unloadable().len() as i64, 0),
+            false => (0, chain.unloadable().len() as i64),
+        };
+        self.policies.get_or_create(&StatusLabel { status: "loaded".into() }).set(chain.len() as i64);
+        self.policies.get_or_create(&StatusLabel { status: "failed".into() }).set(failed);
+        self.policies.get_or_create(&StatusLabel { status: "loading".into() }).set(pending);
+        self.chain_loaded.store(!loading, Ordering::Relaxed);
+        *self.chain.lock().unwrap_or_else(|p| p.into_inner()) = Some(chain.clone());
+    }
+
+    /// A reload of the policy directory ended.
+    pub fn reload(&self, ok: bool) {
+        self.reloads.get_or_create(&ResultLabel { result: if ok { "ok" } else { "failed" }.into() }).inc();
+    }
+
+    /// Alive: the process answers.
+    pub fn healthy(&self) -> bool {
+        true
+    }
+
+    /// Ready: registered with the runtime and the first load done.
+    pub fn ready(&self) -> bool {
+        self.registered.get() == 1 && self.chain_loaded.load(Ordering::Relaxed)
+    }
+
+    /// What `/status` shows.
+    pub fn status(&self) -> HostStatus {
+        let chain = self.chain.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let loading = !self.chain_loaded.load(Ordering::Relaxed);
+        let mut policies = Vec::new();
+        if let Some(chain) = &chain {
+            for e in chain.entries() {
+                let p = &e.policy;
+                policies.push(PolicyStatus {
+                    name: p.name().into(),
+                    status: "loaded".into(),
+                    sha256: p.digest().into(),
+                    events: p.events().to_string(),
+                    mode: format!("{:?}", p.spec.mode).to_lowercase(),
+                    on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
+                    reason: String::new(),
+                    calls: self.calls_of(p.name()),
+                    failures: e.failures(),
+                    quarantined: e.quarantined(),
+                });
+            }
+            for u in chain.unloadable() {
+                policies.push(PolicyStatus {
+                    name: u.name.clone(),
+                    status: if loading { "loading" } else { "failed" }.into(),
+                    reason: u.reason.clone(),
+                    calls: self.calls_of(&u.name),
+                    on_error: if u.mandatory { "fail" } else { "ignore" }.into(),
+                    ..PolicyStatus::default()
+                });
+            }
+            policies.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        HostStatus {
+            registered: self.registered.get() == 1,
+            chain_loaded: !loading,
+            reconnects: self.reconnects.get(),
+            subscribed: self.subscribed.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            policies,
+        }
+    }
+
+    fn calls_of(&self, policy: &str) -> std::collections::BTreeMap<String, u64> {
+        // The family cannot be iterated; the outcomes are a fixed list.
+        let mut calls = std::collections::BTreeMap::new();
+        for outcome in OUTCOMES {
+            let mut total = 0;
+            for event in crate::nri::EventKind::ALL.iter().map(|e| e.name()).chain(["Synchronize"]) {
+                let labels = CallLabels { policy: policy.into(), event: event.into(), outcome: (*outcome).into() };
+                if let Some(c) = self.calls.get(&labels) {
+                    total += c.get();
+                }
+            }
+            if total > 0 {
+                calls.insert((*outcome).to_string(), total);
+            }
+        }
+        calls
+    }
+}
+
+/// Every outcome a policy call can have, as metrics label them.
+pub const OUTCOMES: &[&str] = &[
+    "ok",
+    "changed",
+    "denied",
+    "trap",
+    "timeout",
+    "fuel",
+    "memory",
+    "invalid",
+    "conflict",
+    "skipped",
+    "quarantined",
+    "not-loaded",
+];
+
+impl Observer for Metrics {
+    fn step(&self, event: &str, target: &str, step: &Step) {
+        let outcome = step.outcome.kind();
+        let labels = CallLabels { policy: step.policy.clone(), event: event.into(), outcome: outcome.into() };
+        self.calls.get_or_create(&labels).inc();
+        let policy = PolicyLabel { policy: step.policy.clone() };
+        if step.fuel > 0 || !step.elapsed.is_zero() {
+            self.call_duration.get_or_create(&policy).observe(step.elapsed.as_secs_f64());
+            self.fuel.get_or_create(&policy).inc_by(step.fuel);
+        }
+        // One line per decision that changed or denied something.
+        match &step.outcome {
+            // What changed is described only when asked for (audit mode,
+            // `eval`, the demo): describing every reply would cost the
+            // events their time.
+            Outcome::Changed { what } if what.is_empty() => {
+                tracing::info!(policy = step.policy, event, target, audit = step.audit, "policy decision: changed");
+            }
+            Outcome::Changed { what } => {
+                tracing::info!(policy = step.policy, event, target, audit = step.audit, changed = %what, "policy decision: changed");
+            }
+            Outcome::Denied { reason } => {
+                tracing::info!(
+                    policy = step.policy,
+                    event,
+                    target,
+                    audit = step.audit,
+                    reason,
+                    "policy decision: denied"
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_encoded_with_their_names_and_labels() {
+        let m = Metrics::new();
+        let step = Step {
+            policy: "10-a".into(),
+            audit: false,
+            fuel: 1000,
+            elapsed: Duration::from_micros(50),
+            outcome: Outcome::Denied { reason: "no".into() },
+        };
+        m.step("CreateContainer", "container c", &step);
+        m.event("CreateContainer", "denied", Duration::from_micros(80));
+        m.set_registered(true, 3);
+        m.budget_overrun();
+        let text = m.encode();
+        for line in [
+            "nri_wasm_policy_calls_total{policy=\"10-a\",event=\"CreateContainer\",outcome=\"denied\"} 1",
+            "nri_wasm_policy_fuel_consumed_total{policy=\"10-a\"} 1000",
+            "nri_wasm_events_total{event=\"CreateContainer\",result=\"denied\"} 1",
+            "nri_wasm_registered 1",
+            "nri_wasm_reconnects_total 2",
+            "nri_wasm_answer_budget_overruns_total 1",
+            "nri_wasm_policy_call_duration_seconds_count{policy=\"10-a\"} 1",
+            "nri_wasm_chain_duration_seconds_count{event=\"CreateContainer\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert!(!m.ready(), "not ready before a chain is loaded");
+        assert_eq!(m.calls_of("10-a").get("denied"), Some(&1));
+    }
+}

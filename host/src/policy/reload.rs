@@ -1,0 +1,426 @@
+//! Keeping the chain in step with the policy directory.
+//!
+//! A reload reads the directory again and builds the next chain to the side
+//! while events keep flowing on the current one, then swaps it in with one
+//! pointer store: an event in flight finishes on the chain it started with,
+//! the next one sees the new chain. The rules an operator relies on:
+//! - a policy whose file and settings did not change keeps its compiled
+//!   form, its instance pool and its state (nothing is compiled or
+//!   configured again; its `Arc` moves into the new chain);
+//! - a new version that fails to load (not a component, wrong world, compile
+//!   error, settings rejected, `sha256` pin, permissions) is reported and the
+//!   version it was meant to replace stays; a version refused once is not
+//!   tried again until its file or settings change;
+//! - a policy whose file is removed leaves the chain;
+//! - a directory that cannot be read changes nothing (a volume being
+//!   remounted must not empty the chain);
+//! - one reload at a time; a reload that finds nothing changed installs
+//!   nothing, so a stray event costs a directory listing and a few `stat`s.
+//!
+//! The first load is a reload from nothing. The dispatcher reconnects to the
+//! runtime if the union of subscriptions changed (see `dispatcher.rs`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::chain::{Chain, ChainSettings, Unloadable};
+use super::dispatcher::PolicyDispatcher;
+use super::engine::{Facts, PolicyEngine};
+use super::loader::{self, DirOptions, LoadProblem};
+use super::manifest::{PolicySpec, SpecError};
+use super::prepare::CompiledPolicy;
+use crate::metrics::Metrics;
+
+/// What identifies the content of a policy file without reading it: a file
+/// replaced or rewritten changes at least one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileId {
+    fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        })
+    }
+}
+
+/// A file whose metadata did not change may still have new content if it
+/// was written again within the file system's timestamp granularity (a
+/// clock tick): for files changed in the last two seconds, compare contents.
+fn rewritten_lately(origin: &Origin, policy: &CompiledPolicy) -> bool {
+    let Some(file) = origin.file else { return false };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+    if now - file.mtime_ns.max(file.ctime_ns) > 2_000_000_000 {
+        return false;
+    }
+    match std::fs::read(&origin.spec.wasm) {
+        Ok(bytes) => super::prepare::sha256_hex(&bytes) != policy.digest(),
+        Err(_) => true,
+    }
+}
+
+/// Where a version of a policy came from.
+#[derive(Debug, Clone, PartialEq)]
+struct Origin {
+    spec: PolicySpec,
+    file: Option<FileId>,
+}
+
+/// What one reload did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Policies that joined the chain.
+    pub added: Vec<String>,
+    /// Policies whose new version replaced the old one.
+    pub replaced: Vec<String>,
+    /// Policies kept as they were (unchanged).
+    pub unchanged: Vec<String>,
+    /// Policies whose file went away.
+    pub removed: Vec<String>,
+    /// New versions refused: the previous version stays. (policy, why)
+    pub refused: Vec<(String, String)>,
+    /// Policies found but not loaded, with no previous version. (policy, why)
+    pub failed: Vec<(String, String)>,
+    /// Problems that are not about one policy (bad file names, orphan
+    /// settings, an unreadable directory).
+    pub problems: Vec<String>,
+    /// A new chain was installed.
+    pub installed: bool,
+    /// The events the runtime should send changed.
+    pub resubscribe: bool,
+}
+
+impl ReloadReport {
+    /// Every policy found is loaded in its newest version.
+    pub fn is_clean(&self) -> bool {
+        self.refused.is_empty() && self.failed.is_empty() && self.problems.is_empty()
+    }
+}
+
+/// Where policies come from and how they are loaded.
+#[derive(Debug, Clone)]
+pub struct PolicySource {
+    pub dir: Option<PathBuf>,
+    pub options: DirOptions,
+    pub chain: ChainSettings,
+}
+
+/// Loads the policy directory into a dispatcher, again and again.
+#[derive(Debug)]
+pub struct Reloader {
+    engine: Arc<PolicyEngine>,
+    dispatcher: Arc<PolicyDispatcher>,
+    metrics: Arc<Metrics>,
+    source: PolicySource,
+    facts: Arc<Facts>,
+    /// Where each policy of the installed chain came from.
+    installed: Mutex<HashMap<String, Origin>>,
+    /// Versions refused, so they are not tried again until they change.
+    refused: Mutex<HashMap<String, (Origin, String)>>,
+    /// One reload at a time.
+    running: tokio::sync::Mutex<()>,
+    /// Reloads finished so far, and the report of the last one.
+    done: watch::Sender<(u64, Arc<ReloadReport>)>,
+}
+
+impl Reloader {
+    pub fn new(
+        engine: Arc<PolicyEngine>,
+        dispatcher: Arc<PolicyDispatcher>,
+        metrics: Arc<Metrics>,
+        source: PolicySource,
+        facts: Arc<Facts>,
+    ) -> Self {
+        Self {
+            engine,
+            dispatcher,
+            metrics,
+            source,
+            facts,
+            installed: Mutex::default(),
+            refused: Mutex::default(),
+            running: tokio::sync::Mutex::new(()),
+            done: watch::Sender::new((0, Arc::default())),
+        }
+    }
+
+    pub fn source(&self) -> &PolicySource {
+        &self.source
+    }
+
+    /// Reloads finished so far and the last one's report (watch it to wait
+    /// for the next one).
+    pub fn reloads(&self) -> watch::Receiver<(u64, Arc<ReloadReport>)> {
+        self.done.subscribe()
+    }
+
+    /// Reads the directory and installs what changed. Runs on the engine's
+    /// runtime (compiling is CPU work that must not share the transport's
+    /// thread).
+    pub async fn reload(self: &Arc<Self>) -> ReloadReport {
+        let this = self.clone();
+        match self.engine.handle().spawn(async move { this.reload_here().await }).await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::error!(error = %e, "reloading the policies failed in the host");
+                self.metrics.reload(false);
+                ReloadReport { problems: vec![format!("the host failed to reload: {e}")], ..Default::default() }
+            }
+        }
+    }
+
+    async fn reload_here(&self) -> ReloadReport {
+        let _one = self.running.lock().await;
+        let started = std::time::Instant::now();
+        let report = self.build_and_install().await;
+        self.metrics.reload(report.is_clean());
+        log_report(&report, started.elapsed());
+        let shared = Arc::new(report.clone());
+        self.done.send_modify(|(n, last)| {
+            *n += 1;
+            *last = shared;
+        });
+        report
+    }
+
+    async fn build_and_install(&self) -> ReloadReport {
+        let mut report = ReloadReport::default();
+        let (specs, errors) = match &self.source.dir {
+            Some(dir) => loader::scan(dir, self.source.options),
+            None => Default::default(),
+        };
+        let current = self.dispatcher.chain();
+        if let Some(SpecError::Directory { .. }) = errors.first() {
+            report.problems = errors.iter().map(ToString::to_string).collect();
+            report.unchanged = current.policies().map(|p| p.name().to_string()).collect();
+            return report;
+        }
+        let live: HashMap<&str, &Arc<CompiledPolicy>> =
+            current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
+        let installed = self.installed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut next: Vec<(Arc<CompiledPolicy>, Origin)> = Vec::new();
+        let mut unloadable: Vec<Unloadable> = Vec::new();
+        let mut to_load: Vec<(PolicySpec, Origin)> = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+
+        for spec in specs {
+            seen.push(spec.name.clone());
+            let origin = Origin { file: FileId::of(&spec.wasm), spec };
+            let name = origin.spec.name.clone();
+            let old = live.get(name.as_str()).zip(installed.get(&name));
+            if let Some((policy, was)) = old {
+                if *was == origin && !rewritten_lately(&origin, policy) {
+                    next.push(((*policy).clone(), origin));
+                    report.unchanged.push(name);
+                    continue;
+                }
+            }
+            let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned();
+            if let Some((was, why)) = refused.filter(|(was, _)| *was == origin) {
+                // Refused before, unchanged since: not tried again.
+                match old {
+                    Some((policy, old_origin)) => {
+                        next.push(((*policy).clone(), old_origin.clone()));
+                        report.refused.push((name, why));
+                    }
+                    None => {
+                        let mandatory = loader::mandatory(&was.spec);
+                        unloadable.push(Unloadable { name: name.clone(), reason: why.clone(), mandatory });
+                        report.failed.push((name, why));
+                    }
+                }
+                continue;
+            }
+            to_load.push((origin.spec.clone(), origin));
+        }
+
+        // Policies whose settings file cannot be used.
+        for e in &errors {
+            let Some(name) = e.policy() else {
+                report.problems.push(e.to_string());
+                continue;
+            };
+            seen.push(name.to_string());
+            match live.get(name).zip(installed.get(name)) {
+                Some((policy, origin)) => {
+                    next.push(((*policy).clone(), origin.clone()));
+                    report.refused.push((name.to_string(), e.to_string()));
+                }
+                None => {
+                    unloadable.push(Unloadable { name: name.to_string(), reason: e.to_string(), mandatory: true });
+                    report.failed.push((name.to_string(), e.to_string()));
+                }
+            }
+        }
+
+        // New and changed versions, loaded together.
+        let specs: Vec<PolicySpec> = to_load.iter().map(|(s, _)| s.clone()).collect();
+        let results = loader::load_each(&self.engine, &specs, &self.facts).await;
+        for ((spec, origin), result) in to_load.into_iter().zip(results) {
+            let name = spec.name.clone();
+            let old = live.get(name.as_str()).zip(installed.get(&name));
+            match result {
+                Ok(policy) => {
+                    self.refused.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+                    if old.is_some() {
+                        report.replaced.push(name);
+                    } else {
+                        report.added.push(name);
+                    }
+                    next.push((Arc::new(policy), origin));
+                }
+                Err(error) => {
+                    let why = LoadProblem::Load { path: spec.wasm.clone(), error }.to_string();
+                    self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), (origin, why.clone()));
+                    match old {
+                        Some((policy, old_origin)) => {
+                            next.push(((*policy).clone(), old_origin.clone()));
+                            report.refused.push((name, why));
+                        }
+                        None => {
+                            unloadable.push(Unloadable {
+                                name: name.clone(),
+                                reason: why.clone(),
+                                mandatory: loader::mandatory(&spec),
+                            });
+                            report.failed.push((name, why));
+                        }
+                    }
+                }
+            }
+        }
+
+        report.removed = live.keys().filter(|n| !seen.iter().any(|s| s == *n)).map(|n| n.to_string()).collect();
+        report.removed.sort();
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).retain(|n, _| seen.contains(n));
+
+        next.sort_by(|a, b| a.0.name().cmp(b.0.name()));
+        unloadable.sort_by(|a, b| a.name.cmp(&b.name));
+        let same = next.len() == current.len()
+            && next.iter().zip(current.entries()).all(|((p, _), e)| Arc::ptr_eq(p, &e.policy))
+            && unloadable == current.unloadable();
+        if same && self.dispatcher.is_loaded() {
+            return report;
+        }
+        *self.installed.lock().unwrap_or_else(|p| p.into_inner()) =
+            next.iter().map(|(p, o)| (p.name().to_string(), o.clone())).collect();
+        let policies = next.into_iter().map(|(p, _)| p).collect();
+        let chain = Chain::of(policies, self.source.chain).with_unloadable(unloadable);
+        for u in chain.unloadable().iter().filter(|u| u.mandatory) {
+            tracing::error!(
+                policy = u.name,
+                reason = u.reason,
+                "mandatory policy not loaded: container creation fails until it is fixed"
+            );
+        }
+        let chain = Arc::new(chain);
+        self.metrics.chain_installed(&chain, false);
+        report.resubscribe = self.dispatcher.install_shared(chain).await;
+        report.installed = true;
+        report
+    }
+}
+
+fn log_report(r: &ReloadReport, took: std::time::Duration) {
+    for (policy, why) in &r.refused {
+        tracing::error!(policy, error = why, "new version of the policy refused; the previous version stays");
+    }
+    for (policy, why) in &r.failed {
+        tracing::error!(policy, error = why, "policy left out");
+    }
+    for problem in &r.problems {
+        tracing::error!(error = problem, "policy directory problem");
+    }
+    if r.installed {
+        tracing::info!(
+            added = ?r.added,
+            replaced = ?r.replaced,
+            removed = ?r.removed,
+            unchanged = r.unchanged.len(),
+            took_ms = took.as_millis() as u64,
+            resubscribe = r.resubscribe,
+            "policy chain installed"
+        );
+    } else {
+        tracing::debug!(took_ms = took.as_millis() as u64, "policy directory unchanged");
+    }
+}
+
+/// Reloads on every change of the policy directory (debounced) and on
+/// SIGHUP, until `stop`.
+pub async fn watch(
+    reloader: Arc<Reloader>,
+    debounce: std::time::Duration,
+    watch_dir: bool,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "SIGHUP will not reload the policies");
+            None
+        }
+    };
+    let dir = reloader.source.dir.clone().filter(|_| watch_dir);
+    let mut watcher: Option<crate::watch::DirWatch> = None;
+    loop {
+        if watcher.as_ref().is_none_or(|w| w.is_gone()) {
+            watcher = dir.as_deref().and_then(|d| match crate::watch::DirWatch::new(d) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::debug!(dir = %d.display(), error = %e, "policy directory not watched (yet)");
+                    None
+                }
+            });
+        }
+        // Without a watch on a directory that should be watched (it is
+        // missing), look for it again every few seconds, and reload once it
+        // is back.
+        let missing = dir.is_some() && watcher.is_none();
+        let woke = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = async { hup.as_mut().expect("checked").recv().await }, if hup.is_some() => {
+                tracing::info!("SIGHUP: reloading the policies");
+                true
+            }
+            changed = async { watcher.as_mut().expect("checked").changed().await }, if watcher.is_some() => changed.is_ok(),
+            _ = tokio::time::sleep(std::time::Duration::from_secs(5)), if missing => {
+                dir.as_deref().is_some_and(|d| d.is_dir())
+            }
+        };
+        if !woke {
+            continue;
+        }
+        // Quiet for `debounce`, but never wait more than ten of them.
+        if let Some(w) = watcher.as_mut().filter(|_| !debounce.is_zero()) {
+            let until = tokio::time::Instant::now() + debounce * 10;
+            loop {
+                let quiet = tokio::time::timeout(debounce, w.changed());
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = tokio::time::timeout_at(until, quiet) => match r {
+                        Ok(Ok(Ok(_))) => continue,
+                        _ => break,
+                    },
+                }
+            }
+        }
+        reloader.reload().await;
+    }
+}

@@ -1,0 +1,949 @@
+//! The policy author's commands, run as an author runs them: the real
+//! binary, its exit codes and messages.
+//!
+//! - `check` and `eval` on a good policy, on faulty ones (a loop, a trap, a
+//!   forbidden import, bad settings) and on files that are not policies;
+//! - `eval` of every case of the seven example policies on the captured
+//!   containerd request: the examples' own `src/cases.rs`, included here as
+//!   their native tests and `tests/e2e/tests/examples.rs` include them, so
+//!   the lines `eval` prints are held to what the native tests expect;
+//! - a recording made by `run --record` against the runtime simulator
+//!   replays (`eval --replay`) to the outcomes the live run had;
+//! - `docs/writing-policies.md`, run: `new`, `cargo test`, the wasm build,
+//!   `check` and `eval` of the generated project, offline, and the doc's
+//!   JSON and policy-file examples parsed by the host.
+//!
+//! These are CLI tests, so they live with the binary (integration tests of
+//! another package cannot run it). Compiled components are shared through
+//! the build's compile cache (`NRI_WASM_CACHE_DIR`).
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nri_wasm::nri::record::{parse_document, Request};
+use nri_wasm_api::api as pb;
+use nri_wasm_components::{examples, guests};
+use serde_json::Value;
+
+// ---------------------------------------------------------------- helpers
+
+/// What a run of the binary left.
+#[derive(Debug)]
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {self:?}"))
+    }
+}
+
+/// The binary, sharing the build's compile cache.
+fn nri_wasm() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nri-wasm"));
+    cmd.env("NRI_WASM_CACHE_DIR", nri_wasm_components::COMPONENT_CACHE).env_remove("RUST_LOG");
+    cmd
+}
+
+fn run<I, S>(args: I) -> Ran
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run_in(None, args)
+}
+
+fn run_in<I, S>(dir: Option<&Path>, args: I) -> Ran
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = nri_wasm();
+    cmd.args(args).stdin(Stdio::null());
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
+    let out = cmd.output().expect("run nri-wasm");
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    nri_sim::fixtures::dir().expect("fixtures").join(format!("{name}.json"))
+}
+
+/// A policy directory entry: `NN-name.wasm` (a link to `wasm`) and its
+/// `NN-name.toml` with `settings` and `extra` lines.
+fn install(dir: &Path, name: &str, wasm: &str, settings: Option<&str>, extra: &str) {
+    std::os::unix::fs::symlink(wasm, dir.join(format!("{name}.wasm"))).unwrap();
+    let mut toml = String::new();
+    if let Some(s) = settings {
+        toml.push_str(&format!("settings = {}\n", toml::Value::String(s.into())));
+    }
+    toml.push_str(extra);
+    std::fs::write(dir.join(format!("{name}.toml")), toml).unwrap();
+}
+
+/// Limits no loaded machine reaches where a test is about answers.
+const LOOSE: &str = "[limits]\ntimeout-ms = 5000\n";
+
+/// The single event's report of `eval --json`.
+fn only_event(doc: &Value) -> &Value {
+    let events = doc["events"].as_array().expect("events");
+    events.last().expect("an event")
+}
+
+fn step<'a>(event: &'a Value, policy: &str) -> &'a Value {
+    event["policies"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["policy"] == policy))
+        .unwrap_or_else(|| panic!("no step of {policy} in {event}"))
+}
+
+const SECRET: &str = "password=hunter2\napi-key: sk-live-0123456789\n";
+
+// ---------------------------------------------------------------- check
+
+#[test]
+fn check_tells_what_a_good_policy_costs() {
+    // The policy file an operator installs: its settings and limits apply.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    let settings = toml::Value::String(ulimit_adjuster::SETTINGS.into());
+    std::fs::write(&policy, format!("settings = {settings}\n{LOOSE}")).unwrap();
+    let ran =
+        run([OsStr::new("check"), examples::ULIMIT_ADJUSTER.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    for want in [
+        "world     nri-wasm:policy@0.3.",
+        "  allowed  nri-wasm:policy/event@0.3.",
+        "settings  accepted: {\"max\"",
+        "events    CreateContainer\n",
+        "limits    fuel 100,000,000, timeout-ms 5000,",
+        "compile   ",
+        "cached    ",
+        "from the compile cache",
+        "call      ",
+        "which it does not subscribe to",
+        "result    loads",
+    ] {
+        assert!(ran.stdout.contains(want), "{want:?} missing:\n{}", ran.stdout);
+    }
+    assert!(!ran.stdout.contains("refused"), "{}", ran.stdout);
+}
+
+#[test]
+fn check_refuses_faulty_policies_naming_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // Not WebAssembly: one line, nothing of the content.
+    let secret = dir.path().join("10-secret.wasm");
+    std::fs::write(&secret, SECRET).unwrap();
+    let ran = run([OsStr::new("check"), secret.as_os_str()]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert_eq!(ran.stdout.lines().count(), 1, "{}", ran.stdout);
+    assert!(ran.stdout.contains("refused at step validate") && ran.stdout.contains("not a WebAssembly file"));
+    assert!(!ran.stdout.contains("hunter2") && !ran.stderr.contains("hunter2") && !ran.stdout.contains("sk-live"));
+
+    // A forbidden import: every import listed, the refused one with why.
+    let http = dir.path().join("20-http.wasm");
+    std::fs::write(&http, r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#).unwrap();
+    let ran = run([OsStr::new("check"), http.as_os_str()]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(ran.stdout.contains("  refused  wasi:http/outgoing-handler@0.2.0: the host does not provide it"));
+    assert!(ran.stdout.contains("result    refused at step world"), "{}", ran.stdout);
+
+    // Built against an older interface.
+    let old = dir.path().join("30-old.wasm");
+    std::fs::write(&old, r#"(component (import "nri-wasm:policy/host@0.2.0" (instance)))"#).unwrap();
+    let ran = run([OsStr::new("check"), old.as_os_str()]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(ran.stdout.contains("world     nri-wasm:policy@0.2.0") && ran.stdout.contains("rebuild against 0.3"));
+
+    // Settings the policy refuses, and a settings step that loops.
+    let ran = run(["check", examples::ULIMIT_ADJUSTER, "--settings", "{}"]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(ran.stdout.contains("result    refused at step configure"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("max bounds no resource"), "{}", ran.stdout);
+    let looping = dir.path().join("loop.toml");
+    // Only fuel ends it: the time limit is far away.
+    std::fs::write(&looping, "settings = \"init-loop\"\n[limits]\nfuel = 1000000\ntimeout-ms = 60000\n").unwrap();
+    let ran = run([OsStr::new("check"), guests::FAULTS.as_ref(), "--settings-file".as_ref(), looping.as_os_str()]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(ran.stdout.contains("refused at step configure"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("fuel limit of 1000000"), "{}", ran.stdout);
+
+    // A loop or a trap in a handler is not a load problem: it loads.
+    let ran = run(["check", guests::FAULTS, "--settings", "loop"]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+
+    // Usage and unreadable files.
+    let ran = run([OsStr::new("check"), dir.path().join("missing.wasm").as_os_str()]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("no such file"), "{}", ran.stderr);
+    let ran = run([OsStr::new("check"), dir.path().as_os_str()]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("is a directory"), "{}", ran.stderr);
+    let ran = run(["check", guests::NOOP, "--settings", "a", "--settings-file", "b"]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+}
+
+// ---------------------------------------------------------------- eval
+
+#[test]
+fn eval_of_faulty_policies_names_the_failure_and_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("CreateContainer");
+    let eval = |dir: &Path| {
+        run([OsStr::new("eval"), dir.as_os_str(), "--input".as_ref(), input.as_os_str(), "--json".as_ref()])
+    };
+
+    // A loop: out of fuel, ignored by default (exit 3), fails the event
+    // with on-error = "fail" (exit 1).
+    let loops = dir.path().join("loop");
+    std::fs::create_dir(&loops).unwrap();
+    install(&loops, "10-loop", guests::FAULTS, Some("loop"), "[limits]\nfuel = 1000000\ntimeout-ms = 60000\n");
+    let ran = eval(&loops);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    let doc = ran.json();
+    let s = step(only_event(&doc), "10-loop");
+    assert_eq!(
+        (s["outcome"].as_str(), s["limit"].as_str(), s["ignored"].as_bool()),
+        (Some("failed"), Some("fuel"), Some(true))
+    );
+    assert!(s["error"].as_str().unwrap().contains("fuel limit of 1000000 exhausted"), "{s}");
+    assert_eq!(only_event(&doc)["result"], "unchanged");
+
+    std::fs::write(
+        loops.join("10-loop.toml"),
+        "on-error = \"fail\"\nsettings = \"loop\"\n[limits]\nfuel = 1000000\ntimeout-ms = 60000\n",
+    )
+    .unwrap();
+    let ran = eval(&loops);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    let event = only_event(&ran.json()).clone();
+    assert_eq!(event["result"], "failed");
+    let error = event["error"].as_str().unwrap();
+    assert!(error.contains("fuel limit of 1000000 exhausted") && error.contains("on-error = fail"), "{error}");
+
+    // A loop cut by time instead: the limit is time.
+    std::fs::write(loops.join("10-loop.toml"), "settings = \"loop\"\n[limits]\ntimeout-ms = 5\nfuel = 4000000000000\n")
+        .unwrap();
+    let ran = eval(&loops);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    let s = step(only_event(&ran.json()), "10-loop").clone();
+    assert_eq!(s["limit"], "time", "{s}");
+    assert!(s["error"].as_str().unwrap().contains("time limit of 5 ms exceeded"), "{s}");
+
+    // A trap, a forbidden import, bad settings and a file that is not a
+    // policy, beside a good policy that still runs.
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir(&mixed).unwrap();
+    install(&mixed, "10-trap", guests::FAULTS, Some("unreachable"), LOOSE);
+    std::fs::write(mixed.join("20-http.wasm"), r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#)
+        .unwrap();
+    install(&mixed, "30-ulimit", examples::ULIMIT_ADJUSTER, Some("{}"), LOOSE);
+    std::fs::write(mixed.join("40-secret.wasm"), SECRET).unwrap();
+    install(&mixed, "50-env", examples::POD_METADATA_ENV, Some(pod_metadata_env::SETTINGS), LOOSE);
+    let ran = eval(&mixed);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(!ran.stdout.contains("hunter2") && !ran.stderr.contains("hunter2"));
+    let doc = ran.json();
+    let problems: Vec<&str> = doc["problems"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[0].contains("20-http") && problems[0].contains("wasi:http/outgoing-handler@0.2.0"));
+    assert!(problems[1].contains("30-ulimit") && problems[1].contains("max bounds no resource"));
+    assert!(problems[2].contains("40-secret") && problems[2].contains("not a WebAssembly file"));
+    let event = only_event(&doc);
+    let trap = step(event, "10-trap");
+    assert_eq!(trap["kind"], "trap");
+    assert!(trap["error"].as_str().unwrap().contains("unreachable"), "{trap}");
+    assert_eq!(step(event, "50-env")["outcome"], "changed");
+    assert_eq!(event["result"], "changed");
+
+    // The text report says the same.
+    let ran = run([OsStr::new("eval"), mixed.as_os_str(), "--input".as_ref(), input.as_os_str()]);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(ran.stdout.contains("left out: ") && ran.stdout.contains("failed, ignored"), "{}", ran.stdout);
+}
+
+#[test]
+fn eval_refuses_input_it_cannot_read_without_running_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("CreateContainer");
+    let secret = dir.path().join("event.json");
+    std::fs::write(&secret, SECRET).unwrap();
+    let ran = run([OsStr::new("eval"), guests::NOOP.as_ref(), "--input".as_ref(), secret.as_os_str()]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("not JSON") && !ran.stderr.contains("hunter2"), "{}", ran.stderr);
+
+    let bare = dir.path().join("bare.json");
+    std::fs::write(&bare, r#"{"pod": {"id": "p"}}"#).unwrap();
+    let ran = run([OsStr::new("eval"), guests::NOOP.as_ref(), "--input".as_ref(), bare.as_os_str()]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("needs its event named"), "{}", ran.stderr);
+    let ran = run([
+        OsStr::new("eval"),
+        guests::NOOP.as_ref(),
+        "--input".as_ref(),
+        input.as_os_str(),
+        "--event".as_ref(),
+        "RunPodSandbox".as_ref(),
+    ]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("a CreateContainer request, not RunPodSandbox"), "{}", ran.stderr);
+    let ran = run([OsStr::new("eval"), guests::NOOP.as_ref()]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    let ran =
+        run([OsStr::new("eval"), dir.path().join("none.wasm").as_os_str(), "--input".as_ref(), input.as_os_str()]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+}
+
+/// The node view from `--node` and state from `--state`: `exclusive-cpus`
+/// keeps its allocations in state and reads the node.
+#[test]
+fn eval_seeds_the_node_and_preloads_and_prints_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    std::fs::write(&state, r#"{"60-exclusive-cpus": {"example.com/seen": "before"}}"#).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    install(&policies, "60-exclusive-cpus", examples::EXCLUSIVE_CPUS, None, LOOSE);
+    let ran = run([
+        OsStr::new("eval"),
+        policies.as_os_str(),
+        "--input".as_ref(),
+        fixture("CreateContainer").as_os_str(),
+        "--node".as_ref(),
+        fixture("Synchronize").as_os_str(),
+        "--state".as_ref(),
+        state.as_os_str(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let doc = ran.json();
+    let events: Vec<&str> = doc["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(events, ["Synchronize", "CreateContainer"]);
+    assert!(doc["events"][0]["target"].as_str().unwrap().contains("pods: 1"), "{}", doc["events"][0]);
+    assert_eq!(doc["state"]["60-exclusive-cpus"]["example.com/seen"], "before", "{}", doc["state"]);
+    assert!(
+        doc["policies"][0]["reads_node"].as_bool().unwrap() && doc["policies"][0]["keeps_state"].as_bool().unwrap()
+    );
+}
+
+// ------------------------------------------------ every example, through eval
+
+/// One case of an example (the type `src/cases.rs` is written in).
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    pub name: &'static str,
+    pub settings: &'static str,
+    pub fixture: &'static str,
+    pub edits: &'static [Edit],
+    pub expect: Expect,
+}
+
+/// A change of the fixture, or a policy earlier in the chain.
+#[derive(Debug, Clone, Copy)]
+pub enum Edit {
+    PodLabel(&'static str, &'static str),
+    PodAnnotation(&'static str, &'static str),
+    RemovePodAnnotation(&'static str),
+    Namespace(&'static str),
+    ContainerName(&'static str),
+    #[allow(dead_code)]
+    ContainerLabel(&'static str, &'static str),
+    ContainerAnnotation(&'static str, &'static str),
+    Mount {
+        destination: &'static str,
+        source: &'static str,
+        options: &'static [&'static str],
+    },
+    EarlierHook {
+        policy: &'static str,
+        stage: &'static str,
+        path: &'static str,
+    },
+    EarlierMount {
+        policy: &'static str,
+        destination: &'static str,
+        source: &'static str,
+        options: &'static [&'static str],
+    },
+    EarlierAnnotation {
+        policy: &'static str,
+        key: &'static str,
+        value: &'static str,
+    },
+}
+
+/// What the chain answers.
+#[derive(Debug, Clone, Copy)]
+pub enum Expect {
+    Lines(&'static [&'static str]),
+    Deny(&'static str),
+    Settings(&'static str),
+}
+
+mod ulimit_adjuster {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/ulimit-adjuster/src/cases.rs");
+}
+
+mod device_injector {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/device-injector/src/cases.rs");
+}
+
+mod hook_injector {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/hook-injector/src/cases.rs");
+}
+
+mod qos_class {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/qos-class/src/cases.rs");
+}
+
+mod deny_host_sockets {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/deny-host-sockets/src/cases.rs");
+}
+
+mod pod_metadata_env {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/pod-metadata-env/src/cases.rs");
+}
+
+mod adjustment_validator {
+    use super::{Case, Edit, Expect};
+    include!("../../example-policies/adjustment-validator/src/cases.rs");
+}
+
+/// An example: its component, its name in the chain and its cases.
+struct Example {
+    wasm: &'static str,
+    policy: &'static str,
+    cases: &'static [Case],
+}
+
+const EXAMPLES: [Example; 7] = [
+    Example { wasm: examples::DENY_HOST_SOCKETS, policy: deny_host_sockets::POLICY, cases: deny_host_sockets::CASES },
+    Example { wasm: examples::QOS_CLASS, policy: qos_class::POLICY, cases: qos_class::CASES },
+    Example { wasm: examples::HOOK_INJECTOR, policy: hook_injector::POLICY, cases: hook_injector::CASES },
+    Example { wasm: examples::DEVICE_INJECTOR, policy: device_injector::POLICY, cases: device_injector::CASES },
+    Example { wasm: examples::ULIMIT_ADJUSTER, policy: ulimit_adjuster::POLICY, cases: ulimit_adjuster::CASES },
+    Example { wasm: examples::POD_METADATA_ENV, policy: pod_metadata_env::POLICY, cases: pod_metadata_env::CASES },
+    Example {
+        wasm: examples::ADJUSTMENT_VALIDATOR,
+        policy: adjustment_validator::POLICY,
+        cases: adjustment_validator::CASES,
+    },
+];
+
+/// The case's fixture with its edits applied.
+fn request(case: &Case) -> pb::CreateContainerRequest {
+    let mut req: pb::CreateContainerRequest = nri_sim::fixtures::load(case.fixture).expect("fixture");
+    for edit in case.edits {
+        let pod = req.pod.mut_or_insert_default();
+        match *edit {
+            Edit::PodLabel(k, v) => drop(pod.labels.insert(k.into(), v.into())),
+            Edit::PodAnnotation(k, v) => drop(pod.annotations.insert(k.into(), v.into())),
+            Edit::RemovePodAnnotation(k) => drop(pod.annotations.remove(k)),
+            Edit::Namespace(ns) => pod.namespace = ns.into(),
+            Edit::ContainerName(n) => req.container.mut_or_insert_default().name = n.into(),
+            Edit::ContainerLabel(k, v) => drop(req.container.mut_or_insert_default().labels.insert(k.into(), v.into())),
+            Edit::ContainerAnnotation(k, v) => {
+                drop(req.container.mut_or_insert_default().annotations.insert(k.into(), v.into()))
+            }
+            Edit::Mount { destination, source, options } => {
+                req.container.mut_or_insert_default().mounts.push(pb::Mount {
+                    destination: destination.into(),
+                    type_: "bind".into(),
+                    source: source.into(),
+                    options: options.iter().map(|o| o.to_string()).collect(),
+                    ..Default::default()
+                })
+            }
+            Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
+        }
+    }
+    req
+}
+
+/// The policies a case puts before the example, as scripts of the test
+/// guest `replay`, by name.
+fn earlier(case: &Case) -> Vec<(&'static str, String)> {
+    let mut scripts: Vec<(&'static str, String)> = Vec::new();
+    for edit in case.edits {
+        let (policy, line) = match *edit {
+            Edit::EarlierHook { policy, stage, path } => (policy, format!("hook {stage} {path}")),
+            Edit::EarlierMount { policy, destination, source, options } => {
+                (policy, format!("mount {destination} {source} {}", options.join(",")))
+            }
+            Edit::EarlierAnnotation { policy, key, value } => (policy, format!("annotation {key}={value}")),
+            _ => continue,
+        };
+        match scripts.iter_mut().find(|(p, _)| *p == policy) {
+            Some((_, script)) => script.push_str(&format!("\n{line}")),
+            None => scripts.push((policy, line)),
+        }
+    }
+    scripts
+}
+
+/// Runs one case through `eval`, as an operator would: a policy directory
+/// (the earlier policies, then the example, with the case's settings) and
+/// the edited request, bare, with `--event`.
+fn eval_case(example: &Example, case: &Case) -> Ran {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    for (name, script) in earlier(case) {
+        install(&policies, name, guests::REPLAY, Some(&script), LOOSE);
+    }
+    install(&policies, example.policy, example.wasm, Some(case.settings), LOOSE);
+    let input = dir.path().join("request.json");
+    std::fs::write(&input, Request::CreateContainer(request(case)).to_json()).unwrap();
+    run([
+        OsStr::new("eval"),
+        policies.as_os_str(),
+        "--event".as_ref(),
+        "create-container".as_ref(),
+        "--input".as_ref(),
+        input.as_os_str(),
+        "--json".as_ref(),
+    ])
+}
+
+fn check_case(example: &Example, case: &Case) {
+    let ran = eval_case(example, case);
+    let doc = ran.json();
+    let what = format!("{} case {:?}", example.policy, case.name);
+    match case.expect {
+        Expect::Lines(lines) => {
+            assert_eq!(ran.code, 0, "{what}: {ran:?}");
+            let mut want: Vec<&str> = lines.to_vec();
+            want.sort();
+            let got: Vec<&str> =
+                only_event(&doc)["lines"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            assert_eq!(got, want, "{what}");
+        }
+        Expect::Deny(reason) => {
+            assert_eq!(ran.code, 1, "{what}: {ran:?}");
+            let event = only_event(&doc);
+            assert_eq!(event["result"], "denied", "{what}");
+            let error = event["error"].as_str().unwrap();
+            // A validator denies the validation step inside CreateContainer.
+            let denied = format!("policy {} denied ", example.policy);
+            assert!(error.contains(&denied) && error.ends_with(reason), "{what}: {error}");
+            assert_eq!(step(event, example.policy)["reason"], reason, "{what}");
+        }
+        Expect::Settings(error) => {
+            assert_eq!(ran.code, 3, "{what}: {ran:?}");
+            let problems = doc["problems"].as_array().unwrap();
+            assert_eq!(problems.len(), 1, "{what}: {problems:?}");
+            let problem = problems[0].as_str().unwrap();
+            assert!(problem.contains(example.policy) && problem.contains(error), "{what}: {problem}");
+        }
+    }
+}
+
+#[test]
+fn eval_of_every_example_gives_the_replies_its_cases_expect() {
+    let mut cases = 0;
+    for example in &EXAMPLES {
+        assert!(!example.cases.is_empty(), "{}", example.policy);
+        for case in example.cases {
+            check_case(example, case);
+            cases += 1;
+        }
+    }
+    assert!(cases >= 7, "{cases}");
+}
+
+// ----------------------------------------------------- record and replay
+
+/// The policies of the recording test: denials and changes, no state.
+fn replay_policies(dir: &Path) {
+    install(dir, deny_host_sockets::POLICY, examples::DENY_HOST_SOCKETS, Some(deny_host_sockets::SETTINGS), LOOSE);
+    install(dir, ulimit_adjuster::POLICY, examples::ULIMIT_ADJUSTER, Some(ulimit_adjuster::SETTINGS), LOOSE);
+    install(dir, pod_metadata_env::POLICY, examples::POD_METADATA_ENV, Some(pod_metadata_env::SETTINGS), LOOSE);
+}
+
+/// What the runtime saw of an event.
+type Live = (&'static str, Result<Option<pb::CreateContainerResponse>, String>);
+
+fn live<T>(
+    event: &'static str,
+    result: Result<T, nri_sim::SimError>,
+    reply: impl FnOnce(T) -> Option<pb::CreateContainerResponse>,
+) -> Live {
+    let result = result.map(reply).map_err(|e| match e.status() {
+        Some(status) => status.message().to_string(),
+        None => panic!("{event}: {e}"),
+    });
+    (event, result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_replays_to_the_outcomes_of_the_live_run() {
+    use nri_sim::{RuntimeProfile, Simulator};
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    replay_policies(&policies);
+    let config = dir.path().join("config.toml");
+    let cache = toml::Value::String(nri_wasm_components::COMPONENT_CACHE.into());
+    std::fs::write(&config, format!("[engine]\ncache-dir = {cache}\n[metrics]\naddress = \"\"\n")).unwrap();
+    let socket = dir.path().join("nri.sock");
+    let recording = dir.path().join("requests.jsonl");
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+    let mut host = nri_wasm()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--record")
+        .arg(&recording)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // Until the policies are loaded the host subscribes to less; it
+    // reconnects with the full subscription once they are.
+    let conn = loop {
+        let mut conn = tokio::time::timeout(Duration::from_secs(60), sim.accept()).await.expect("connects").unwrap();
+        conn.configure().await.unwrap();
+        if conn.is_subscribed(pb::Event::CREATE_CONTAINER) {
+            break conn;
+        }
+        conn.close().await;
+    };
+    let sync: pb::SynchronizeRequest = nri_sim::fixtures::load("Synchronize").unwrap();
+    conn.synchronize(&sync.pods, &sync.containers, 0).await.unwrap();
+    let base: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").unwrap();
+    let (pod, ctr) = (base.pod.clone().unwrap(), base.container.clone().unwrap());
+    let mut seen: Vec<Live> = Vec::new();
+    if conn.is_subscribed(pb::Event::RUN_POD_SANDBOX) {
+        seen.push(live("RunPodSandbox", conn.run_pod_sandbox(&pod).await, |()| None));
+    }
+    // As captured (env from pod labels), named "container" (rlimits), with
+    // a bad rlimit annotation (denied), mounting containerd's socket (denied).
+    let mut named = ctr.clone();
+    named.name = "container".into();
+    let mut bad_pod = pod.clone();
+    bad_pod.annotations.insert("ulimits.example.com/container.nofile".into(), "lots".into());
+    let mut socket_mount = ctr.clone();
+    socket_mount.mounts.push(pb::Mount {
+        destination: "/run/containerd/containerd.sock".into(),
+        type_: "bind".into(),
+        source: "/run/containerd/containerd.sock".into(),
+        options: vec!["rbind".into()],
+        ..Default::default()
+    });
+    for (p, c) in [(&pod, &ctr), (&pod, &named), (&bad_pod, &named), (&pod, &socket_mount)] {
+        seen.push(live("CreateContainer", conn.create_container(p, c).await, Some));
+    }
+    if conn.is_subscribed(pb::Event::START_CONTAINER) {
+        seen.push(live("StartContainer", conn.start_container(&pod, &ctr).await, |()| None));
+    }
+    conn.close().await;
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    let stderr = host.stderr.take();
+    let status = tokio::task::spawn_blocking(move || host.wait()).await.unwrap().unwrap();
+    let mut log = String::new();
+    if let Some(mut s) = stderr {
+        use std::io::Read as _;
+        let _ = s.read_to_string(&mut log);
+    }
+    assert!(status.success(), "the host stops cleanly on SIGTERM: {log}");
+    assert!(seen.iter().filter(|(e, r)| *e == "CreateContainer" && r.is_err()).count() == 2, "{seen:?}");
+    assert!(seen.iter().any(|(_, r)| matches!(r, Ok(Some(reply)) if reply.adjust.is_some())), "{seen:?}");
+
+    let ran = run([
+        OsStr::new("eval"),
+        "--replay".as_ref(),
+        recording.as_os_str(),
+        policies.as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(ran.code, 1, "denials make the replay's exit code: {ran:?}");
+    let lines: Vec<Value> = ran.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.first().unwrap()["problems"].as_array().unwrap().is_empty(), "{}", lines[0]);
+    let summary = &lines.last().unwrap()["summary"];
+    let events: Vec<&Value> = lines.iter().filter(|l| l.get("index").is_some()).collect();
+    let replayed: Vec<&Value> =
+        events.iter().copied().filter(|e| !matches!(e["event"].as_str(), Some("Configure" | "Synchronize"))).collect();
+    assert_eq!(replayed.len(), seen.len(), "{events:?}");
+    for ((event, outcome), replay) in seen.iter().zip(&replayed) {
+        assert_eq!(replay["event"], *event);
+        match outcome {
+            Ok(reply) => {
+                assert_eq!(replay["error"], Value::Null, "{replay}");
+                if let Some(reply) = reply {
+                    let replied: pb::CreateContainerResponse =
+                        protobuf_json_mapping::parse_from_str(&replay["reply"].to_string()).unwrap();
+                    assert_eq!(&replied, reply, "{replay}");
+                }
+            }
+            Err(message) => assert_eq!(replay["error"].as_str(), Some(message.as_str()), "{replay}"),
+        }
+    }
+    assert_eq!(summary["results"]["denied"], 2, "{summary}");
+    let events_seen: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert!(events_seen.starts_with(&["Configure", "Synchronize"]), "{events_seen:?}");
+    for line in std::fs::read_to_string(&recording).unwrap().lines() {
+        let recorded = parse_document(line, None).unwrap();
+        assert!(recorded.time.is_some_and(|t| t.ends_with('Z')), "{line}");
+    }
+}
+
+// -------------------------------------------- docs/writing-policies.md, run
+
+const GUIDE: &str = include_str!("../../docs/writing-policies.md");
+
+/// The fenced blocks of the guide, with the HTML comment just before each.
+fn blocks(doc: &str) -> Vec<(Option<&str>, &str, String)> {
+    let mut out = Vec::new();
+    let mut lines = doc.lines().peekable();
+    let mut marker: Option<&str> = None;
+    while let Some(line) = lines.next() {
+        if let Some(comment) = line.trim().strip_prefix("<!--").and_then(|c| c.strip_suffix("-->")) {
+            marker = Some(comment.trim());
+            continue;
+        }
+        if let Some(lang) = line.strip_prefix("```") {
+            let mut body = String::new();
+            for inner in lines.by_ref() {
+                if inner.starts_with("```") {
+                    break;
+                }
+                body.push_str(inner);
+                body.push('\n');
+            }
+            out.push((marker.take(), lang.trim(), body));
+            continue;
+        }
+        if !line.trim().is_empty() {
+            marker = None;
+        }
+    }
+    out
+}
+
+/// Splits a command line into words (quotes as the shell reads them).
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                let w = word.get_or_insert_with(String::new);
+                for q in chars.by_ref() {
+                    if q == c {
+                        break;
+                    }
+                    w.push(q);
+                }
+            }
+            c if c.is_whitespace() => out.extend(word.take()),
+            '#' if word.is_none() => break,
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    out.extend(word);
+    out
+}
+
+/// The guide's walkthrough, run: every line of the blocks marked
+/// `walkthrough`, in order, in a temporary directory, offline, with the
+/// builds sharing one target directory across runs of the suite.
+#[test]
+fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("author-tools-project");
+    let mut cwd = tmp.path().to_path_buf();
+    let mut ran_lines = Vec::new();
+    for (marker, lang, body) in blocks(GUIDE) {
+        if marker != Some("walkthrough") {
+            continue;
+        }
+        assert_eq!(lang, "sh");
+        for line in body.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let words = words(line);
+            let (program, args) = words.split_first().unwrap();
+            // The build's own target directory: paths into ./target go there.
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| match a.strip_prefix("target/") {
+                    Some(rest) => target.join(rest).display().to_string(),
+                    None => a.clone(),
+                })
+                .collect();
+            match program.as_str() {
+                "cd" => cwd = cwd.join(&args[0]),
+                "nri-wasm" => {
+                    let ran = run_in(Some(&cwd), &args);
+                    assert_eq!(ran.code, 0, "{line}: {ran:?}");
+                    ran_lines.push((line.to_string(), ran.stdout));
+                }
+                "cargo" => {
+                    let out = Command::new("cargo")
+                        .args(&args)
+                        .current_dir(&cwd)
+                        .env("CARGO_TARGET_DIR", &target)
+                        .env("CARGO_NET_OFFLINE", "true")
+                        // The project's rust-toolchain.toml decides, as for its author.
+                        .env_remove("RUSTUP_TOOLCHAIN")
+                        .env_remove("CARGO")
+                        .stdin(Stdio::null())
+                        .output()
+                        .unwrap();
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    assert!(out.status.success(), "{line}: {stderr}");
+                    ran_lines.push((line.to_string(), String::from_utf8_lossy(&out.stdout).into_owned()));
+                }
+                other => panic!("the walkthrough runs nri-wasm, cargo and cd, not {other}: {line}"),
+            }
+        }
+    }
+    let ran = |prefix: &str| {
+        ran_lines
+            .iter()
+            .find(|(l, _)| l.starts_with(prefix))
+            .map(|(_, out)| out.as_str())
+            .unwrap_or_else(|| panic!("the walkthrough runs `{prefix}`"))
+    };
+    assert!(ran("nri-wasm new").contains("a rust policy project"));
+    assert!(ran("cargo test").contains("test result: ok"));
+    let check = ran("nri-wasm check");
+    assert!(check.contains("result    loads") && check.contains("events    CreateContainer"), "{check}");
+    let eval = ran("nri-wasm eval");
+    assert!(eval.contains("env TEAM=payments"), "{eval}");
+    assert!(ran_lines.iter().any(|(l, _)| l.starts_with("cargo build --release --target wasm32-wasip2")));
+}
+
+/// The guide's JSON examples are what the host reads: requests parse as
+/// their event's, a recording line as a recording, a state file as state.
+#[test]
+fn the_guides_examples_are_what_the_host_reads() {
+    let mut checked = 0;
+    for (marker, lang, body) in blocks(GUIDE) {
+        let Some(marker) = marker else { continue };
+        if let Some(event) = marker.strip_prefix("request ") {
+            let recorded = parse_document(&body, Some(event)).unwrap_or_else(|e| panic!("{marker}: {e}"));
+            assert_eq!(recorded.request.name(), event);
+        } else if marker == "recording" {
+            for line in body.lines() {
+                let recorded = parse_document(line, None).unwrap_or_else(|e| panic!("{line}: {e}"));
+                assert!(recorded.time.is_some(), "{line}");
+            }
+        } else if marker == "state" {
+            let _: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+                serde_json::from_str(&body).unwrap();
+        } else if let Some(name) = marker.strip_prefix("policy file ") {
+            assert_eq!(lang, "toml");
+            let dir = tempfile::tempdir().unwrap();
+            let toml = dir.path().join(format!("{name}.toml"));
+            std::fs::write(&toml, &body).unwrap();
+            let spec = nri_wasm::policy::manifest::read_spec(
+                name,
+                &dir.path().join(format!("{name}.wasm")),
+                Some(&toml),
+                nri_wasm::policy::limits::Limits::default(),
+            );
+            spec.unwrap_or_else(|e| panic!("{marker}: {e}"));
+        } else if let Some(file) = marker.strip_prefix("from the template: ") {
+            let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk/rust/template").join(file);
+            let text = std::fs::read_to_string(&template).unwrap();
+            assert!(text.contains(body.trim()), "{marker}: the guide's excerpt is not in {}", template.display());
+        } else {
+            continue;
+        }
+        checked += 1;
+    }
+    assert!(checked >= 6, "{checked} examples checked");
+}
+
+/// `new` makes a project of every language whose SDK has a template (the
+/// binary embeds them at build time), and names the languages it has when
+/// asked for one it does not.
+#[test]
+fn new_creates_a_project_of_every_language_with_a_template() {
+    let sdks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut langs = Vec::new();
+    for entry in std::fs::read_dir(&sdks).unwrap().filter_map(|e| e.ok()) {
+        let template = entry.path().join("template");
+        let Ok(manifest) = std::fs::read_to_string(template.join("MANIFEST")) else { continue };
+        let lang = entry.file_name().to_string_lossy().into_owned();
+        let dir = tmp.path().join(&lang);
+        let ran = run([
+            OsStr::new("new"),
+            "--lang".as_ref(),
+            lang.as_ref(),
+            "tried-out".as_ref(),
+            "--dir".as_ref(),
+            dir.as_os_str(),
+        ]);
+        assert_eq!(ran.code, 0, "{lang}: {ran:?}");
+        assert!(ran.stdout.contains(&format!("a {lang} policy project")), "{}", ran.stdout);
+        for file in manifest.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let made = dir.join(file);
+            let text = std::fs::read_to_string(&made).unwrap_or_else(|e| panic!("{lang}: {file}: {e}"));
+            for placeholder in ["{{name}}", "{{name_snake}}", "{{sdk}}"] {
+                assert!(!text.contains(placeholder), "{lang}: {file} keeps {placeholder}");
+            }
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o111;
+            assert_eq!(
+                mode(&made) != 0,
+                mode(&template.join(file)) != 0,
+                "{lang}: {file}: executable as in the template"
+            );
+        }
+        langs.push(lang);
+    }
+    assert!(langs.iter().any(|l| l == "rust"), "{langs:?}");
+    let ran = run(["new", "--lang", "cobol", "x"]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    let said = ran.stderr.lines().next().unwrap_or_default().to_string();
+    assert!(said.contains("no project template for --lang cobol"), "{said}");
+    for lang in &langs {
+        assert!(said.contains(lang.as_str()), "{lang} missing from: {said}");
+    }
+    let ran = run_in(Some(tmp.path()), ["new", "Bad_Name"]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("kebab-case") || ran.stderr.contains("lower-case"), "{}", ran.stderr);
+}
+
+/// The generated project builds with the toolchain the repository does.
+#[test]
+fn the_template_pins_the_repositorys_toolchain() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let channel = |text: &str| {
+        text.lines().find_map(|l| l.trim().strip_prefix("channel = ").map(|v| v.trim_matches('"').to_string()))
+    };
+    let ours = std::fs::read_to_string(root.join("rust-toolchain.toml")).unwrap();
+    let template = std::fs::read_to_string(root.join("guest-sdk/rust/template/rust-toolchain.toml")).unwrap();
+    assert_eq!(channel(&template), channel(&ours));
+    assert!(template.contains("wasm32-wasip2"), "{template}");
+}

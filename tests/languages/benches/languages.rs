@@ -1,0 +1,177 @@
+//! The parity reference policy in every language, on the realistic
+//! CreateContainer (the captured containerd request), through the
+//! production engine:
+//!
+//! - the component's size;
+//! - compile time (an engine without a cache, once);
+//! - load time from the compiled cache (the median of 10 loads);
+//! - instantiate + call, p50 and p99 of many calls (`engine.call`, which
+//!   instantiates a fresh instance per call as the host does);
+//! - a chain of ten copies through the chain's CreateContainer, p50/p99
+//!   (the first one's reply taken, the nine others yielding on the conflict).
+//!
+//! It prints those as a markdown table first, then runs criterion on the
+//! call and the chain of ten.
+//!
+//!     cargo bench -p nri-wasm-languages --features languages --bench languages
+//!
+//! A component the host refuses (Python, while the host's pool allows 16 core
+//! instances per component) gets a row with the reason.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use nri_wasm::policy::chain::Chain;
+use nri_wasm::policy::engine::{CompiledPolicy, EngineSettings, PolicyEngine};
+use nri_wasm::policy::manifest::{OnConflict, OnError, PolicySpec};
+use nri_wasm_api::api as pb;
+use nri_wasm_languages::{call, chain, create, create_container_fixtures, facts, limits, parity};
+
+/// The reference policy's settings with every kind of work (the parity
+/// test's FULL).
+const SETTINGS: &str = r#"{
+    "labels": {"app": "APP_NAME", "tier": "", "zone-é": "", "3d-renderer": "", "app.kubernetes.io/name": ""},
+    "annotations": {"example.com/owner": "TEAM", "kubernetes.io/config.source": ""},
+    "deny-namespaces": ["team-3", "kube-system"],
+    "memory-cap": 268435456
+}"#;
+
+/// An engine without a cache, to time compiling.
+fn uncached_engine() -> Arc<PolicyEngine> {
+    let settings = EngineSettings { compile_timeout_ms: 600_000, ..EngineSettings::default() };
+    Arc::new(PolicyEngine::new(&settings).expect("engine"))
+}
+
+fn spec(name: &str, wasm: &str) -> PolicySpec {
+    PolicySpec { settings: SETTINGS.into(), on_error: OnError::Fail, limits: limits(), ..PolicySpec::new(name, wasm) }
+}
+
+fn request() -> pb::CreateContainerRequest {
+    create_container_fixtures().into_iter().find(|(n, _)| n == "CreateContainer").expect("the captured request").1
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.0} ms", us / 1000.0)
+    } else if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+/// Times `n` runs of `f` and returns (p50, p99).
+fn sample(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..n.min(20) {
+        f();
+    }
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    (percentile(&times, 0.5), percentile(&times, 0.99))
+}
+
+/// The loaded policies of one language: one, and a chain of ten.
+struct Loaded {
+    lang: &'static str,
+    one: CompiledPolicy,
+    ten: Chain,
+}
+
+fn table(cached: &Arc<PolicyEngine>, req: &pb::CreateContainerRequest) -> Vec<Loaded> {
+    let mut rows = vec![
+        "| language | component | compile | load (cached) | instantiate + call p50 / p99 | chain of ten p50 / p99 |"
+            .to_string(),
+        "|---|---|---|---|---|---|".to_string(),
+    ];
+    let mut loaded = Vec::new();
+    let facts = facts();
+    for (lang, wasm) in parity::ALL.iter().copied() {
+        let size = std::fs::metadata(wasm).map(|m| m.len()).unwrap_or(0);
+        let size = format!("{:.2} MB", size as f64 / 1e6);
+        // Compile: an engine with no cache, once.
+        let fresh = uncached_engine();
+        let t = Instant::now();
+        let compiled = fresh.load(&spec("50-parity", wasm), &facts);
+        let compile = t.elapsed();
+        drop(fresh);
+        if let Err(e) = compiled {
+            rows.push(format!("| {lang} | {size} | refused: {e} | | | |"));
+            continue;
+        }
+        // Load from the compiled cache: fill it, then the median of 10.
+        cached.load(&spec("50-parity", wasm), &facts).expect("load");
+        let mut loads: Vec<Duration> = (0..10)
+            .map(|_| {
+                let t = Instant::now();
+                cached.load(&spec("50-parity", wasm), &facts).expect("load");
+                t.elapsed()
+            })
+            .collect();
+        loads.sort();
+        let one = cached.load(&spec("50-parity", wasm), &facts).expect("load");
+        let slow = lang == "JS_SPIDERMONKEY" || lang == "PYTHON";
+        let (p50, p99) = sample(if slow { 300 } else { 2000 }, || {
+            let r = call(&one, req);
+            assert!(matches!(r.outcome, Ok(Ok(_))), "{lang}: {:?}", r.outcome);
+        });
+        // Ten copies set the same fields: every one runs, the first's
+        // reply is taken, the others yield (their replies are merged and
+        // dropped, as a chain of default-setting policies does).
+        let policies: Vec<CompiledPolicy> = (10..20)
+            .map(|i| {
+                let spec = PolicySpec { on_conflict: OnConflict::Yield, ..spec(&format!("{i}-parity"), wasm) };
+                cached.load(&spec, &facts).expect("load")
+            })
+            .collect();
+        let ten = chain(policies);
+        let (c50, c99) = sample(if slow { 50 } else { 300 }, || {
+            create(&ten, req).expect("the chain answers");
+        });
+        rows.push(format!(
+            "| {lang} | {size} | {} | {} | {} / {} | {} / {} |",
+            fmt(compile),
+            fmt(loads[loads.len() / 2]),
+            fmt(p50),
+            fmt(p99),
+            fmt(c50),
+            fmt(c99)
+        ));
+        loaded.push(Loaded { lang, one, ten });
+    }
+    eprintln!("\nThe parity reference policy on the captured containerd CreateContainer:\n\n{}\n", rows.join("\n"));
+    loaded
+}
+
+fn benches(c: &mut Criterion) {
+    // The engine the tests use (production settings, a compiled cache).
+    let cached = nri_wasm_languages::engine();
+    let req = request();
+    let loaded = table(&cached, &req);
+    let mut group = c.benchmark_group("call");
+    group.sample_size(30).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    for l in &loaded {
+        group.bench_function(l.lang, |b| b.iter(|| call(&l.one, &req)));
+    }
+    group.finish();
+    let mut group = c.benchmark_group("chain-of-ten");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    for l in &loaded {
+        group.bench_function(l.lang, |b| b.iter(|| create(&l.ten, &req).expect("the chain answers")));
+    }
+    group.finish();
+}
+
+criterion_group!(languages, benches);
+criterion_main!(languages);

@@ -1,0 +1,185 @@
+//! The production engine and chain, set up for the language tests, and the
+//! events they run.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated};
+use nri_wasm::policy::engine::{CallEnv, CallReport, CompiledPolicy, EngineSettings, Facts, PolicyEngine};
+use nri_wasm::policy::errors::LoadError;
+use nri_wasm::policy::event::CallEvent;
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::{OnError, PolicySpec};
+use nri_wasm_api::api as pb;
+
+/// The engine settings of the tests: the production defaults, with a cache
+/// of compiled components under the build's target directory, and a longer
+/// compile limit: SpiderMonkey's 25 MB component takes 10 s to compile on
+/// an idle 2-core machine and well over the default 60 s on a busy one.
+pub fn engine_settings() -> EngineSettings {
+    EngineSettings {
+        cache_dir: Some(PathBuf::from(crate::LANGUAGE_GUESTS).join("cache")),
+        compile_timeout_ms: 600_000,
+        ..EngineSettings::default()
+    }
+}
+
+/// One engine per test binary.
+pub fn engine() -> Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
+}
+
+/// The facts every test shows policies (the e2e tests' small node).
+pub fn facts() -> Arc<Facts> {
+    Arc::new(nri_wasm_e2e::test_facts())
+}
+
+/// The limits of the tests: the defaults, with time no loaded machine
+/// reaches (these tests are about answers, not time).
+pub fn limits() -> Limits {
+    Limits { timeout_ms: 5_000, ..Limits::default() }
+}
+
+/// Loads a component as the loader would, with `settings`.
+pub fn load(name: &str, wasm: &str, settings: &str) -> Result<CompiledPolicy, LoadError> {
+    load_with(name, wasm, settings, limits(), OnError::Fail)
+}
+
+/// Loads a component with the given limits and on-error.
+pub fn load_with(
+    name: &str,
+    wasm: &str,
+    settings: &str,
+    limits: Limits,
+    on_error: OnError,
+) -> Result<CompiledPolicy, LoadError> {
+    let spec = PolicySpec { settings: settings.into(), on_error, limits, ..PolicySpec::new(name, wasm) };
+    engine().load(&spec, &facts())
+}
+
+/// The message a policy's `configure` refused its settings with, if that
+/// is why it did not load.
+pub fn settings_error(e: &LoadError) -> Option<String> {
+    match e {
+        LoadError::Init { reason, .. } => {
+            reason.split_once("configure rejected its settings: ").map(|(_, why)| why.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Runs CreateContainer through a chain as the host does for a runtime.
+pub fn create(chain: &Chain, req: &pb::CreateContainerRequest) -> Result<pb::CreateContainerResponse, ChainError> {
+    let engine = engine();
+    let cx = EvalContext::new(engine.clone(), CallEnv::detached(facts()), Instant::now() + Duration::from_secs(30));
+    engine.block_on(chain.create_container(&cx, req)).map(|Evaluated { value, .. }| value)
+}
+
+/// A chain of these policies, with the default chain settings.
+pub fn chain(policies: Vec<CompiledPolicy>) -> Chain {
+    Chain::new(policies, ChainSettings::default())
+}
+
+/// One call of `policy` on CreateContainer, outside a chain.
+pub fn call(policy: &CompiledPolicy, req: &pb::CreateContainerRequest) -> CallReport {
+    let event = CallEvent::container(
+        wit::EventKind::CreateContainer,
+        Arc::new(req.pod.clone().unwrap_or_default()),
+        Arc::new(req.container.clone().unwrap_or_default()),
+    );
+    engine().call(policy, event, &CallEnv::detached(facts()), None, Duration::from_secs(30))
+}
+
+/// Every captured request of the shared fixtures that is a CreateContainer
+/// (`{"event": "CreateContainer", "request": {...}}`), by file name.
+pub fn create_container_fixtures() -> Vec<(String, pb::CreateContainerRequest)> {
+    let dir = nri_sim::fixtures::dir().expect("fixture directory");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("reading the fixture directory")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if doc.get("event").and_then(|e| e.as_str()) != Some("CreateContainer") {
+            continue;
+        }
+        let request = doc.get("request").unwrap_or_else(|| panic!("{}: no request", path.display()));
+        let req: pb::CreateContainerRequest = protobuf_json_mapping::parse_from_str(&request.to_string())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        out.push((name, req));
+    }
+    assert!(!out.is_empty(), "no CreateContainer fixture in {}", dir.display());
+    out
+}
+
+/// Generated pods and containers shaped like containerd's, as requests.
+pub fn generated(pods: usize, per_pod: usize) -> Vec<(String, pb::CreateContainerRequest)> {
+    let w = nri_sim::workload::Workload::generate(pods, per_pod);
+    w.containers
+        .iter()
+        .map(|c| {
+            let pod = w.pods.iter().find(|p| p.id == c.pod_sandbox_id).expect("the container's pod").clone();
+            let name = format!("generated {}/{}", pod.name, c.name);
+            (
+                name,
+                pb::CreateContainerRequest {
+                    pod: Some(pod).into(),
+                    container: Some(c.clone()).into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
+/// The reply described line by line, sorted, in the format of
+/// `nri_wasm_sdk::testing::describe` for the parts the examples set.
+/// Fields it does not describe are compared as bytes where it matters.
+pub fn describe(resp: &pb::CreateContainerResponse) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(a) = resp.adjust.as_ref() {
+        for (k, v) in &a.annotations {
+            out.push(format!("annotation {k}={v}"));
+        }
+        for m in &a.mounts {
+            out.push(format!("mount {} type={} source={} options={:?}", m.destination, m.type_, m.source, m.options));
+        }
+        for kv in &a.env {
+            out.push(format!("env {}={}", kv.key, kv.value));
+        }
+        for r in &a.rlimits {
+            out.push(format!("rlimit {} soft={} hard={}", r.type_, r.soft, r.hard));
+        }
+        for d in &a.CDI_devices {
+            out.push(format!("cdi {}", d.name));
+        }
+        if !a.args.is_empty() {
+            out.push(format!("args {:?}", a.args));
+        }
+        if let Some(r) = a.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+            if let Some(v) = r.memory.as_ref().and_then(|m| m.limit.as_ref()) {
+                out.push(format!("resources.memory.limit={}", v.value));
+            }
+            if let Some(v) = r.cpu.as_ref().and_then(|c| c.shares.as_ref()) {
+                out.push(format!("resources.cpu.shares={}", v.value));
+            }
+            for (k, v) in &r.unified {
+                out.push(format!("resources.unified {k}={v}"));
+            }
+        }
+    }
+    for e in &resp.evict {
+        out.push(format!("evict {} reason={}", e.container_id, e.reason));
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,237 @@
+//! The examples of `example-policies/<lang>/` through the real host, held
+//! to the cases of the Rust examples they port (`example-policies/<name>/
+//! src/cases.rs`, included here as `tests/e2e/tests/examples.rs` includes
+//! them): the captured containerd CreateContainer, edited as the case
+//! says, must give exactly the case's adjustments (and the bytes the Rust
+//! example's reply has), its denial, or its settings error.
+#![cfg(feature = "languages")]
+
+use nri_wasm::policy::chain::ChainError;
+use nri_wasm::policy::engine::CompiledPolicy;
+use nri_wasm_api::api as pb;
+use nri_wasm_languages::{chain, create, describe, examples, load, settings_error};
+use protobuf::Message;
+
+/// One case of an example (the type `src/cases.rs` is written in).
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    pub name: &'static str,
+    pub settings: &'static str,
+    pub fixture: &'static str,
+    pub edits: &'static [Edit],
+    pub expect: Expect,
+}
+
+/// A change of the fixture, or a policy earlier in the chain.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // the variants the included cases use differ by example
+pub enum Edit {
+    PodLabel(&'static str, &'static str),
+    PodAnnotation(&'static str, &'static str),
+    RemovePodAnnotation(&'static str),
+    Namespace(&'static str),
+    ContainerName(&'static str),
+    ContainerLabel(&'static str, &'static str),
+    ContainerAnnotation(&'static str, &'static str),
+    Mount {
+        destination: &'static str,
+        source: &'static str,
+        options: &'static [&'static str],
+    },
+    EarlierHook {
+        policy: &'static str,
+        stage: &'static str,
+        path: &'static str,
+    },
+    EarlierMount {
+        policy: &'static str,
+        destination: &'static str,
+        source: &'static str,
+        options: &'static [&'static str],
+    },
+    EarlierAnnotation {
+        policy: &'static str,
+        key: &'static str,
+        value: &'static str,
+    },
+}
+
+/// What the chain answers.
+#[derive(Debug, Clone, Copy)]
+pub enum Expect {
+    Lines(&'static [&'static str]),
+    Deny(&'static str),
+    Settings(&'static str),
+}
+
+mod deny_host_sockets {
+    use super::{Case, Edit, Expect};
+    include!("../../../example-policies/deny-host-sockets/src/cases.rs");
+}
+
+mod pod_metadata_env {
+    use super::{Case, Edit, Expect};
+    include!("../../../example-policies/pod-metadata-env/src/cases.rs");
+}
+
+/// A port: its component and the Rust example's name, component and cases.
+struct Port {
+    lang: &'static str,
+    wasm: &'static str,
+    policy: &'static str,
+    rust: &'static str,
+    cases: &'static [Case],
+}
+
+/// The case's fixture with its edits applied.
+fn request(case: &Case) -> pb::CreateContainerRequest {
+    let mut req: pb::CreateContainerRequest = nri_sim::fixtures::load(case.fixture).expect("fixture");
+    for edit in case.edits {
+        let pod = req.pod.mut_or_insert_default();
+        match *edit {
+            Edit::PodLabel(k, v) => {
+                pod.labels.insert(k.into(), v.into());
+            }
+            Edit::PodAnnotation(k, v) => {
+                pod.annotations.insert(k.into(), v.into());
+            }
+            Edit::RemovePodAnnotation(k) => {
+                pod.annotations.remove(k);
+            }
+            Edit::Namespace(ns) => pod.namespace = ns.into(),
+            Edit::ContainerName(n) => req.container.mut_or_insert_default().name = n.into(),
+            Edit::ContainerLabel(k, v) => {
+                req.container.mut_or_insert_default().labels.insert(k.into(), v.into());
+            }
+            Edit::ContainerAnnotation(k, v) => {
+                req.container.mut_or_insert_default().annotations.insert(k.into(), v.into());
+            }
+            Edit::Mount { destination, source, options } => {
+                req.container.mut_or_insert_default().mounts.push(pb::Mount {
+                    destination: destination.into(),
+                    type_: "bind".into(),
+                    source: source.into(),
+                    options: options.iter().map(|o| o.to_string()).collect(),
+                    ..Default::default()
+                })
+            }
+            Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
+        }
+    }
+    req
+}
+
+/// The policies the case puts before the example, as `replay` scripts.
+fn earlier(case: &Case) -> Vec<CompiledPolicy> {
+    let mut scripts: Vec<(&'static str, String)> = Vec::new();
+    for edit in case.edits {
+        let (policy, line) = match *edit {
+            Edit::EarlierHook { policy, stage, path } => (policy, format!("hook {stage} {path}")),
+            Edit::EarlierMount { policy, destination, source, options } => {
+                (policy, format!("mount {destination} {source} {}", options.join(",")))
+            }
+            Edit::EarlierAnnotation { policy, key, value } => (policy, format!("annotation {key}={value}")),
+            _ => continue,
+        };
+        match scripts.iter_mut().find(|(p, _)| *p == policy) {
+            Some((_, script)) => script.push_str(&format!("\n{line}")),
+            None => scripts.push((policy, line)),
+        }
+    }
+    scripts.sort();
+    scripts
+        .into_iter()
+        .map(|(name, script)| load(name, nri_wasm_e2e::guests::REPLAY, &script).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+/// The chain's answer with `wasm` as the example: the reply, or the denial.
+fn run(port: &Port, wasm: &str, case: &Case) -> Result<pb::CreateContainerResponse, String> {
+    let mut policies = earlier(case);
+    policies.push(load(port.policy, wasm, case.settings).unwrap_or_else(|e| panic!("{}: {e}", case.name)));
+    match create(&chain(policies), &request(case)) {
+        Ok(resp) => Ok(resp),
+        Err(ChainError::Denied { policy, reason, .. }) if policy == port.policy => Err(reason),
+        Err(other) => panic!("case {:?}: {other}", case.name),
+    }
+}
+
+fn check(port: &Port) {
+    assert!(!port.cases.is_empty());
+    let mut problems = Vec::new();
+    for case in port.cases {
+        let what = format!("{} case {:?}", port.lang, case.name);
+        match case.expect {
+            Expect::Settings(error) => match load(port.policy, port.wasm, case.settings) {
+                Err(e) if settings_error(&e).as_deref() == Some(error) => {}
+                Err(other) => problems.push(format!("{what}: {other}")),
+                Ok(_) => problems.push(format!("{what}: the settings were accepted")),
+            },
+            Expect::Deny(reason) => match run(port, port.wasm, case) {
+                Err(got) if got == reason => {}
+                other => problems.push(format!("{what}: want the denial {reason:?}, got {other:?}")),
+            },
+            Expect::Lines(lines) => {
+                let mut want: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+                want.sort();
+                match run(port, port.wasm, case) {
+                    Ok(resp) => {
+                        if describe(&resp) != want {
+                            problems.push(format!("{what}: want {want:?}, got {:?}", describe(&resp)));
+                        }
+                        let rust = run(port, port.rust, case).expect("the Rust example answers");
+                        if resp.write_to_bytes().unwrap() != rust.write_to_bytes().unwrap() {
+                            problems.push(format!("{what}: the reply's bytes differ from the Rust example's"));
+                        }
+                    }
+                    Err(reason) => problems.push(format!("{what}: denied: {reason}")),
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn deny_host_sockets_in_javascript() {
+    check(&Port {
+        lang: "JavaScript",
+        wasm: examples::JS_DENY_HOST_SOCKETS,
+        policy: deny_host_sockets::POLICY,
+        rust: nri_wasm_components::examples::DENY_HOST_SOCKETS,
+        cases: deny_host_sockets::CASES,
+    });
+}
+
+#[test]
+fn deny_host_sockets_in_go() {
+    check(&Port {
+        lang: "Go",
+        wasm: examples::GO_DENY_HOST_SOCKETS,
+        policy: deny_host_sockets::POLICY,
+        rust: nri_wasm_components::examples::DENY_HOST_SOCKETS,
+        cases: deny_host_sockets::CASES,
+    });
+}
+
+#[test]
+fn pod_metadata_env_in_c() {
+    check(&Port {
+        lang: "C",
+        wasm: examples::C_POD_METADATA_ENV,
+        policy: pod_metadata_env::POLICY,
+        rust: nri_wasm_components::examples::POD_METADATA_ENV,
+        cases: pod_metadata_env::CASES,
+    });
+}
+
+#[test]
+fn pod_metadata_env_in_python() {
+    check(&Port {
+        lang: "Python",
+        wasm: examples::PYTHON_POD_METADATA_ENV,
+        policy: pod_metadata_env::POLICY,
+        rust: nri_wasm_components::examples::POD_METADATA_ENV,
+        cases: pod_metadata_env::CASES,
+    });
+}

@@ -1,0 +1,175 @@
+//! A trap, an exception, a panic, unbounded recursion and an infinite loop
+//! in each language (`tests/languages/faults/`), through the real host: each
+//! is reported as a failure of the policy, with its name and a readable
+//! reason, the language's own message where its runtime gives one; a
+//! denial stays a denial. Through the chain, `on-error` decides: "fail"
+//! fails the event with that report, "ignore" drops the policy's output.
+#![cfg(feature = "languages")]
+
+use nri_wasm::policy::chain::ChainError;
+use nri_wasm::policy::engine::CallError;
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::OnError;
+use nri_wasm_api::api as pb;
+use nri_wasm_languages::{call, chain, create, create_container_fixtures, faults, limits, load_with};
+
+const POLICY: &str = "70-faults";
+
+/// How a failure must be reported.
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    /// A trap whose report contains every one of these.
+    Trap(&'static [&'static str]),
+    StackOverflow,
+    /// The fuel or the time limit, whichever a slow machine reaches first.
+    Limit,
+}
+
+fn request() -> pb::CreateContainerRequest {
+    create_container_fixtures().remove(0).1
+}
+
+/// Short enough that a loop which burns no fuel (Go's `for {}`) ends soon.
+fn fault_limits() -> Limits {
+    Limits { timeout_ms: 2_000, ..limits() }
+}
+
+fn check(lang: &str, wasm: &str, cases: &[(&str, Want)]) {
+    let req = request();
+    let mut problems = Vec::new();
+    for (mode, want) in cases {
+        let policy = load_with(POLICY, wasm, mode, fault_limits(), OnError::Fail).unwrap_or_else(|e| panic!("{e}"));
+        let report = call(&policy, &req);
+        let err = match report.outcome {
+            Err(e) => e,
+            Ok(answer) => {
+                problems.push(format!("{lang} {mode}: answered {answer:?}"));
+                continue;
+            }
+        };
+        let text = err.to_string();
+        let named = text.starts_with(&format!("policy {POLICY} on CreateContainer: "));
+        let ok = named
+            && match (want, &err) {
+                (Want::Trap(parts), CallError::Trap { .. }) => parts.iter().all(|p| text.contains(p)),
+                (Want::StackOverflow, CallError::StackOverflow { .. }) => true,
+                (Want::Limit, CallError::OutOfFuel { .. } | CallError::Timeout { .. }) => true,
+                _ => false,
+            };
+        if !ok {
+            problems.push(format!("{lang} {mode}: want {want:?}, got {text}"));
+        }
+    }
+    // A denial is not a failure.
+    let policy = load_with(POLICY, wasm, "deny", fault_limits(), OnError::Fail).unwrap();
+    match call(&policy, &req).outcome {
+        Ok(Err(reason)) if reason == "fault injected: denial" => {}
+        other => problems.push(format!("{lang} deny: {other:?}")),
+    }
+    // Through the chain: on-error decides.
+    let failing = load_with(POLICY, wasm, "exception", fault_limits(), OnError::Fail).unwrap();
+    match create(&chain(vec![failing]), &req) {
+        Err(ChainError::Failed { failure, .. }) if failure.policy() == POLICY => {}
+        other => problems.push(format!("{lang} on-error = fail: {other:?}")),
+    }
+    let ignored = load_with(POLICY, wasm, "exception", fault_limits(), OnError::Ignore).unwrap();
+    match create(&chain(vec![ignored]), &req) {
+        Ok(resp) if resp.adjust.is_none() && resp.update.is_empty() => {}
+        other => problems.push(format!("{lang} on-error = ignore: {other:?}")),
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn javascript_on_quickjs() {
+    check(
+        "JavaScript (QuickJS)",
+        faults::JS_QUICKJS,
+        &[
+            ("exception", Want::Trap(&["the create-container handler threw RangeError: fault injected: exception"])),
+            (
+                "panic",
+                Want::Trap(&[
+                    "the create-container handler threw TypeError: cannot read property 'field' of undefined",
+                ]),
+            ),
+            ("trap", Want::StackOverflow),
+            ("recursion", Want::StackOverflow),
+            ("loop", Want::Limit),
+        ],
+    );
+}
+
+#[test]
+fn javascript_on_spidermonkey() {
+    check(
+        "JavaScript (SpiderMonkey)",
+        faults::JS_SPIDERMONKEY,
+        &[
+            ("exception", Want::Trap(&["the create-container handler threw RangeError: fault injected: exception"])),
+            ("panic", Want::Trap(&["the create-container handler threw TypeError: can't access property \"field\""])),
+            // SpiderMonkey's recursion limit is deep: the fuel runs out first.
+            ("trap", Want::Limit),
+            ("recursion", Want::Limit),
+            ("loop", Want::Limit),
+        ],
+    );
+}
+
+#[test]
+fn c() {
+    check(
+        "C",
+        faults::C,
+        &[
+            ("exception", Want::Trap(&["Assertion failed: !\"fault injected: exception\" (policy.c: policy_handle"])),
+            ("panic", Want::Trap(&["panic: fault injected: panic"])),
+            ("trap", Want::Trap(&["wasm `unreachable` instruction executed"])),
+            // C's own stack lives in linear memory, below the data: running
+            // off its end is an out-of-bounds access.
+            ("recursion", Want::Trap(&["out of bounds memory access"])),
+            ("loop", Want::Limit),
+        ],
+    );
+}
+
+#[test]
+fn go() {
+    check(
+        "Go",
+        faults::GO,
+        &[
+            (
+                "exception",
+                Want::Trap(&["panic: assignment to entry in nil map [recovered in the create-container handler]"]),
+            ),
+            ("panic", Want::Trap(&["panic: fault injected: panic [recovered in the create-container handler]"])),
+            ("trap", Want::Trap(&["wasm `unreachable` instruction executed"])),
+            ("recursion", Want::StackOverflow),
+            ("loop", Want::Limit),
+        ],
+    );
+}
+
+#[test]
+fn python() {
+    check(
+        "Python",
+        faults::PYTHON,
+        &[
+            (
+                "exception",
+                Want::Trap(&["PolicyFailure: the create-container handler raised RuntimeError: fault injected: exception"]),
+            ),
+            (
+                "panic",
+                Want::Trap(&[
+                    "PolicyFailure: the create-container handler raised AttributeError: 'NoneType' object has no attribute 'field'",
+                ]),
+            ),
+            ("trap", Want::Trap(&["wasm `unreachable` instruction executed"])),
+            ("recursion", Want::Limit),
+            ("loop", Want::Limit),
+        ],
+    );
+}

@@ -1,0 +1,137 @@
+//! The project templates of the SDKs (`guest-sdk/<lang>/template/`), made
+//! into a project as `nri-wasm new --lang <lang> template-check` would make
+//! it and built with the project's own build script (by `build.rs`), then
+//! installed as an operator would (the component with its `policy.toml`)
+//! and run through the host on the project's fixture: every template does
+//! what the Rust template does, within the limits its policy file sets.
+#![cfg(feature = "languages")]
+
+use std::path::{Path, PathBuf};
+
+use nri_wasm::policy::chain::ChainError;
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::{read_spec, PolicySpec};
+use nri_wasm_api::api as pb;
+use nri_wasm_languages::{call, chain, create, describe, engine, facts, load, settings_error, templates};
+
+const POLICY: &str = "50-template-check";
+
+/// The project a template became (the component is in its `target/`).
+fn project(wasm: &str) -> PathBuf {
+    Path::new(wasm).parent().and_then(Path::parent).expect("project/target/x.wasm").to_path_buf()
+}
+
+fn fixture(project: &Path) -> pb::CreateContainerRequest {
+    let path = project.join("fixtures/create-container.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["event"], "CreateContainer");
+    protobuf_json_mapping::parse_from_str(&doc["request"].to_string()).unwrap()
+}
+
+/// The spec an operator's install gives: the component beside its policy
+/// file, with the file's settings and limits (the time limit aside: these
+/// tests are about answers, and a busy machine is slow).
+fn installed(wasm: &str) -> PolicySpec {
+    let spec = read_spec(POLICY, Path::new(wasm), Some(&project(wasm).join("policy.toml")), Limits::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    PolicySpec { limits: Limits { timeout_ms: 5_000, ..spec.limits }, ..spec }
+}
+
+fn check(lang: &str, wasm: &str) {
+    let project = project(wasm);
+    let req = fixture(&project);
+    let spec = installed(wasm);
+    let fuel = spec.limits.fuel;
+    let policy = engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{lang}: {e}"));
+    // As generated: the pod's `team` label as TEAM.
+    let report = call(&policy, &req);
+    assert!(report.fuel_used < fuel, "{lang}: {} fuel of {fuel}", report.fuel_used);
+    let resp = create(&chain(vec![policy]), &req).unwrap_or_else(|e| panic!("{lang}: {e}"));
+    assert_eq!(describe(&resp), ["env TEAM=payments"], "{lang}");
+
+    // Required, and the pod has no such label: refused.
+    let required = load(POLICY, wasm, r#"{"label": "owner", "required": true}"#).unwrap();
+    match create(&chain(vec![required]), &req) {
+        Err(ChainError::Denied { reason, .. }) => {
+            assert_eq!(reason, "pod payments/billing-worker-7f9c5 has no label owner", "{lang}")
+        }
+        other => panic!("{lang}: {other:?}"),
+    }
+    // Not required: nothing to do.
+    let optional = load(POLICY, wasm, r#"{"label": "owner"}"#).unwrap();
+    let resp = create(&chain(vec![optional]), &req).unwrap();
+    assert!(resp.adjust.is_none(), "{lang}: {resp:?}");
+
+    // Settings it cannot use keep it from loading.
+    for (settings, want) in [
+        (r#"{"label": ""}"#, Some("invalid settings: label is empty")),
+        (r#"{"env": "1X"}"#, Some("invalid settings: env \"1X\" is not a variable name")),
+        (r#"{"colour": "blue"}"#, None),
+    ] {
+        let err = load(POLICY, wasm, settings).map(|_| ()).expect_err(settings);
+        let why = settings_error(&err).unwrap_or_else(|| panic!("{lang} {settings}: {err}"));
+        match want {
+            Some(want) => assert_eq!(why, want, "{lang}"),
+            None => assert!(why.starts_with("invalid settings: ") && why.contains("colour"), "{lang}: {why}"),
+        }
+    }
+}
+
+#[test]
+fn javascript() {
+    check("JavaScript", templates::JS);
+}
+
+#[test]
+fn c() {
+    check("C", templates::C);
+}
+
+#[test]
+fn go() {
+    check("Go", templates::GO);
+}
+
+#[test]
+fn python() {
+    check("Python", templates::PYTHON);
+}
+
+/// Every file a MANIFEST lists exists, and the project has every file the
+/// template directory holds (none forgotten in the MANIFEST).
+#[test]
+fn manifests_list_every_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for lang in ["js", "python", "c", "go"] {
+        let template = root.join("guest-sdk").join(lang).join("template");
+        let manifest = std::fs::read_to_string(template.join("MANIFEST")).unwrap();
+        let mut listed: Vec<String> = manifest
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        listed.push("MANIFEST".into());
+        listed.sort();
+        let mut found = Vec::new();
+        walk(&template, &template, &mut found);
+        found.sort();
+        assert_eq!(listed, found, "{lang}");
+        assert!(
+            manifest.contains("{{name}}") && manifest.contains("{{sdk}}"),
+            "{lang}: the header names the placeholders"
+        );
+    }
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            walk(base, &path, out);
+        } else {
+            out.push(path.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+        }
+    }
+}
