@@ -1,23 +1,59 @@
 //! Every request the runtime can send, decoded from arbitrary bytes: the
-//! decoder must never panic, a request that decodes must encode again to
-//! bytes that decode to the same request, and its conversion to what a
-//! policy reads (the WIT event, the piece by piece accessors, the node
-//! view's entries) must never panic either.
+//! decoder must never panic; a request that decodes must record and read
+//! back (`run --record`, then `eval --replay`) as the same request; and its
+//! conversion to what a policy reads (the WIT event, the piece by piece
+//! accessors, the node view's entries) must never panic either.
+//!
+//! The host never encodes a request again, so a protobuf round trip is not
+//! asserted: rust-protobuf 3.7 writes a negative value of a packed repeated
+//! enum in 10 bytes after sizing it as 5, so such a request does not decode
+//! again (`regressions/request_decode`). Replies carry only the enum values
+//! WIT can name, all of them non-negative.
 #![no_main]
 
+use std::time::SystemTime;
+
 use libfuzzer_sys::fuzz_target;
-use nri_wasm::api::api as pb;
 use nri_wasm::node::view::{NodeView, ViewLimits};
+use nri_wasm::nri::record::{parse_document, Request};
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::event::CallEvent;
 use protobuf::Message;
 
-fn round_trip<M: Message + PartialEq + std::fmt::Debug>(data: &[u8]) -> Option<M> {
-    let msg = M::parse_from_bytes(data).ok()?;
-    let bytes = msg.write_to_bytes().expect("a decoded message encodes");
-    let again = M::parse_from_bytes(&bytes).expect("an encoded message decodes");
-    assert_eq!(msg, again);
-    Some(msg)
+/// The request of kind `which` (one per event), if `data` decodes as one.
+fn decode(which: u8, data: &[u8]) -> Option<Request> {
+    fn parse<M: Message>(data: &[u8], into: fn(M) -> Request) -> Option<Request> {
+        M::parse_from_bytes(data).ok().map(into)
+    }
+    match which % 16 {
+        0 => parse(data, Request::CreateContainer),
+        1 => parse(data, Request::UpdateContainer),
+        2 => parse(data, Request::StopContainer),
+        3 => parse(data, Request::UpdatePodSandbox),
+        4 => parse(data, Request::ValidateContainerAdjustment),
+        5 => parse(data, Request::Synchronize),
+        6 => parse(data, Request::RunPodSandbox),
+        7 => parse(data, Request::Configure),
+        8 => parse(data, Request::PostUpdateContainer),
+        9 => parse(data, Request::StartContainer),
+        10 => parse(data, Request::PostCreateContainer),
+        11 => parse(data, Request::PostStartContainer),
+        12 => parse(data, Request::RemoveContainer),
+        13 => parse(data, Request::StopPodSandbox),
+        14 => parse(data, Request::RemovePodSandbox),
+        _ => parse(data, Request::PostUpdatePodSandbox),
+    }
+}
+
+/// What is recorded reads back as the request that was received. JSON
+/// keeps no unknown fields and prints maps in any order, so the comparison
+/// is of what the JSON holds.
+fn record_and_read(request: &Request) {
+    let line = request.to_line(SystemTime::UNIX_EPOCH);
+    let back = parse_document(&line, None).unwrap_or_else(|e| panic!("a recorded request reads back: {e}: {line}"));
+    assert_eq!(back.request.name(), request.name());
+    let json = |r: &Request| serde_json::from_str::<serde_json::Value>(&r.to_json()).expect("the JSON is JSON");
+    assert_eq!(json(&back.request), json(request), "{line}");
 }
 
 fn read_pieces(e: &CallEvent) {
@@ -29,62 +65,38 @@ fn read_pieces(e: &CallEvent) {
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, data)) = data.split_first() else { return };
-    match which % 10 {
-        0 => {
-            if let Some(r) = round_trip::<pb::CreateContainerRequest>(data) {
-                let e = CallEvent::container(
-                    wit::EventKind::CreateContainer,
-                    std::sync::Arc::new((*r.pod).clone()),
-                    std::sync::Arc::new((*r.container).clone()),
-                );
-                read_pieces(&e);
-                let mut view = NodeView::new(ViewLimits::default());
-                view.container_created(&r.container, None);
-            }
+    let Some(request) = decode(which, data) else { return };
+    record_and_read(&request);
+    match &request {
+        Request::CreateContainer(r) => {
+            let e = CallEvent::container(
+                wit::EventKind::CreateContainer,
+                std::sync::Arc::new((*r.pod).clone()),
+                std::sync::Arc::new((*r.container).clone()),
+            );
+            read_pieces(&e);
+            let mut view = NodeView::new(ViewLimits::default());
+            view.container_created(&r.container, None);
         }
-        1 => {
-            if let Some(r) = round_trip::<pb::UpdateContainerRequest>(data) {
-                let _ = wit::Event::from(&r);
-            }
+        Request::UpdateContainer(r) => {
+            let _ = wit::Event::from(r);
         }
-        2 => {
-            if let Some(r) = round_trip::<pb::StopContainerRequest>(data) {
-                read_pieces(&CallEvent::from(&r));
-            }
+        Request::StopContainer(r) => read_pieces(&CallEvent::from(r)),
+        Request::UpdatePodSandbox(r) => read_pieces(&CallEvent::from(r)),
+        Request::ValidateContainerAdjustment(r) => read_pieces(&CallEvent::validation(r.clone())),
+        Request::Synchronize(r) => {
+            let mut view = NodeView::new(ViewLimits { max_pods: 64, max_containers: 256 });
+            view.synchronize(&r.pods, &r.containers);
         }
-        3 => {
-            if let Some(r) = round_trip::<pb::UpdatePodSandboxRequest>(data) {
-                read_pieces(&CallEvent::from(&r));
-            }
-        }
-        4 => {
-            if let Some(r) = round_trip::<pb::ValidateContainerAdjustmentRequest>(data) {
-                read_pieces(&CallEvent::validation(r));
-            }
-        }
-        5 => {
-            if let Some(r) = round_trip::<pb::SynchronizeRequest>(data) {
-                let mut view = NodeView::new(ViewLimits { max_pods: 64, max_containers: 256 });
-                view.synchronize(&r.pods, &r.containers);
-            }
-        }
-        6 => {
-            if let Some(r) = round_trip::<pb::RunPodSandboxRequest>(data) {
-                read_pieces(&CallEvent::from(&r));
-            }
-        }
-        7 => {
-            let _ = round_trip::<pb::ConfigureRequest>(data);
-        }
-        8 => {
-            if let Some(r) = round_trip::<pb::StateChangeEvent>(data) {
-                let _ = (r.event.value(), r.pod.as_ref(), r.container.as_ref());
-            }
-        }
-        _ => {
-            if let Some(r) = round_trip::<pb::PostUpdateContainerRequest>(data) {
-                read_pieces(&CallEvent::from(&r));
-            }
-        }
+        Request::RunPodSandbox(r) => read_pieces(&CallEvent::from(r)),
+        Request::StopPodSandbox(r) => read_pieces(&CallEvent::from(r)),
+        Request::RemovePodSandbox(r) => read_pieces(&CallEvent::from(r)),
+        Request::PostUpdatePodSandbox(r) => read_pieces(&CallEvent::from(r)),
+        Request::PostCreateContainer(r) => read_pieces(&CallEvent::from(r)),
+        Request::StartContainer(r) => read_pieces(&CallEvent::from(r)),
+        Request::PostStartContainer(r) => read_pieces(&CallEvent::from(r)),
+        Request::PostUpdateContainer(r) => read_pieces(&CallEvent::from(r)),
+        Request::RemoveContainer(r) => read_pieces(&CallEvent::from(r)),
+        Request::Configure(_) => {}
     }
 });
