@@ -186,6 +186,19 @@ pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
+/// No transparent huge pages for this process. mimalloc asks for them on
+/// its arenas, and a huge page is faulted in whole: a heap whose live data
+/// is spread thin after policies were loaded in parallel stays resident in
+/// 2 MiB steps (20 small policies: 58-94 MiB idle instead of 38-55 MiB, a
+/// different figure on every start). The host is a small agent on every
+/// node; its footprint matters more than the TLB. Only pages faulted from
+/// now on are affected, which is all but the first few. A kernel without
+/// the call leaves the default.
+fn no_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE reads and writes no memory of ours.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 /// The binary: parse the command line, set up logging, run.
 ///
 /// # Safety
@@ -194,6 +207,7 @@ pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
 /// it claims the socket a runtime may have passed (see
 /// [`transport::claim_inherited`]).
 pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
+    no_huge_pages();
     let cli = Cli::parse();
     if let Some(Command::InternalCompile(args)) = &cli.command {
         return Ok(crate::policy::compile::child_main(args.max_bytes));
