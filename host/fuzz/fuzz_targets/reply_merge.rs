@@ -68,7 +68,11 @@ fuzz_target!(|data: &[u8]| {
 
     let mut merge = UpdateMerge::new(update);
     for (i, reply) in replies.iter().enumerate() {
-        let reply = pb::UpdateContainerResponse { update: reply.update.clone(), evict: reply.evict.clone(), ..Default::default() };
+        let reply = pb::UpdateContainerResponse {
+            update: reply.update.clone(),
+            evict: reply.evict.clone(),
+            ..Default::default()
+        };
         let before = merge.clone();
         if merge.apply(&format!("{i}0-p"), &reply).is_err() {
             assert!(merge == before, "a failed apply leaves the merge unchanged");
