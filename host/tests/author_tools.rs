@@ -341,57 +341,7 @@ fn eval_seeds_the_node_and_preloads_and_prints_state() {
 
 // ------------------------------------------------ every example, through eval
 
-/// One case of an example (the type `src/cases.rs` is written in).
-#[derive(Debug, Clone, Copy)]
-pub struct Case {
-    pub name: &'static str,
-    pub settings: &'static str,
-    pub fixture: &'static str,
-    pub edits: &'static [Edit],
-    pub expect: Expect,
-}
-
-/// A change of the fixture, or a policy earlier in the chain.
-#[derive(Debug, Clone, Copy)]
-pub enum Edit {
-    PodLabel(&'static str, &'static str),
-    PodAnnotation(&'static str, &'static str),
-    RemovePodAnnotation(&'static str),
-    Namespace(&'static str),
-    ContainerName(&'static str),
-    #[allow(dead_code)]
-    ContainerLabel(&'static str, &'static str),
-    ContainerAnnotation(&'static str, &'static str),
-    Mount {
-        destination: &'static str,
-        source: &'static str,
-        options: &'static [&'static str],
-    },
-    EarlierHook {
-        policy: &'static str,
-        stage: &'static str,
-        path: &'static str,
-    },
-    EarlierMount {
-        policy: &'static str,
-        destination: &'static str,
-        source: &'static str,
-        options: &'static [&'static str],
-    },
-    EarlierAnnotation {
-        policy: &'static str,
-        key: &'static str,
-        value: &'static str,
-    },
-}
-
-/// What the chain answers.
-#[derive(Debug, Clone, Copy)]
-pub enum Expect {
-    Lines(&'static [&'static str]),
-    Deny(&'static str),
-    Settings(&'static str),
-}
+use nri_wasm_sdk::testing::cases::{Case, Edit, Expect};
 
 mod ulimit_adjuster {
     use super::{Case, Edit, Expect};

@@ -141,45 +141,8 @@ pub fn generated(pods: usize, per_pod: usize) -> Vec<(String, pb::CreateContaine
         .collect()
 }
 
-/// The reply described line by line, sorted, in the format of
-/// `nri_wasm_sdk::testing::describe` for the parts the examples set.
-/// Fields it does not describe are compared as bytes where it matters.
+/// The reply as the lines of `nri_wasm_sdk::testing::describe`, as `eval`
+/// prints it.
 pub fn describe(resp: &pb::CreateContainerResponse) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(a) = resp.adjust.as_ref() {
-        for (k, v) in &a.annotations {
-            out.push(format!("annotation {k}={v}"));
-        }
-        for m in &a.mounts {
-            out.push(format!("mount {} type={} source={} options={:?}", m.destination, m.type_, m.source, m.options));
-        }
-        for kv in &a.env {
-            out.push(format!("env {}={}", kv.key, kv.value));
-        }
-        for r in &a.rlimits {
-            out.push(format!("rlimit {} soft={} hard={}", r.type_, r.soft, r.hard));
-        }
-        for d in &a.CDI_devices {
-            out.push(format!("cdi {}", d.name));
-        }
-        if !a.args.is_empty() {
-            out.push(format!("args {:?}", a.args));
-        }
-        if let Some(r) = a.linux.as_ref().and_then(|l| l.resources.as_ref()) {
-            if let Some(v) = r.memory.as_ref().and_then(|m| m.limit.as_ref()) {
-                out.push(format!("resources.memory.limit={}", v.value));
-            }
-            if let Some(v) = r.cpu.as_ref().and_then(|c| c.shares.as_ref()) {
-                out.push(format!("resources.cpu.shares={}", v.value));
-            }
-            for (k, v) in &r.unified {
-                out.push(format!("resources.unified {k}={v}"));
-            }
-        }
-    }
-    for e in &resp.evict {
-        out.push(format!("evict {} reason={}", e.container_id, e.reason));
-    }
-    out.sort();
-    out
+    nri_wasm::cli::author::describe::reply(resp)
 }

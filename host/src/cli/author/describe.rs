@@ -35,6 +35,11 @@ pub fn lines(
     out
 }
 
+/// A CreateContainer reply as lines, sorted.
+pub fn reply(r: &pb::CreateContainerResponse) -> Vec<String> {
+    lines(r.adjust.as_ref(), &r.update, &r.evict)
+}
+
 /// The value of an optional wrapper, or `-`.
 fn opt<M, T: std::fmt::Display>(field: &MessageField<M>, value: impl Fn(&M) -> T) -> String {
     field.as_ref().map_or_else(|| "-".to_string(), |m| value(m).to_string())

@@ -19,7 +19,7 @@
 //! [`EXIT_OK`], [`EXIT_FAILED`], [`EXIT_USAGE`], [`EXIT_POLICY_ERROR`].
 
 pub mod check;
-mod describe;
+pub mod describe;
 pub mod eval;
 pub mod new;
 mod replay;
