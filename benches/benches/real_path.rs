@@ -20,11 +20,23 @@
 //! realistic policies, for the target "(d) at most 1.5 × (in-process chain
 //! + (a))", and counts each plugin's wake-ups while idle for 30 s.
 //!
+//! The transport's own cost is taken per CreateContainer at both ends of
+//! the socket: the simulated runtime's wire layer times the round trip
+//! (from the request's last byte written to the response's last byte read),
+//! and the plugin traces its answer (`nri_wasm::answer`: from the request's
+//! last byte read to the answer's last byte written, and the dispatcher's
+//! part of it, the chain). Paired by ttrpc stream: the round trip less the
+//! chain is everything but the chain, in the same event with the same
+//! caches. The baseline is a plain echo of the same sizes between two
+//! processes (`floor-plugin --echo`), the kernel's part of any plugin.
+//!
 //! `cargo bench -p nri-wasm-benches --bench real_path`; `cargo test
 //! --benches` runs one short round.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nri_sim::node::{NodeModel, SimRuntime};
@@ -68,10 +80,64 @@ impl Setup {
 /// The CRI calls of one container's life.
 const CALLS: [&str; 4] = ["create", "start", "stop", "remove"];
 
+/// What a plugin traced about one answer (`nri_wasm::answer`), in µs.
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    total: f64,
+    handler: f64,
+}
+
+/// A plugin's log file (its stderr), read from where the last read ended:
+/// the answer lines by ttrpc stream, every other line passed on to ours.
+/// A file, not a pipe: a reader woken at every line would compete with
+/// the simulated runtime for the CPUs.
+struct Log {
+    path: PathBuf,
+    read: usize,
+}
+
+impl Log {
+    fn answers(&mut self) -> HashMap<u32, Answer> {
+        let text = std::fs::read(&self.path).unwrap_or_default();
+        let mut answers = HashMap::new();
+        let Some(new) = text.get(self.read..) else { return answers };
+        // Only whole lines; a line being written is read next time.
+        let whole = new.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        self.read += whole;
+        for line in String::from_utf8_lossy(&new[..whole]).lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            let answer = (v["target"] == "nri_wasm::answer")
+                .then(|| Some((v["stream"].as_u64()?, v["total_us"].as_f64()?, v["handler_us"].as_f64()?)))
+                .flatten();
+            match answer {
+                Some((stream, total, handler)) => {
+                    answers.insert(stream as u32, Answer { total, handler });
+                }
+                None => eprintln!("{line}"),
+            }
+        }
+        answers
+    }
+}
+
+/// One CreateContainer at both ends of the socket, µs.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    /// The time the runtime waited.
+    waited: f64,
+    /// Its wire layer's round trip.
+    wire: f64,
+    /// The plugin's answer, socket to socket.
+    total: f64,
+    /// The chain's part of it (the dispatcher).
+    chain: f64,
+}
+
 /// A plugin process and the simulated runtime it is connected to.
 struct Plugin {
     setup: Setup,
     child: Child,
+    log: Mutex<Log>,
     runtime: SimRuntime,
     _sim: Simulator,
     _dir: tempfile::TempDir,
@@ -152,11 +218,14 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
             );
             std::fs::write(&config, text).unwrap();
             let mut c = Command::new(bin("nri-wasm-host"));
-            c.args(["--log", "warn", "run", "--config"]).arg(&config);
+            c.args(["--log", "warn,nri_wasm::answer=trace", "--log-format", "json", "run", "--config"]).arg(&config);
             c
         }
     };
-    let child = command.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("start the plugin");
+    let log = dir.path().join("plugin.log");
+    let stderr = std::fs::File::create(&log).expect("log file");
+    let child = command.stdout(Stdio::null()).stderr(stderr).spawn().expect("start the plugin");
+    let log = Mutex::new(Log { path: log, read: 0 });
     // The host reconnects once its policies are loaded if the subscription
     // changes: take the connection that stays.
     let conn = loop {
@@ -172,22 +241,29 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
         }
     };
     let runtime = SimRuntime::new(conn, NodeModel::shared());
-    Plugin { setup, child, runtime, _sim: sim, _dir: dir }
+    Plugin { setup, child, log, runtime, _sim: sim, _dir: dir }
 }
 
 /// One round: `n` containers through their life; per CRI call the time spent
-/// in the plugin, and the plugin's CPU time per container.
-async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64) {
+/// in the plugin, the plugin's CPU time per container, and each
+/// CreateContainer the plugin was sent at both ends of the socket.
+async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, Vec<Split>) {
     let pod = nri_sim::workload::pod(3);
     p.runtime.run_pod(&pod).await.expect("run pod");
     let mut times: [Vec<Duration>; 4] = Default::default();
+    let mut sent = Vec::new();
     let cpu_before = cpu_ns(p.child.id());
     for i in 0..n {
         let mut ctr = nri_sim::workload::container(&pod, i);
         ctr.id = format!("{:064x}", (round << 32) | i);
+        let before = p.runtime.conn.stats().last_round_trip();
         let t = Instant::now();
         let created = p.runtime.create(&ctr).await.expect("create");
         times[0].push(t.elapsed());
+        let trip = p.runtime.conn.stats().last_round_trip();
+        if let Some(trip) = trip.filter(|t| Some(*t) != before) {
+            sent.push((times[0][i], trip));
+        }
         let t = Instant::now();
         p.runtime.start(&created.id).await.expect("start");
         times[1].push(t.elapsed());
@@ -200,7 +276,99 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64) 
     }
     let cpu = (cpu_ns(p.child.id()) - cpu_before) as f64 / n as f64;
     p.runtime.remove_pod(&pod.id).await.expect("remove pod");
-    (times, cpu)
+    // The plugin traces an answer just after writing it.
+    let traced = Instant::now();
+    let mut answers = HashMap::new();
+    loop {
+        answers.extend(p.log.lock().unwrap().answers());
+        if sent.iter().all(|(_, t)| answers.contains_key(&t.stream)) {
+            break;
+        }
+        assert!(traced.elapsed() < Duration::from_secs(10), "{} did not trace every answer", p.setup.name());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let splits = sent
+        .iter()
+        .map(|(waited, trip)| {
+            let a = answers[&trip.stream];
+            Split { waited: us(*waited), wire: us(trip.took), total: a.total, chain: a.handler }
+        })
+        .collect();
+    (times, cpu, splits)
+}
+
+/// The kernel's round trip between two processes: `floor-plugin --echo`
+/// answers `answer` bytes to each `request` bytes after computing for
+/// `hold`, blocking on both sides; p50 in µs of the round trip less the
+/// hold.
+/// With `apart`, the two processes are kept on two different CPUs (the
+/// first two), so that every message wakes the other CPU; without, the
+/// scheduler places them (on an idle machine, usually on one CPU).
+fn echo_round_trip(request: usize, answer: usize, hold: Duration, apart: bool, iterations: usize) -> f64 {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                if apart {
+                    pin_to_cpu(0);
+                }
+                echo_on_this_thread(request, answer, hold, apart, iterations)
+            })
+            .join()
+            .expect("echo thread")
+    })
+}
+
+/// Keeps the calling thread (or, in a child before exec, the process) on
+/// one CPU.
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a cpu_set_t filled by the libc macros, passed by pointer for
+    // the duration of the call.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn echo_on_this_thread(request: usize, answer: usize, hold: Duration, apart: bool, iterations: usize) -> f64 {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("echo.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    let mut command = Command::new(bin("floor-plugin"));
+    command.arg("--echo").arg(&path);
+    if apart {
+        // SAFETY: only an async-signal-safe system call between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                pin_to_cpu(1);
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn().expect("start the echo");
+    let (mut s, _) = listener.accept().expect("the echo connects");
+    let mut message = (request as u32).to_be_bytes().to_vec();
+    message.extend_from_slice(&(answer as u32).to_be_bytes());
+    message.extend_from_slice(&(hold.as_micros() as u32).to_be_bytes());
+    message.resize(12 + request, 7);
+    let mut back = vec![0u8; answer];
+    let mut times = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations / 10 {
+        let t = Instant::now();
+        s.write_all(&message).expect("echo write");
+        s.read_exact(&mut back).expect("echo read");
+        if i >= iterations / 10 {
+            times.push(t.elapsed().saturating_sub(hold));
+        }
+        // The runtime does its own work between two events.
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    drop(s);
+    let _ = child.wait();
+    p50(&mut times)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -241,6 +409,28 @@ fn in_process_ten(iterations: usize, cold: bool) -> f64 {
     p50(&mut times)
 }
 
+/// What protobuf costs the host per CreateContainer, in-process: decoding
+/// the request from its bytes and encoding ten policies' answer; p50 µs.
+fn codec(iterations: usize) -> f64 {
+    use protobuf::Message as _;
+    let bench = Bench::new();
+    let chain = bench.realistic(10);
+    let req = nri_wasm_benches::request();
+    let answer = bench.create(&chain, Duration::from_secs(60), &req).expect("chain answers").value;
+    let bytes = req.write_to_bytes().expect("encode the request");
+    let mut times = Vec::with_capacity(iterations);
+    for i in 0..iterations + iterations / 10 {
+        let t = Instant::now();
+        let decoded = pb::CreateContainerRequest::parse_from_bytes(&bytes).expect("decode the request");
+        let encoded = answer.write_to_bytes().expect("encode the answer");
+        std::hint::black_box((decoded, encoded));
+        if i >= iterations / 10 {
+            times.push(t.elapsed());
+        }
+    }
+    p50(&mut times)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
@@ -250,7 +440,7 @@ fn main() {
     if let Some(n) = std::env::var("NRI_WASM_REAL_PATH_ROUNDS").ok().and_then(|v| v.parse().ok()) {
         rounds = n;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let cache = tempfile::tempdir().unwrap();
     runtime.block_on(async {
         let mut plugins = Vec::new();
@@ -260,18 +450,56 @@ fn main() {
         // Per setup: per CRI call, the p50 of each round; CPU per container of each round.
         let mut per_call: Vec<[Vec<f64>; 4]> = vec![Default::default(); 4];
         let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); 4];
+        // Per setup: each round's p50 of the time the runtime waited, the
+        // wire round trip, the answer, the chain, and the round trip less the
+        // chain, the answer less the chain and the round trip less the
+        // answer (each the p50 of the per-event differences).
+        let mut split: Vec<[Vec<f64>; 7]> = vec![Default::default(); 4];
+        // Per setup: every CreateContainer's wait, for the tail.
+        let mut creates: Vec<Vec<Duration>> = vec![Vec::new(); 4];
         for r in 0..rounds {
             for k in 0..4 {
                 let s = (r + k) % 4;
-                let (mut times, c) = round(&plugins[s], per_round, r).await;
+                let (mut times, c, splits) = round(&plugins[s], per_round, r).await;
+                creates[s].extend_from_slice(&times[0]);
                 for (call, t) in times.iter_mut().enumerate() {
                     per_call[s][call].push(p50(t));
                 }
                 cpu[s].push(c);
+                if !splits.is_empty() {
+                    let columns: [fn(&Split) -> f64; 7] = [
+                        |x| x.waited,
+                        |x| x.wire,
+                        |x| x.total,
+                        |x| x.chain,
+                        |x| x.wire - x.chain,
+                        |x| x.total - x.chain,
+                        |x| x.wire - x.total,
+                    ];
+                    for (column, f) in columns.iter().enumerate() {
+                        split[s][column].push(median(&mut splits.iter().map(f).collect::<Vec<_>>()));
+                    }
+                }
             }
         }
         let chain_ten = in_process_ten(if full { 2000 } else { 20 }, false);
         let chain_ten_cold = in_process_ten(if full { 1000 } else { 10 }, true);
+        let codec = codec(if full { 2000 } else { 20 });
+        let request_bytes = protobuf::Message::compute_size(&nri_wasm_benches::request()) as usize;
+        // Per set-up: the echo holding each request as long as its chain
+        // took, as the scheduler places it and on two CPUs.
+        let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+        let echo: Vec<(f64, f64)> = split
+            .iter()
+            .map(|columns| {
+                let chain = median(&mut columns[3].clone());
+                let hold = Duration::from_secs_f64(chain.max(0.0) / 1e6);
+                let n = if full { 1000 } else { 20 };
+                let placed = echo_round_trip(request_bytes, 1024, hold, false, n);
+                let apart = if two_cpus { echo_round_trip(request_bytes, 1024, hold, true, n) } else { placed };
+                (placed, apart)
+            })
+            .collect();
         eprintln!();
         eprintln!(
             "real path: median over {rounds} rounds of {per_round} containers; time the runtime waited per CRI call (p50, µs), plugin CPU per container (µs)"
@@ -306,6 +534,65 @@ fn main() {
             medians[3][0] - chain_ten - floor_create,
             medians[3][0] - chain_ten_cold - floor_create
         );
+        eprintln!(
+            "the transport's own cost, per CreateContainer at both ends of the socket (median over rounds of the p50 of each event's figure, µs):"
+        );
+        eprintln!(
+            "{:<18} {:>8} {:>8} {:>8} {:>8} {:>11} {:>13} {:>12} {:>12} {:>12} {:>10} {:>10}",
+            "",
+            "waited",
+            "wire",
+            "answer",
+            "chain",
+            "wire-chain",
+            "answer-chain",
+            "wire-answer",
+            "echo placed",
+            "echo apart",
+            "own",
+            "own-echo"
+        );
+        for (s, p) in plugins.iter().enumerate().filter(|(s, _)| !split[*s][0].is_empty()) {
+            let m: Vec<f64> = split[s].iter().map(|v| median(&mut v.clone())).collect();
+            let (placed, apart) = echo[s];
+            // The kernel's part of the round trip as the echo placed like
+            // this plugin was (on one CPU or two) paid it.
+            let kernel = if (m[6] - placed).abs() <= (m[6] - apart).abs() { placed } else { apart };
+            eprintln!(
+                "{:<18} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>11.1} {:>13.1} {:>12.1} {:>12.1} {:>12.1} {:>10.1} {:>10.1}",
+                p.setup.name(),
+                m[0],
+                m[1],
+                m[2],
+                m[3],
+                m[4],
+                m[5],
+                m[6],
+                placed,
+                apart,
+                m[4] - codec,
+                m[4] - codec - kernel
+            );
+        }
+        eprintln!(
+            "protobuf in-process (decode the {request_bytes}-byte request, encode ten policies' answer): p50 {codec:.1} µs; \
+             echo: {request_bytes} bytes to a process that computes as long as the chain, 1024 back, blocking, p50 less the hold, \
+             placed by the scheduler or kept on two CPUs; own = wire-chain less protobuf; \
+             own-echo = own less the echo nearer to wire-answer (the kernel's part, as the plugin was placed)"
+        );
+        eprintln!("CreateContainer over all rounds, what the runtime waited: {}", {
+            let parts: Vec<String> = plugins
+                .iter()
+                .zip(creates.iter_mut())
+                .map(|(p, t)| {
+                    t.sort();
+                    let q = |f: f64| t.get(((t.len() as f64 * f) as usize).min(t.len().saturating_sub(1)));
+                    let us = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e6);
+                    format!("{} p50 {:.1} µs, p99 {:.1} µs", p.setup.name(), us(q(0.5)), us(q(0.99)))
+                })
+                .collect();
+            parts.join("; ")
+        });
         eprintln!("ratios to (a) per CRI call: {}", {
             let r: Vec<String> = (1..4)
                 .map(|s| {

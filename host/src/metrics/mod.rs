@@ -106,6 +106,7 @@ pub struct Metrics {
     fuel: Family<PolicyLabel, Counter>,
     events: Family<EventLabels, Counter>,
     chain_duration: Family<EventLabel, Histogram>,
+    answer_duration: Family<EventLabel, Histogram>,
     overruns: Counter,
     registered: Gauge,
     reconnects: Counter,
@@ -145,6 +146,9 @@ impl Metrics {
         let chain_duration = Family::<EventLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(1e-5, 2.0, 18))
         });
+        let answer_duration = Family::<EventLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(1e-5, 2.0, 18))
+        });
         let overruns = Counter::default();
         let registered = Gauge::default();
         let reconnects = Counter::default();
@@ -166,6 +170,13 @@ impl Metrics {
             Unit::Seconds,
             chain_duration.clone(),
         );
+        registry.register_with_unit(
+            "nri_wasm_answer_duration",
+            "Time from a request's last byte read off the socket to its answer's last byte written: \
+             the chain and the transport, what the host adds to the runtime's wait",
+            Unit::Seconds,
+            answer_duration.clone(),
+        );
         registry.register(
             "nri_wasm_answer_budget_overruns",
             "Events answered with DEADLINE_EXCEEDED because the answer budget ran out",
@@ -183,6 +194,7 @@ impl Metrics {
             fuel,
             events,
             chain_duration,
+            answer_duration,
             overruns,
             registered,
             reconnects,
@@ -218,6 +230,11 @@ impl Metrics {
     pub fn event(&self, event: &str, result: &str, chain: Duration) {
         self.events.get_or_create(&EventLabels { event: event.into(), result: result.into() }).inc();
         self.chain_duration.get_or_create(&EventLabel { event: event.into() }).observe(chain.as_secs_f64());
+    }
+
+    /// An event's answer is out, `total` after its request arrived.
+    pub fn answer(&self, event: &str, total: Duration) {
+        self.answer_duration.get_or_create(&EventLabel { event: event.into() }).observe(total.as_secs_f64());
     }
 
     /// An answer ran out of the answer budget.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nri_wasm_api::api as pb;
 
+use super::mux::AnswerTime;
 use super::version::{EventKind, EventMask, NriVersion, VersionSource};
 
 /// What the runtime told us about itself in `Configure`.
@@ -156,6 +157,10 @@ pub trait Dispatcher: Send + Sync + 'static {
     ) -> Result<pb::ValidateContainerAdjustmentResponse, DispatchError> {
         Ok(pb::ValidateContainerAdjustmentResponse::default())
     }
+
+    /// A request was answered; its times at the socket (every request of
+    /// the Plugin service, whether or not it reached the dispatcher).
+    fn answered(&self, _answer: &AnswerTime) {}
 
     /// The answer to `event` ran out of the answer budget and was sent as
     /// DEADLINE_EXCEEDED; the call was dropped.

@@ -23,9 +23,17 @@
 //! valid: conn id 0, an unknown conn id, a length over the cap or a socket that
 //! ends mid-frame close the connection with a [`FrameError`]. Memory stays
 //! bounded: one partially read frame plus a small pipe per connection.
+//!
+//! The mux is also where the runtime's wait for us starts and ends, so it
+//! times every answer on the Plugin conn ([`AnswerClock`]): from the
+//! request's last byte read to the answer handed to the socket. With the
+//! dispatcher's part of it, that tells the chain's cost from the
+//! transport's, per request, in production.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
@@ -44,6 +52,10 @@ pub const RUNTIME_CONN: u32 = 2;
 
 /// Length of a ttrpc message header (u32 length, u32 stream id, type, flags).
 pub const TTRPC_HEADER_LEN: usize = 10;
+/// ttrpc message type of a request (header byte 8).
+pub const TTRPC_REQUEST: u8 = 1;
+/// ttrpc message type of a response.
+pub const TTRPC_RESPONSE: u8 = 2;
 /// Largest ttrpc message payload either side accepts.
 pub const TTRPC_MAX_PAYLOAD: usize = 4 << 20;
 /// Size of the reference reader's buffer: the largest frame that may carry a
@@ -189,6 +201,153 @@ pub fn frame_message(conn: u32, message: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// Finds where the ttrpc messages of one conn end in its frames' payloads.
+///
+/// Sans-IO, like [`FrameDecoder`]: the mux feeds it every payload it reads
+/// for the Plugin conn to learn the moment a request has arrived whole,
+/// which is when the runtime starts waiting for us. It only counts bytes;
+/// what the messages say is the ttrpc stack's business.
+#[derive(Debug, Default)]
+pub struct MessageCursor {
+    header: [u8; TTRPC_HEADER_LEN],
+    have: usize,
+    remaining: usize,
+    current: (u32, u8),
+}
+
+impl MessageCursor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Consumes the payload of one frame; calls `ended(stream, type)` for
+    /// every message whose last byte it holds.
+    pub fn feed(&mut self, mut bytes: &[u8], mut ended: impl FnMut(u32, u8)) {
+        while !bytes.is_empty() {
+            if self.remaining > 0 {
+                let take = self.remaining.min(bytes.len());
+                self.remaining -= take;
+                bytes = &bytes[take..];
+                if self.remaining == 0 {
+                    ended(self.current.0, self.current.1);
+                }
+                continue;
+            }
+            let take = (TTRPC_HEADER_LEN - self.have).min(bytes.len());
+            self.header[self.have..self.have + take].copy_from_slice(&bytes[..take]);
+            self.have += take;
+            bytes = &bytes[take..];
+            if self.have < TTRPC_HEADER_LEN {
+                return;
+            }
+            self.have = 0;
+            let h = &self.header;
+            let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
+            self.current = (u32::from_be_bytes([h[4], h[5], h[6], h[7]]), h[8]);
+            if len == 0 {
+                ended(self.current.0, self.current.1);
+            }
+            self.remaining = len;
+        }
+    }
+}
+
+/// How long the host took to answer one request, as the socket saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerTime {
+    /// The request's ttrpc stream id.
+    pub stream: u32,
+    /// The event, if a handler said which one it served.
+    pub event: Option<&'static str>,
+    /// From the request's last byte read off the socket to the answer
+    /// handed to it: everything the host did for the request.
+    pub total: Duration,
+    /// The part of it the handler's dispatcher took (the policy chain).
+    pub handler: Option<Duration>,
+}
+
+impl AnswerTime {
+    /// What the transport itself took: the total less the handler's part
+    /// (framing, ttrpc, protobuf decoding and encoding, task hand-overs).
+    pub fn transport(&self) -> Duration {
+        self.total.saturating_sub(self.handler.unwrap_or_default())
+    }
+}
+
+/// Requests whose answer is awaited at most; a runtime does not have more
+/// in flight, and a peer that sends more loses only their timing.
+const MAX_TIMED: usize = 1024;
+
+#[derive(Debug)]
+struct Pending {
+    arrived: Instant,
+    handled: Option<(&'static str, Duration)>,
+}
+
+/// Times every answer on the Plugin conn at the socket: the mux notes when
+/// a request has arrived and when its answer is out, the service what the
+/// dispatcher took in between; the owner's `report` gets the result.
+///
+/// This is how an operator (and the real-path benchmark) tells the chain's
+/// cost from the transport's, per request, without a profiler.
+pub struct AnswerClock {
+    pending: std::sync::Mutex<HashMap<u32, Pending>>,
+    report: Box<dyn Fn(AnswerTime) + Send + Sync>,
+}
+
+impl fmt::Debug for AnswerClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnswerClock").finish_non_exhaustive()
+    }
+}
+
+impl Default for AnswerClock {
+    fn default() -> Self {
+        Self::new(|_| {})
+    }
+}
+
+impl AnswerClock {
+    pub fn new(report: impl Fn(AnswerTime) + Send + Sync + 'static) -> Self {
+        Self { pending: std::sync::Mutex::new(HashMap::new()), report: Box::new(report) }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Request `stream` has arrived whole.
+    pub fn arrived(&self, stream: u32, at: Instant) {
+        let mut pending = self.pending();
+        if pending.len() < MAX_TIMED || pending.contains_key(&stream) {
+            pending.insert(stream, Pending { arrived: at, handled: None });
+        }
+    }
+
+    /// The handler of request `stream` served `event` in `took`.
+    pub fn handled(&self, stream: u32, event: &'static str, took: Duration) {
+        if let Some(p) = self.pending().get_mut(&stream) {
+            p.handled = Some((event, took));
+        }
+    }
+
+    /// The answer to request `stream` is out: reports its time.
+    pub fn answered(&self, stream: u32, at: Instant) {
+        let Some(p) = self.pending().remove(&stream) else { return };
+        (self.report)(AnswerTime {
+            stream,
+            event: p.handled.map(|(e, _)| e),
+            total: at.saturating_duration_since(p.arrived),
+            handler: p.handled.map(|(_, d)| d),
+        });
+    }
+
+    /// The connection ended: nothing pending will be answered.
+    fn clear(&self) {
+        self.pending().clear();
+    }
+}
+
 /// Why a multiplexed connection ended.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MuxError {
@@ -262,8 +421,9 @@ pub struct MuxConns {
     pub handle: MuxHandle,
 }
 
-/// Starts multiplexing `socket` (must run inside a tokio runtime).
-pub fn multiplex<S>(socket: S) -> MuxConns
+/// Starts multiplexing `socket` (must run inside a tokio runtime); `clock`
+/// times the answers on the Plugin conn.
+pub fn multiplex<S>(socket: S, clock: Arc<AnswerClock>) -> MuxConns
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -279,11 +439,12 @@ where
         let (runtime_r, runtime_w) = tokio::io::split(runtime_far);
         let writer = Mutex::new(sock_w);
         let end = tokio::select! {
-            end = read_loop(sock_r, plugin_w, runtime_w) => end,
-            end = pump_out(PLUGIN_CONN, plugin_r, &writer) => end,
-            end = pump_out(RUNTIME_CONN, runtime_r, &writer) => end,
+            end = read_loop(sock_r, plugin_w, runtime_w, &clock) => end,
+            end = pump_out(PLUGIN_CONN, plugin_r, &writer, Some(&clock)) => end,
+            end = pump_out(RUNTIME_CONN, runtime_r, &writer, None) => end,
             _ = close_wait.notified() => MuxEnd::LocalClosed("close requested"),
         };
+        clock.clear();
         let mut w = writer.lock().await;
         let _ = w.shutdown().await;
         let _ = ended_tx.send(Some(end));
@@ -297,13 +458,24 @@ async fn read_loop<R: AsyncRead>(
     sock: ReadHalf<R>,
     mut plugin: WriteHalf<DuplexStream>,
     mut runtime: WriteHalf<DuplexStream>,
+    clock: &AnswerClock,
 ) -> MuxEnd {
     let mut sock = sock;
     let mut decoder = FrameDecoder::new();
+    let mut requests = MessageCursor::new();
     loop {
+        // The bytes just read are when the requests they complete arrived.
+        let now = Instant::now();
         loop {
             match decoder.decode() {
                 Ok(Some(frame)) => {
+                    if frame.conn == PLUGIN_CONN {
+                        requests.feed(&frame.payload, |stream, kind| {
+                            if kind == TTRPC_REQUEST {
+                                clock.arrived(stream, now);
+                            }
+                        });
+                    }
                     let target = if frame.conn == PLUGIN_CONN { &mut plugin } else { &mut runtime };
                     if target.write_all(&frame.payload).await.is_err() {
                         return MuxEnd::LocalClosed("connection dropped by the ttrpc side");
@@ -329,8 +501,14 @@ async fn read_loop<R: AsyncRead>(
 }
 
 /// Reassembles the ttrpc messages our side writes on `conn` and sends each
-/// one as frames that the reference reader accepts.
-async fn pump_out<W: AsyncWrite>(conn: u32, mut from: ReadHalf<DuplexStream>, writer: &Mutex<WriteHalf<W>>) -> MuxEnd {
+/// one as frames that the reference reader accepts; with a `clock`, each
+/// response that is out stops its request's clock.
+async fn pump_out<W: AsyncWrite>(
+    conn: u32,
+    mut from: ReadHalf<DuplexStream>,
+    writer: &Mutex<WriteHalf<W>>,
+    clock: Option<&AnswerClock>,
+) -> MuxEnd {
     let mut message = Vec::with_capacity(READER_BUFFER);
     let mut frames = Vec::with_capacity(READER_BUFFER + 2 * FRAME_HEADER_LEN);
     loop {
@@ -350,6 +528,9 @@ async fn pump_out<W: AsyncWrite>(conn: u32, mut from: ReadHalf<DuplexStream>, wr
         frames.clear();
         frame_message(conn, &message, &mut frames);
         let mut w = writer.lock().await;
+        // The answer is out when the write starts: the runtime may read it,
+        // and preempt us, before the call returns.
+        let out = Instant::now();
         if let Err(e) = w.write_all(&frames).await {
             return MuxEnd::Failed(MuxError::io("write", e));
         }
@@ -357,6 +538,9 @@ async fn pump_out<W: AsyncWrite>(conn: u32, mut from: ReadHalf<DuplexStream>, wr
             return MuxEnd::Failed(MuxError::io("flush", e));
         }
         drop(w);
+        if let Some(clock) = clock.filter(|_| message[8] == TTRPC_RESPONSE) {
+            clock.answered(u32::from_be_bytes([message[4], message[5], message[6], message[7]]), out);
+        }
         // Do not keep a multi-megabyte buffer around after a large message.
         if message.capacity() > 4 * READER_BUFFER {
             message = Vec::with_capacity(READER_BUFFER);
@@ -455,5 +639,89 @@ mod tests {
             assert!(d.decode().unwrap().is_none());
             assert_eq!(joined, msg, "len {len}");
         }
+    }
+
+    fn ttrpc_header(len: u32, stream: u32, kind: u8) -> Vec<u8> {
+        let mut m = len.to_be_bytes().to_vec();
+        m.extend_from_slice(&stream.to_be_bytes());
+        m.extend_from_slice(&[kind, 0]);
+        m
+    }
+
+    #[test]
+    fn cursor_finds_message_ends_at_any_split() {
+        let mut wire = ttrpc_header(0, 1, TTRPC_REQUEST);
+        wire.extend(ttrpc_header(5, 3, TTRPC_REQUEST));
+        wire.extend([9u8; 5]);
+        wire.extend(ttrpc_header(5000, 5, TTRPC_RESPONSE));
+        wire.extend([7u8; 5000]);
+        for chunk in [1usize, 3, 10, 11, 4096, wire.len()] {
+            let mut cursor = MessageCursor::new();
+            let mut ended = Vec::new();
+            let mut at = Vec::new();
+            let mut seen = 0;
+            for part in wire.chunks(chunk) {
+                cursor.feed(part, |stream, kind| {
+                    ended.push((stream, kind));
+                    at.push(seen + part.len());
+                });
+                seen += part.len();
+            }
+            assert_eq!(ended, [(1, TTRPC_REQUEST), (3, TTRPC_REQUEST), (5, TTRPC_RESPONSE)], "chunk {chunk}");
+            // Each message is reported in the chunk that holds its last byte.
+            let ends = [10usize, 25, wire.len()];
+            let chunk_end = |byte: usize| byte.div_ceil(chunk).saturating_mul(chunk).min(wire.len());
+            assert_eq!(at, ends.map(chunk_end), "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn clock_reports_each_answered_request_once() {
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let clock = AnswerClock::new(move |t| sink.lock().unwrap().push(t));
+        let t0 = Instant::now();
+        clock.arrived(3, t0);
+        clock.arrived(5, t0);
+        clock.handled(3, "CreateContainer", Duration::from_micros(300));
+        clock.handled(7, "StopContainer", Duration::from_micros(1));
+        clock.answered(3, t0 + Duration::from_micros(340));
+        clock.answered(3, t0 + Duration::from_micros(400));
+        clock.answered(9, t0 + Duration::from_micros(400));
+        clock.answered(5, t0 + Duration::from_micros(20));
+        let got = got.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            [
+                AnswerTime {
+                    stream: 3,
+                    event: Some("CreateContainer"),
+                    total: Duration::from_micros(340),
+                    handler: Some(Duration::from_micros(300)),
+                },
+                AnswerTime { stream: 5, event: None, total: Duration::from_micros(20), handler: None },
+            ]
+        );
+        assert_eq!(got[0].transport(), Duration::from_micros(40));
+        assert_eq!(got[1].transport(), Duration::from_micros(20));
+    }
+
+    #[test]
+    fn clock_holds_a_bounded_number_of_requests() {
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = count.clone();
+        let clock = AnswerClock::new(move |_| {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let t0 = Instant::now();
+        for stream in 0..(MAX_TIMED as u32 + 100) {
+            clock.arrived(stream * 2 + 1, t0);
+        }
+        assert_eq!(clock.pending().len(), MAX_TIMED);
+        for stream in 0..(MAX_TIMED as u32 + 100) {
+            clock.answered(stream * 2 + 1, t0);
+        }
+        assert_eq!(count.load(std::sync::atomic::Ordering::Relaxed), MAX_TIMED);
+        assert!(clock.pending().is_empty());
     }
 }

@@ -534,6 +534,10 @@ impl Dispatcher for RecordingDispatcher {
         self.inner.answer_overrun(event, budget)
     }
 
+    fn answered(&self, answer: &super::mux::AnswerTime) {
+        self.inner.answered(answer)
+    }
+
     async fn disconnected(&self) {
         self.inner.disconnected().await
     }

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use ttrpc::r#async::TtrpcContext;
 
 use super::dispatch::{DispatchError, Dispatcher, RuntimeInfo};
+use super::mux::AnswerClock;
 use super::version::{self, EventKind, EventMask};
 
 /// Default registration timeout when the runtime does not send one.
@@ -84,9 +85,16 @@ pub struct SessionState {
     sync: tokio::sync::Mutex<SyncChunks>,
     synchronized: Notify,
     shutdown: Notify,
+    /// Times each answer; the handlers tell it what the dispatcher took.
+    clock: Arc<AnswerClock>,
 }
 
 impl SessionState {
+    /// The state of a new connection whose answers `clock` times.
+    pub fn new(clock: Arc<AnswerClock>) -> Self {
+        Self { clock, ..Self::default() }
+    }
+
     /// The runtime as it described itself, once configured.
     pub fn runtime(&self) -> Option<RuntimeInfo> {
         self.runtime.lock().expect("runtime info lock").clone()
@@ -152,10 +160,12 @@ impl PluginService {
     /// Runs one dispatcher call within the answer budget and maps its error.
     async fn answer<T>(
         &self,
+        ctx: &TtrpcContext,
         event: &'static str,
         call: impl Future<Output = Result<T, DispatchError>>,
     ) -> ttrpc::Result<T> {
         let budget = self.state.budget();
+        let start = std::time::Instant::now();
         let result = match tokio::time::timeout(budget, call).await {
             Ok(r) => r,
             Err(_) => {
@@ -163,6 +173,7 @@ impl PluginService {
                 Err(DispatchError::DeadlineExceeded(budget))
             }
         };
+        self.state.clock.handled(ctx.mh.stream_id, event, start.elapsed());
         result.map_err(|e| {
             tracing::warn!(event, error = %e, "event failed");
             rpc_error(&e)
@@ -221,11 +232,11 @@ impl PluginService {
 
 #[async_trait]
 impl services::Plugin for PluginService {
-    async fn configure(&self, _ctx: &TtrpcContext, req: pb::ConfigureRequest) -> ttrpc::Result<pb::ConfigureResponse> {
+    async fn configure(&self, ctx: &TtrpcContext, req: pb::ConfigureRequest) -> ttrpc::Result<pb::ConfigureResponse> {
         let info = runtime_info(&req);
         // The dispatcher may settle what it wants while configuring (the
         // first load of its policies): ask for the mask after.
-        self.answer("Configure", self.dispatcher.configure(&info)).await?;
+        self.answer(ctx, "Configure", self.dispatcher.configure(&info)).await?;
         let events_version = self.dispatcher.events_version();
         let mask = version::subscription(self.dispatcher.events(), info.nri_version);
         tracing::info!(
@@ -246,7 +257,7 @@ impl services::Plugin for PluginService {
 
     async fn synchronize(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::SynchronizeRequest,
     ) -> ttrpc::Result<pb::SynchronizeResponse> {
         let mut chunks = self.state.sync.lock().await;
@@ -268,7 +279,7 @@ impl services::Plugin for PluginService {
         let SyncChunks { pods, containers, chunks: n, .. } = std::mem::take(&mut *chunks);
         drop(chunks);
         let (np, nc) = (pods.len(), containers.len());
-        let update = self.answer("Synchronize", self.dispatcher.synchronize(pods, containers)).await?;
+        let update = self.answer(ctx, "Synchronize", self.dispatcher.synchronize(pods, containers)).await?;
         tracing::info!(pods = np, containers = nc, chunks = n, updates = update.len(), "synchronized with runtime");
         self.state.synchronized.notify_waiters();
         Ok(pb::SynchronizeResponse { update, more: false, ..Default::default() })
@@ -282,129 +293,129 @@ impl services::Plugin for PluginService {
 
     async fn run_pod_sandbox(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::RunPodSandboxRequest,
     ) -> ttrpc::Result<pb::RunPodSandboxResponse> {
-        self.answer("RunPodSandbox", self.dispatcher.run_pod_sandbox(req)).await?;
+        self.answer(ctx, "RunPodSandbox", self.dispatcher.run_pod_sandbox(req)).await?;
         Ok(Default::default())
     }
 
     async fn update_pod_sandbox(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::UpdatePodSandboxRequest,
     ) -> ttrpc::Result<pb::UpdatePodSandboxResponse> {
-        self.answer("UpdatePodSandbox", self.dispatcher.update_pod_sandbox(req)).await?;
+        self.answer(ctx, "UpdatePodSandbox", self.dispatcher.update_pod_sandbox(req)).await?;
         Ok(Default::default())
     }
 
     async fn post_update_pod_sandbox(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::PostUpdatePodSandboxRequest,
     ) -> ttrpc::Result<pb::PostUpdatePodSandboxResponse> {
-        self.answer("PostUpdatePodSandbox", self.dispatcher.post_update_pod_sandbox(req)).await?;
+        self.answer(ctx, "PostUpdatePodSandbox", self.dispatcher.post_update_pod_sandbox(req)).await?;
         Ok(Default::default())
     }
 
     async fn stop_pod_sandbox(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::StopPodSandboxRequest,
     ) -> ttrpc::Result<pb::StopPodSandboxResponse> {
-        self.answer("StopPodSandbox", self.dispatcher.stop_pod_sandbox(req)).await?;
+        self.answer(ctx, "StopPodSandbox", self.dispatcher.stop_pod_sandbox(req)).await?;
         Ok(Default::default())
     }
 
     async fn remove_pod_sandbox(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::RemovePodSandboxRequest,
     ) -> ttrpc::Result<pb::RemovePodSandboxResponse> {
-        self.answer("RemovePodSandbox", self.dispatcher.remove_pod_sandbox(req)).await?;
+        self.answer(ctx, "RemovePodSandbox", self.dispatcher.remove_pod_sandbox(req)).await?;
         Ok(Default::default())
     }
 
     async fn create_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::CreateContainerRequest,
     ) -> ttrpc::Result<pb::CreateContainerResponse> {
-        self.answer("CreateContainer", self.dispatcher.create_container(req)).await
+        self.answer(ctx, "CreateContainer", self.dispatcher.create_container(req)).await
     }
 
     async fn post_create_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::PostCreateContainerRequest,
     ) -> ttrpc::Result<pb::PostCreateContainerResponse> {
-        self.answer("PostCreateContainer", self.dispatcher.post_create_container(req)).await?;
+        self.answer(ctx, "PostCreateContainer", self.dispatcher.post_create_container(req)).await?;
         Ok(Default::default())
     }
 
     async fn start_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::StartContainerRequest,
     ) -> ttrpc::Result<pb::StartContainerResponse> {
-        self.answer("StartContainer", self.dispatcher.start_container(req)).await?;
+        self.answer(ctx, "StartContainer", self.dispatcher.start_container(req)).await?;
         Ok(Default::default())
     }
 
     async fn post_start_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::PostStartContainerRequest,
     ) -> ttrpc::Result<pb::PostStartContainerResponse> {
-        self.answer("PostStartContainer", self.dispatcher.post_start_container(req)).await?;
+        self.answer(ctx, "PostStartContainer", self.dispatcher.post_start_container(req)).await?;
         Ok(Default::default())
     }
 
     async fn update_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::UpdateContainerRequest,
     ) -> ttrpc::Result<pb::UpdateContainerResponse> {
-        self.answer("UpdateContainer", self.dispatcher.update_container(req)).await
+        self.answer(ctx, "UpdateContainer", self.dispatcher.update_container(req)).await
     }
 
     async fn post_update_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::PostUpdateContainerRequest,
     ) -> ttrpc::Result<pb::PostUpdateContainerResponse> {
-        self.answer("PostUpdateContainer", self.dispatcher.post_update_container(req)).await?;
+        self.answer(ctx, "PostUpdateContainer", self.dispatcher.post_update_container(req)).await?;
         Ok(Default::default())
     }
 
     async fn stop_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::StopContainerRequest,
     ) -> ttrpc::Result<pb::StopContainerResponse> {
-        self.answer("StopContainer", self.dispatcher.stop_container(req)).await
+        self.answer(ctx, "StopContainer", self.dispatcher.stop_container(req)).await
     }
 
     async fn remove_container(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::RemoveContainerRequest,
     ) -> ttrpc::Result<pb::RemoveContainerResponse> {
-        self.answer("RemoveContainer", self.dispatcher.remove_container(req)).await?;
+        self.answer(ctx, "RemoveContainer", self.dispatcher.remove_container(req)).await?;
         Ok(Default::default())
     }
 
-    async fn state_change(&self, _ctx: &TtrpcContext, req: pb::StateChangeEvent) -> ttrpc::Result<pb::Empty> {
-        self.answer("StateChange", self.state_change_event(req)).await?;
+    async fn state_change(&self, ctx: &TtrpcContext, req: pb::StateChangeEvent) -> ttrpc::Result<pb::Empty> {
+        self.answer(ctx, "StateChange", self.state_change_event(req)).await?;
         Ok(pb::Empty::default())
     }
 
     async fn validate_container_adjustment(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: pb::ValidateContainerAdjustmentRequest,
     ) -> ttrpc::Result<pb::ValidateContainerAdjustmentResponse> {
-        self.answer("ValidateContainerAdjustment", self.dispatcher.validate_container_adjustment(req)).await
+        self.answer(ctx, "ValidateContainerAdjustment", self.dispatcher.validate_container_adjustment(req)).await
     }
 }
 

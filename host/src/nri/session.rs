@@ -18,10 +18,14 @@ use tokio_util::sync::CancellationToken;
 use ttrpc::r#async::transport::{Listener, Socket};
 
 use super::dispatch::Dispatcher;
-use super::mux::{self, MuxEnd};
+use super::mux::{self, AnswerClock, MuxEnd};
 use super::registration::{self, PluginIdentity, RegistrationError};
 use super::service::{PluginService, SessionState};
 use super::version::{self, EventMask};
+
+/// Log target of the line traced for every answer with its times
+/// (`--log info,nri_wasm::answer=trace`).
+pub const ANSWER_LOG: &str = "nri_wasm::answer";
 
 /// Default time we give the runtime to answer RegisterPlugin.
 pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -149,9 +153,21 @@ pub async fn run_session<S>(socket: S, cx: &SessionContext) -> SessionEnd
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let conns = mux::multiplex(socket);
+    let dispatcher = cx.dispatcher.clone();
+    let clock = Arc::new(AnswerClock::new(move |answer| {
+        tracing::trace!(
+            target: ANSWER_LOG,
+            event = answer.event.unwrap_or(""),
+            stream = answer.stream,
+            total_us = answer.total.as_secs_f64() * 1e6,
+            handler_us = answer.handler.map_or(0.0, |h| h.as_secs_f64() * 1e6),
+            "answered"
+        );
+        dispatcher.answered(&answer);
+    }));
+    let conns = mux::multiplex(socket, clock.clone());
     let handle = conns.handle.clone();
-    let state = Arc::new(SessionState::default());
+    let state = Arc::new(SessionState::new(clock));
     cx.status.send_modify(|s| s.phase = Phase::Registering);
 
     // Serve conn 1 first.

@@ -676,6 +676,12 @@ impl Dispatcher for PolicyDispatcher {
         self.metrics.event(event, "deadline", budget);
     }
 
+    fn answered(&self, answer: &crate::nri::mux::AnswerTime) {
+        if let Some(event) = answer.event {
+            self.metrics.answer(event, answer.total);
+        }
+    }
+
     async fn disconnected(&self) {
         // Rebuilt from the next Synchronize.
         self.change_view(NodeView::clear);

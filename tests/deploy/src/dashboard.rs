@@ -68,6 +68,7 @@ pub const METRICS: &[Metric] = &[
         labels: &[label("event"), label_of("result", &["ok", "denied", "failed"])],
     },
     Metric { name: "nri_wasm_chain_duration_seconds", kind: Kind::Histogram, labels: &[label("event")] },
+    Metric { name: "nri_wasm_answer_duration_seconds", kind: Kind::Histogram, labels: &[label("event")] },
     Metric { name: "nri_wasm_answer_budget_overruns_total", kind: Kind::Counter, labels: &[] },
     Metric { name: "nri_wasm_registered", kind: Kind::Gauge, labels: &[] },
     Metric { name: "nri_wasm_reconnects_total", kind: Kind::Counter, labels: &[] },

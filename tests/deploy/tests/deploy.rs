@@ -746,6 +746,7 @@ fn the_metric_list_is_the_hosts() {
     use nri_wasm::policy::chain::{Chain, ChainSettings, Observer, Outcome, Step};
     let metrics = nri_wasm::metrics::Metrics::new();
     metrics.event("CreateContainer", "ok", std::time::Duration::from_micros(5));
+    metrics.answer("CreateContainer", std::time::Duration::from_micros(25));
     metrics.budget_overrun();
     metrics.set_registered(true, 2);
     metrics.reload(true);

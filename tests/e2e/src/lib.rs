@@ -59,11 +59,13 @@ pub struct Replies {
 pub struct Recorder {
     pub seen: Mutex<Vec<Seen>>,
     pub replies: Mutex<Replies>,
+    /// The times the transport reported for each answer.
+    pub answers: Mutex<Vec<nri_wasm::nri::mux::AnswerTime>>,
 }
 
 impl Recorder {
     pub fn new(replies: Replies) -> Arc<Self> {
-        Arc::new(Self { seen: Mutex::default(), replies: Mutex::new(replies) })
+        Arc::new(Self { seen: Mutex::default(), replies: Mutex::new(replies), answers: Mutex::default() })
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -177,6 +179,10 @@ impl Dispatcher for Recorder {
 
     async fn disconnected(&self) {
         self.seen.lock().unwrap().push(Seen::Disconnected);
+    }
+
+    fn answered(&self, answer: &nri_wasm::nri::mux::AnswerTime) {
+        self.answers.lock().unwrap().push(*answer);
     }
 }
 

@@ -202,6 +202,24 @@ async fn metrics_health_and_status_say_exactly_what_happened() {
     assert_eq!(value(&s, "nri_wasm_reloads_total", &[("result", "failed")]), 1.0, "{text}");
     assert_eq!(value(&s, "nri_wasm_policy_info", &[("policy", "10-annotate"), ("on_error", "ignore")]), 1.0);
 
+    // Every answer is timed at the socket once it is out (just after the
+    // runtime could read it): one per event, each at least its chain.
+    let create = [("event", "CreateContainer")];
+    let mut s = s;
+    for _ in 0..200 {
+        if value(&s, "nri_wasm_answer_duration_seconds_count", &create) >= 7.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        s = samples(&host.get("/metrics").await.1);
+    }
+    assert_eq!(value(&s, "nri_wasm_answer_duration_seconds_count", &create), 7.0);
+    let (answers, chains) = (
+        value(&s, "nri_wasm_answer_duration_seconds_sum", &create),
+        value(&s, "nri_wasm_chain_duration_seconds_sum", &create),
+    );
+    assert!(answers >= chains && chains > 0.0, "answers {answers} s, chains {chains} s");
+
     // The same, per policy, as `nri-wasm status` reads it.
     let (code, body) = host.get("/status").await;
     assert_eq!(code, 200);

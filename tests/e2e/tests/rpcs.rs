@@ -192,3 +192,46 @@ async fn a_slow_dispatcher_is_answered_for_inside_the_request_timeout() {
     assert!(!conn.is_closed(), "plugin must not be dropped");
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_is_timed_at_both_ends_of_the_socket() {
+    // The chain takes 20 ms: the handler's part must hold it, the host's
+    // answer the handler's part, and the runtime's round trip the answer.
+    let chain = Duration::from_millis(20);
+    let recorder = Recorder::new(Replies { delay: Some(chain), ..Default::default() });
+    let h = Harness::start(RuntimeProfile::v0_12(), recorder.clone()).await;
+    let conn = h.connect().await;
+    conn.synchronize(&[], &[], 0).await.unwrap();
+    let pod = nri_sim::workload::pod(1);
+    let ctr = nri_sim::workload::container(&pod, 1);
+    // Over 4 KiB: the request arrives in two frames.
+    let req = pb::CreateContainerRequest {
+        pod: MessageField::some(pod.clone()),
+        container: MessageField::some(ctr.clone()),
+        ..Default::default()
+    };
+    assert!(protobuf::Message::compute_size(&req) > 4096);
+    conn.create_container(&pod, &ctr).await.expect("created");
+    let trip = conn.stats().last_round_trip().expect("the runtime timed its request");
+
+    let waited = std::time::Instant::now();
+    let answers = loop {
+        let answers = recorder.answers.lock().unwrap().clone();
+        if answers.iter().any(|a| a.stream == trip.stream) {
+            break answers;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(10), "no answer timed for stream {}: {answers:?}", trip.stream);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // One report per request, each naming its event.
+    let events: Vec<_> = answers.iter().map(|a| a.event).collect();
+    assert_eq!(events, [Some("Configure"), Some("Synchronize"), Some("CreateContainer")], "{answers:?}");
+    let create = answers[2];
+    assert_eq!(create.stream, trip.stream);
+    let handler = create.handler.expect("the handler's part");
+    assert!(handler >= chain, "{create:?}");
+    assert!(create.total >= handler, "{create:?}");
+    assert!(trip.took >= create.total, "runtime {trip:?}, host {create:?}");
+    assert_eq!(create.transport(), create.total - handler);
+    h.shutdown().await;
+}

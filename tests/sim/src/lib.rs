@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::TtrpcContext;
 
-pub use wire::WireStats;
+pub use wire::{RoundTrip, WireStats};
 
 /// Bits of the events known to runtimes before NRI v0.10 (events 1 to 11).
 pub const MASK_BEFORE_V0_10: i32 = 0x7ff;

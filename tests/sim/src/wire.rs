@@ -8,8 +8,10 @@
 //! writer frames it. Anything the reference runtime would have choked on is
 //! recorded as a violation and closes the connection, as it would there.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -32,6 +34,18 @@ pub struct WireStats {
     frames_written: AtomicU64,
     unknown_conn_frames: AtomicU64,
     violations: Mutex<Vec<String>>,
+    /// Requests to the plugin written whole, by stream, awaiting a response.
+    sent: Mutex<HashMap<u32, Instant>>,
+    last_round_trip: Mutex<Option<RoundTrip>>,
+}
+
+/// One request to the plugin as the socket saw it: from the write of its
+/// last frame to the last byte of its response read, before the runtime's
+/// own ttrpc stack sees either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundTrip {
+    pub stream: u32,
+    pub took: Duration,
 }
 
 impl WireStats {
@@ -50,6 +64,28 @@ impl WireStats {
     /// Everything the reference runtime would have failed on.
     pub fn violations(&self) -> Vec<String> {
         self.violations.lock().expect("violations lock").clone()
+    }
+
+    /// The last request to the plugin that got its response.
+    pub fn last_round_trip(&self) -> Option<RoundTrip> {
+        *self.last_round_trip.lock().expect("round trip lock")
+    }
+
+    /// A request's last frame is about to be written: from now on the
+    /// plugin may read it whole (and run before the write returns).
+    fn request_sent(&self, stream: u32) {
+        let mut sent = self.sent.lock().expect("sent lock");
+        // A plugin that never answers holds a bounded number.
+        if sent.len() < 1024 {
+            sent.insert(stream, Instant::now());
+        }
+    }
+
+    fn response_read(&self, stream: u32, at: Instant) {
+        if let Some(t) = self.sent.lock().expect("sent lock").remove(&stream) {
+            *self.last_round_trip.lock().expect("round trip lock") =
+                Some(RoundTrip { stream, took: at.saturating_duration_since(t) });
+        }
     }
 
     fn violation(&self, v: impl ToString) {
@@ -114,6 +150,8 @@ fn spawn_demux(
     closed: CancellationToken,
 ) {
     tokio::spawn(async move {
+        // Where the plugin's responses end, for the round-trip times.
+        let mut response: Option<(u32, usize)> = None;
         let frames = async {
             loop {
                 let mut header = [0u8; 8];
@@ -130,6 +168,24 @@ fn spawn_demux(
                     return Err(format!("socket closed inside a {len}-byte frame"));
                 }
                 stats.frames_read.fetch_add(1, Ordering::Relaxed);
+                if conn == PLUGIN_CONN {
+                    let at = Instant::now();
+                    // The header leads the first frame of a message (the
+                    // reference reader needs it there; others lose timing).
+                    let rest = match response.take() {
+                        Some((stream, rest)) => Some((stream, rest.saturating_sub(len))),
+                        None if len >= goio::TTRPC_HEADER_LEN && payload[8] == 2 => {
+                            let body = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) as usize;
+                            let stream = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                            Some((stream, (goio::TTRPC_HEADER_LEN + body).saturating_sub(len)))
+                        }
+                        None => None,
+                    };
+                    match rest {
+                        Some((stream, 0)) => stats.response_read(stream, at),
+                        other => response = other,
+                    }
+                }
                 let queue = match conn {
                     PLUGIN_CONN => &queues[0],
                     RUNTIME_CONN => &queues[1],
@@ -224,12 +280,19 @@ fn spawn_conn_writer(
             if far_r.read_exact(&mut message[goio::TTRPC_HEADER_LEN..]).await.is_err() {
                 break;
             }
+            let request = (conn == PLUGIN_CONN && message[8] == 1)
+                .then(|| u32::from_be_bytes([message[4], message[5], message[6], message[7]]));
             let mut w = writer.lock().await;
-            for frame in goio::go_frames(&message) {
+            let frames = goio::go_frames(&message);
+            let last = frames.len().saturating_sub(1);
+            for (i, frame) in frames.into_iter().enumerate() {
                 let mut bytes = Vec::with_capacity(8 + frame.len());
                 bytes.extend_from_slice(&conn.to_be_bytes());
                 bytes.extend_from_slice(&(frame.len() as u32).to_be_bytes());
                 bytes.extend_from_slice(&frame);
+                if let Some(stream) = request.filter(|_| i == last) {
+                    stats.request_sent(stream);
+                }
                 if w.write_all(&bytes).await.is_err() {
                     closed.cancel();
                     return;
