@@ -22,13 +22,15 @@
 //!
 //! The transport's own cost is taken per CreateContainer at both ends of
 //! the socket: the simulated runtime's wire layer times the round trip
-//! (from the request's last byte written to the response's last byte read),
-//! and the plugin traces its answer (`nri_wasm::answer`: from the request's
-//! last byte read to the answer's last byte written, and the dispatcher's
-//! part of it, the chain). Paired by ttrpc stream: the round trip less the
-//! chain is everything but the chain, in the same event with the same
-//! caches. The baseline is a plain echo of the same sizes between two
-//! processes (`floor-plugin --echo`), the kernel's part of any plugin.
+//! (from the write of the request's last frame to the response's last byte
+//! read), and the plugin traces its answer (`nri_wasm::answer`: from the
+//! request's last byte read to the answer handed to the socket, and the
+//! dispatcher's part of it, the chain). Paired by ttrpc stream: the round
+//! trip less the chain is everything but the chain, in the same event with
+//! the same caches. Where the plugin and the runtime ran (one CPU or two)
+//! is read after each event; the baseline is a plain echo of the same
+//! sizes between two processes (`floor-plugin --echo`) on one CPU and on
+//! two, the kernel's part of any plugin.
 //!
 //! `cargo bench -p nri-wasm-benches --bench real_path`; `cargo test
 //! --benches` runs one short round.
@@ -131,6 +133,15 @@ struct Split {
     total: f64,
     /// The chain's part of it (the dispatcher).
     chain: f64,
+    /// Whether the plugin answered on the CPU the runtime ran on.
+    one_cpu: bool,
+}
+
+/// The CPU the plugin's main thread (its transport) last ran on.
+fn last_cpu(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses, `processor` is field 39.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()
 }
 
 /// A plugin process and the simulated runtime it is connected to.
@@ -262,7 +273,10 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
         times[0].push(t.elapsed());
         let trip = p.runtime.conn.stats().last_round_trip();
         if let Some(trip) = trip.filter(|t| Some(*t) != before) {
-            sent.push((times[0][i], trip));
+            // SAFETY: sched_getcpu only reads the calling thread's CPU.
+            let runtime_cpu = unsafe { libc::sched_getcpu() };
+            let one_cpu = last_cpu(p.child.id()) == Some(runtime_cpu);
+            sent.push((times[0][i], trip, one_cpu));
         }
         let t = Instant::now();
         p.runtime.start(&created.id).await.expect("start");
@@ -281,7 +295,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
     let mut answers = HashMap::new();
     loop {
         answers.extend(p.log.lock().unwrap().answers());
-        if sent.iter().all(|(_, t)| answers.contains_key(&t.stream)) {
+        if sent.iter().all(|(_, t, _)| answers.contains_key(&t.stream)) {
             break;
         }
         assert!(traced.elapsed() < Duration::from_secs(10), "{} did not trace every answer", p.setup.name());
@@ -290,9 +304,9 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let splits = sent
         .iter()
-        .map(|(waited, trip)| {
+        .map(|(waited, trip, one_cpu)| {
             let a = answers[&trip.stream];
-            Split { waited: us(*waited), wire: us(trip.took), total: a.total, chain: a.handler }
+            Split { waited: us(*waited), wire: us(trip.took), total: a.total, chain: a.handler, one_cpu: *one_cpu }
         })
         .collect();
     (times, cpu, splits)
@@ -302,16 +316,13 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
 /// answers `answer` bytes to each `request` bytes after computing for
 /// `hold`, blocking on both sides; p50 in µs of the round trip less the
 /// hold.
-/// With `apart`, the two processes are kept on two different CPUs (the
-/// first two), so that every message wakes the other CPU; without, the
-/// scheduler places them (on an idle machine, usually on one CPU).
+/// Both processes are kept on the first CPU, or with `apart` on the first
+/// two, so that every message wakes the other CPU.
 fn echo_round_trip(request: usize, answer: usize, hold: Duration, apart: bool, iterations: usize) -> f64 {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                if apart {
-                    pin_to_cpu(0);
-                }
+                pin_to_cpu(0).expect("keep the echo's runtime side on CPU 0");
                 echo_on_this_thread(request, answer, hold, apart, iterations)
             })
             .join()
@@ -321,13 +332,18 @@ fn echo_round_trip(request: usize, answer: usize, hold: Duration, apart: bool, i
 
 /// Keeps the calling thread (or, in a child before exec, the process) on
 /// one CPU.
-fn pin_to_cpu(cpu: usize) {
+fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     // SAFETY: a cpu_set_t filled by the libc macros, passed by pointer for
     // the duration of the call.
-    unsafe {
+    let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -339,14 +355,10 @@ fn echo_on_this_thread(request: usize, answer: usize, hold: Duration, apart: boo
     let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
     let mut command = Command::new(bin("floor-plugin"));
     command.arg("--echo").arg(&path);
-    if apart {
-        // SAFETY: only an async-signal-safe system call between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                pin_to_cpu(1);
-                Ok(())
-            });
-        }
+    let cpu = usize::from(apart);
+    // SAFETY: only an async-signal-safe system call between fork and exec.
+    unsafe {
+        command.pre_exec(move || pin_to_cpu(cpu));
     }
     let mut child = command.spawn().expect("start the echo");
     let (mut s, _) = listener.accept().expect("the echo connects");
@@ -450,11 +462,8 @@ fn main() {
         // Per setup: per CRI call, the p50 of each round; CPU per container of each round.
         let mut per_call: Vec<[Vec<f64>; 4]> = vec![Default::default(); 4];
         let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); 4];
-        // Per setup: each round's p50 of the time the runtime waited, the
-        // wire round trip, the answer, the chain, and the round trip less the
-        // chain, the answer less the chain and the round trip less the
-        // answer (each the p50 of the per-event differences).
-        let mut split: Vec<[Vec<f64>; 7]> = vec![Default::default(); 4];
+        // Per setup, per round: each CreateContainer at both ends of the socket.
+        let mut split: Vec<Vec<Vec<Split>>> = vec![Vec::new(); 4];
         // Per setup: every CreateContainer's wait, for the tail.
         let mut creates: Vec<Vec<Duration>> = vec![Vec::new(); 4];
         for r in 0..rounds {
@@ -467,18 +476,7 @@ fn main() {
                 }
                 cpu[s].push(c);
                 if !splits.is_empty() {
-                    let columns: [fn(&Split) -> f64; 7] = [
-                        |x| x.waited,
-                        |x| x.wire,
-                        |x| x.total,
-                        |x| x.chain,
-                        |x| x.wire - x.chain,
-                        |x| x.total - x.chain,
-                        |x| x.wire - x.total,
-                    ];
-                    for (column, f) in columns.iter().enumerate() {
-                        split[s][column].push(median(&mut splits.iter().map(f).collect::<Vec<_>>()));
-                    }
+                    split[s].push(splits);
                 }
             }
         }
@@ -486,18 +484,26 @@ fn main() {
         let chain_ten_cold = in_process_ten(if full { 1000 } else { 10 }, true);
         let codec = codec(if full { 2000 } else { 20 });
         let request_bytes = protobuf::Message::compute_size(&nri_wasm_benches::request()) as usize;
+        // Median over rounds of each round's p50 of a per-event figure.
+        let over_rounds = |rounds: &[Vec<Split>], f: &dyn Fn(&Split) -> f64| {
+            let mut p50s: Vec<f64> = rounds.iter().map(|r| median(&mut r.iter().map(f).collect::<Vec<_>>())).collect();
+            median(&mut p50s)
+        };
         // Per set-up: the echo holding each request as long as its chain
-        // took, as the scheduler places it and on two CPUs.
+        // took, on one CPU and on two.
         let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
         let echo: Vec<(f64, f64)> = split
             .iter()
-            .map(|columns| {
-                let chain = median(&mut columns[3].clone());
+            .map(|rounds| {
+                if rounds.is_empty() {
+                    return (0.0, 0.0);
+                }
+                let chain = over_rounds(rounds, &|x| x.chain);
                 let hold = Duration::from_secs_f64(chain.max(0.0) / 1e6);
                 let n = if full { 1000 } else { 20 };
-                let placed = echo_round_trip(request_bytes, 1024, hold, false, n);
-                let apart = if two_cpus { echo_round_trip(request_bytes, 1024, hold, true, n) } else { placed };
-                (placed, apart)
+                let one = echo_round_trip(request_bytes, 1024, hold, false, n);
+                let two = if two_cpus { echo_round_trip(request_bytes, 1024, hold, true, n) } else { one };
+                (one, two)
             })
             .collect();
         eprintln!();
@@ -538,7 +544,7 @@ fn main() {
             "the transport's own cost, per CreateContainer at both ends of the socket (median over rounds of the p50 of each event's figure, µs):"
         );
         eprintln!(
-            "{:<18} {:>8} {:>8} {:>8} {:>8} {:>11} {:>13} {:>12} {:>12} {:>12} {:>10} {:>10}",
+            "{:<18} {:>8} {:>8} {:>8} {:>8} {:>11} {:>13} {:>12} {:>9} {:>10} {:>10} {:>8} {:>9}",
             "",
             "waited",
             "wire",
@@ -547,38 +553,40 @@ fn main() {
             "wire-chain",
             "answer-chain",
             "wire-answer",
-            "echo placed",
-            "echo apart",
+            "one CPU",
+            "echo 1CPU",
+            "echo 2CPU",
             "own",
             "own-echo"
         );
-        for (s, p) in plugins.iter().enumerate().filter(|(s, _)| !split[*s][0].is_empty()) {
-            let m: Vec<f64> = split[s].iter().map(|v| median(&mut v.clone())).collect();
-            let (placed, apart) = echo[s];
-            // The kernel's part of the round trip as the echo placed like
-            // this plugin was (on one CPU or two) paid it.
-            let kernel = if (m[6] - placed).abs() <= (m[6] - apart).abs() { placed } else { apart };
+        for (s, p) in plugins.iter().enumerate().filter(|(s, _)| !split[*s].is_empty()) {
+            let rounds = &split[s];
+            let (one, two) = echo[s];
+            let on_one: usize = rounds.iter().flatten().filter(|x| x.one_cpu).count();
+            let events: usize = rounds.iter().map(Vec::len).sum();
             eprintln!(
-                "{:<18} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>11.1} {:>13.1} {:>12.1} {:>12.1} {:>12.1} {:>10.1} {:>10.1}",
+                "{:<18} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>11.1} {:>13.1} {:>12.1} {:>8.0}% {:>10.1} {:>10.1} {:>8.1} {:>9.1}",
                 p.setup.name(),
-                m[0],
-                m[1],
-                m[2],
-                m[3],
-                m[4],
-                m[5],
-                m[6],
-                placed,
-                apart,
-                m[4] - codec,
-                m[4] - codec - kernel
+                over_rounds(rounds, &|x| x.waited),
+                over_rounds(rounds, &|x| x.wire),
+                over_rounds(rounds, &|x| x.total),
+                over_rounds(rounds, &|x| x.chain),
+                over_rounds(rounds, &|x| x.wire - x.chain),
+                over_rounds(rounds, &|x| x.total - x.chain),
+                over_rounds(rounds, &|x| x.wire - x.total),
+                100.0 * on_one as f64 / events.max(1) as f64,
+                one,
+                two,
+                over_rounds(rounds, &|x| x.wire - x.chain - codec),
+                // Each event less the echo of its own placement.
+                over_rounds(rounds, &|x| x.wire - x.chain - codec - if x.one_cpu { one } else { two })
             );
         }
         eprintln!(
             "protobuf in-process (decode the {request_bytes}-byte request, encode ten policies' answer): p50 {codec:.1} µs; \
+             one CPU: events the plugin answered on the CPU the runtime ran on; \
              echo: {request_bytes} bytes to a process that computes as long as the chain, 1024 back, blocking, p50 less the hold, \
-             placed by the scheduler or kept on two CPUs; own = wire-chain less protobuf; \
-             own-echo = own less the echo nearer to wire-answer (the kernel's part, as the plugin was placed)"
+             both on one CPU or kept on two; own = wire-chain less protobuf; own-echo = own less the echo of the event's placement"
         );
         eprintln!("CreateContainer over all rounds, what the runtime waited: {}", {
             let parts: Vec<String> = plugins

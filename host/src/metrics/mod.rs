@@ -172,7 +172,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "nri_wasm_answer_duration",
-            "Time from a request's last byte read off the socket to its answer's last byte written: \
+            "Time from a request's last byte read off the socket to its answer handed to the socket: \
              the chain and the transport, what the host adds to the runtime's wait",
             Unit::Seconds,
             answer_duration.clone(),

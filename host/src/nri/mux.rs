@@ -257,12 +257,13 @@ impl MessageCursor {
 pub struct AnswerTime {
     /// The request's ttrpc stream id.
     pub stream: u32,
-    /// The event, if a handler said which one it served.
+    /// The event, if a handler started on it.
     pub event: Option<&'static str>,
     /// From the request's last byte read off the socket to the answer
-    /// handed to it: everything the host did for the request.
+    /// handed to it (its write started): everything the host did for it.
     pub total: Duration,
-    /// The part of it the handler's dispatcher took (the policy chain).
+    /// The part of it the handler's dispatcher took (the policy chain);
+    /// `None` when ttrpc dropped the handler at the request's deadline.
     pub handler: Option<Duration>,
 }
 
@@ -278,10 +279,14 @@ impl AnswerTime {
 /// in flight, and a peer that sends more loses only their timing.
 const MAX_TIMED: usize = 1024;
 
+/// Past this, a timed request is taken for one that will not be answered.
+const UNANSWERED: Duration = Duration::from_secs(60);
+
 #[derive(Debug)]
 struct Pending {
     arrived: Instant,
-    handled: Option<(&'static str, Duration)>,
+    event: Option<&'static str>,
+    handler: Option<Duration>,
 }
 
 /// Times every answer on the Plugin conn at the socket: the mux notes when
@@ -319,15 +324,28 @@ impl AnswerClock {
     /// Request `stream` has arrived whole.
     pub fn arrived(&self, stream: u32, at: Instant) {
         let mut pending = self.pending();
+        if pending.len() >= MAX_TIMED {
+            // Requests never answered (their handler was dropped) make
+            // room once they are older than any answer can be.
+            pending.retain(|_, p| at.saturating_duration_since(p.arrived) < UNANSWERED);
+        }
         if pending.len() < MAX_TIMED || pending.contains_key(&stream) {
-            pending.insert(stream, Pending { arrived: at, handled: None });
+            pending.insert(stream, Pending { arrived: at, event: None, handler: None });
         }
     }
 
-    /// The handler of request `stream` served `event` in `took`.
-    pub fn handled(&self, stream: u32, event: &'static str, took: Duration) {
+    /// The handler of request `stream` starts serving `event`.
+    pub fn serving(&self, stream: u32, event: &'static str) {
         if let Some(p) = self.pending().get_mut(&stream) {
-            p.handled = Some((event, took));
+            p.event = Some(event);
+        }
+    }
+
+    /// The handler of request `stream` took `took` (not called when the
+    /// handler was dropped at ttrpc's own deadline).
+    pub fn handled(&self, stream: u32, took: Duration) {
+        if let Some(p) = self.pending().get_mut(&stream) {
+            p.handler = Some(took);
         }
     }
 
@@ -336,9 +354,9 @@ impl AnswerClock {
         let Some(p) = self.pending().remove(&stream) else { return };
         (self.report)(AnswerTime {
             stream,
-            event: p.handled.map(|(e, _)| e),
+            event: p.event,
             total: at.saturating_duration_since(p.arrived),
-            handler: p.handled.map(|(_, d)| d),
+            handler: p.handler,
         });
     }
 
@@ -683,12 +701,18 @@ mod tests {
         let t0 = Instant::now();
         clock.arrived(3, t0);
         clock.arrived(5, t0);
-        clock.handled(3, "CreateContainer", Duration::from_micros(300));
-        clock.handled(7, "StopContainer", Duration::from_micros(1));
+        clock.serving(3, "CreateContainer");
+        clock.handled(3, Duration::from_micros(300));
+        clock.serving(7, "StopContainer");
+        clock.handled(7, Duration::from_micros(1));
+        // A handler dropped at its deadline: the event, no handler time.
+        clock.arrived(9, t0);
+        clock.serving(9, "StopContainer");
         clock.answered(3, t0 + Duration::from_micros(340));
         clock.answered(3, t0 + Duration::from_micros(400));
-        clock.answered(9, t0 + Duration::from_micros(400));
+        clock.answered(11, t0 + Duration::from_micros(400));
         clock.answered(5, t0 + Duration::from_micros(20));
+        clock.answered(9, t0 + Duration::from_secs(2));
         let got = got.lock().unwrap().clone();
         assert_eq!(
             got,
@@ -700,6 +724,7 @@ mod tests {
                     handler: Some(Duration::from_micros(300)),
                 },
                 AnswerTime { stream: 5, event: None, total: Duration::from_micros(20), handler: None },
+                AnswerTime { stream: 9, event: Some("StopContainer"), total: Duration::from_secs(2), handler: None },
             ]
         );
         assert_eq!(got[0].transport(), Duration::from_micros(40));
@@ -723,5 +748,15 @@ mod tests {
         }
         assert_eq!(count.load(std::sync::atomic::Ordering::Relaxed), MAX_TIMED);
         assert!(clock.pending().is_empty());
+        // Full of requests that are never answered: timing goes on once
+        // they are old enough not to be.
+        for stream in 0..MAX_TIMED as u32 {
+            clock.arrived(stream * 2 + 1, t0);
+        }
+        let later = t0 + UNANSWERED + Duration::from_secs(1);
+        clock.arrived(100_001, later);
+        assert_eq!(clock.pending().len(), 1);
+        clock.answered(100_001, later);
+        assert_eq!(count.load(std::sync::atomic::Ordering::Relaxed), MAX_TIMED + 1);
     }
 }

@@ -165,6 +165,7 @@ impl PluginService {
         call: impl Future<Output = Result<T, DispatchError>>,
     ) -> ttrpc::Result<T> {
         let budget = self.state.budget();
+        self.state.clock.serving(ctx.mh.stream_id, event);
         let start = std::time::Instant::now();
         let result = match tokio::time::timeout(budget, call).await {
             Ok(r) => r,
@@ -173,7 +174,7 @@ impl PluginService {
                 Err(DispatchError::DeadlineExceeded(budget))
             }
         };
-        self.state.clock.handled(ctx.mh.stream_id, event, start.elapsed());
+        self.state.clock.handled(ctx.mh.stream_id, start.elapsed());
         result.map_err(|e| {
             tracing::warn!(event, error = %e, "event failed");
             rpc_error(&e)
