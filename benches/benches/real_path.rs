@@ -94,19 +94,22 @@ struct Answer {
 /// A file, not a pipe: a reader woken at every line would compete with
 /// the simulated runtime for the CPUs.
 struct Log {
-    path: PathBuf,
-    read: usize,
+    file: std::fs::File,
+    /// What was read of a line still being written.
+    partial: Vec<u8>,
 }
 
 impl Log {
     fn answers(&mut self) -> HashMap<u32, Answer> {
-        let text = std::fs::read(&self.path).unwrap_or_default();
+        use std::io::Read as _;
         let mut answers = HashMap::new();
-        let Some(new) = text.get(self.read..) else { return answers };
+        if self.file.read_to_end(&mut self.partial).is_err() {
+            return answers;
+        }
         // Only whole lines; a line being written is read next time.
-        let whole = new.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        self.read += whole;
-        for line in String::from_utf8_lossy(&new[..whole]).lines() {
+        let whole = self.partial.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let lines: Vec<u8> = self.partial.drain(..whole).collect();
+        for line in String::from_utf8_lossy(&lines).lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
             let answer = (v["target"] == "nri_wasm::answer")
                 .then(|| Some((v["stream"].as_u64()?, v["total_us"].as_f64()?, v["handler_us"].as_f64()?)))
@@ -236,7 +239,7 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
     let log = dir.path().join("plugin.log");
     let stderr = std::fs::File::create(&log).expect("log file");
     let child = command.stdout(Stdio::null()).stderr(stderr).spawn().expect("start the plugin");
-    let log = Mutex::new(Log { path: log, read: 0 });
+    let log = Mutex::new(Log { file: std::fs::File::open(&log).expect("log file"), partial: Vec::new() });
     // The host reconnects once its policies are loaded if the subscription
     // changes: take the connection that stays.
     let conn = loop {
@@ -315,8 +318,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
 /// The kernel's round trip between two processes: `floor-plugin --echo`
 /// answers `answer` bytes to each `request` bytes after computing for
 /// `hold`, blocking on both sides; p50 in µs of the round trip less the
-/// hold.
-/// Both processes are kept on the first CPU, or with `apart` on the first
+/// hold. Both processes are kept on the first CPU, or with `apart` on the first
 /// two, so that every message wakes the other CPU.
 fn echo_round_trip(request: usize, answer: usize, hold: Duration, apart: bool, iterations: usize) -> f64 {
     std::thread::scope(|scope| {

@@ -133,22 +133,20 @@ impl Default for Metrics {
     }
 }
 
+/// The buckets of every latency histogram: 10 µs to about 1.3 s.
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 2.0, 18))
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let calls = Family::<CallLabels, Counter>::default();
-        let call_duration = Family::<PolicyLabel, Histogram>::new_with_constructor(|| {
-            // 10 µs to about 1.3 s.
-            Histogram::new(exponential_buckets(1e-5, 2.0, 18))
-        });
+        let call_duration = Family::<PolicyLabel, Histogram>::new_with_constructor(latency);
         let fuel = Family::<PolicyLabel, Counter>::default();
         let events = Family::<EventLabels, Counter>::default();
-        let chain_duration = Family::<EventLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(1e-5, 2.0, 18))
-        });
-        let answer_duration = Family::<EventLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(1e-5, 2.0, 18))
-        });
+        let chain_duration = Family::<EventLabel, Histogram>::new_with_constructor(latency);
+        let answer_duration = Family::<EventLabel, Histogram>::new_with_constructor(latency);
         let overruns = Counter::default();
         let registered = Gauge::default();
         let reconnects = Counter::default();

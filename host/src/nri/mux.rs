@@ -267,14 +267,6 @@ pub struct AnswerTime {
     pub handler: Option<Duration>,
 }
 
-impl AnswerTime {
-    /// What the transport itself took: the total less the handler's part
-    /// (framing, ttrpc, protobuf decoding and encoding, task hand-overs).
-    pub fn transport(&self) -> Duration {
-        self.total.saturating_sub(self.handler.unwrap_or_default())
-    }
-}
-
 /// Requests whose answer is awaited at most; a runtime does not have more
 /// in flight, and a peer that sends more loses only their timing.
 const MAX_TIMED: usize = 1024;
@@ -727,8 +719,6 @@ mod tests {
                 AnswerTime { stream: 9, event: Some("StopContainer"), total: Duration::from_secs(2), handler: None },
             ]
         );
-        assert_eq!(got[0].transport(), Duration::from_micros(40));
-        assert_eq!(got[1].transport(), Duration::from_micros(20));
     }
 
     #[test]

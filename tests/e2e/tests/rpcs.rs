@@ -232,6 +232,5 @@ async fn every_answer_is_timed_at_both_ends_of_the_socket() {
     assert!(handler >= chain, "{create:?}");
     assert!(create.total >= handler, "{create:?}");
     assert!(trip.took >= create.total, "runtime {trip:?}, host {create:?}");
-    assert_eq!(create.transport(), create.total - handler);
     h.shutdown().await;
 }

@@ -28,6 +28,10 @@ pub const READ_QUEUE_LEN: usize = 256;
 pub const BUF_SIZE: usize = 4096;
 /// ttrpc message header length.
 pub const TTRPC_HEADER_LEN: usize = 10;
+/// ttrpc message type of a request (header byte 8).
+pub const TTRPC_REQUEST: u8 = 1;
+/// ttrpc message type of a response.
+pub const TTRPC_RESPONSE: u8 = 2;
 /// Largest ttrpc payload.
 pub const TTRPC_MAX_PAYLOAD: usize = 4 << 20;
 /// Largest frame payload the mux writes (header + largest message).

@@ -174,7 +174,7 @@ fn spawn_demux(
                     // reference reader needs it there; others lose timing).
                     let rest = match response.take() {
                         Some((stream, rest)) => Some((stream, rest.saturating_sub(len))),
-                        None if len >= goio::TTRPC_HEADER_LEN && payload[8] == 2 => {
+                        None if len >= goio::TTRPC_HEADER_LEN && payload[8] == goio::TTRPC_RESPONSE => {
                             let body = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) as usize;
                             let stream = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
                             Some((stream, (goio::TTRPC_HEADER_LEN + body).saturating_sub(len)))
@@ -280,7 +280,7 @@ fn spawn_conn_writer(
             if far_r.read_exact(&mut message[goio::TTRPC_HEADER_LEN..]).await.is_err() {
                 break;
             }
-            let request = (conn == PLUGIN_CONN && message[8] == 1)
+            let request = (conn == PLUGIN_CONN && message[8] == goio::TTRPC_REQUEST)
                 .then(|| u32::from_be_bytes([message[4], message[5], message[6], message[7]]));
             let mut w = writer.lock().await;
             let frames = goio::go_frames(&message);
