@@ -48,11 +48,6 @@ if $clone; then
     trap 'rm -rf "$scratch"' EXIT
     git clone --quiet --no-hardlinks "$root" "$scratch/nri-wasm"
     work=$scratch/nri-wasm
-    # The captured fixtures live beside the repository (see
-    # tests/sim/src/fixtures.rs), not in it: the clone sees the same ones.
-    if [ -d "$root/../shared" ]; then
-        ln -s "$(cd "$root/../shared" && pwd)" "$scratch/shared"
-    fi
     # A new user's cargo: no registry cache, no config, no target directory.
     export CARGO_HOME=$scratch/cargo-home
     mkdir -p "$CARGO_HOME"

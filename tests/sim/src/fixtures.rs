@@ -1,8 +1,8 @@
 //! The requests captured from a real containerd, as generated messages.
 //!
-//! The fixtures live in the project's shared directory beside the repository
-//! (`../shared/fixtures/containerd-2.3.4/`), as protobuf JSON with the proto
-//! field names. `NRI_WASM_FIXTURES` points elsewhere if needed.
+//! The fixtures live in the repository (`tests/fixtures/containerd-2.3.4/`),
+//! as protobuf JSON with the proto field names, so that a plain clone runs
+//! every test. `NRI_WASM_FIXTURES` points elsewhere if needed.
 
 use std::path::PathBuf;
 
@@ -27,17 +27,12 @@ pub fn dir() -> Result<PathBuf, FixtureError> {
     if let Some(d) = std::env::var_os(ENV_FIXTURES) {
         return Ok(PathBuf::from(d));
     }
-    let mut tried = Vec::new();
-    let mut here = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    while let Some(d) = here {
-        let candidate = d.join("shared/fixtures/containerd-2.3.4");
-        if candidate.is_dir() {
-            return Ok(candidate);
-        }
-        tried.push(candidate.display().to_string());
-        here = d.parent().map(PathBuf::from);
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/containerd-2.3.4"));
+    if dir.is_dir() {
+        Ok(dir)
+    } else {
+        Err(FixtureError::NoDirectory(dir.display().to_string()))
     }
-    Err(FixtureError::NoDirectory(tried.join(", ")))
 }
 
 /// Loads `<event>.json` and parses its request as `M`.

@@ -66,7 +66,7 @@ use crate::*;
 
 /// The directory of the captured containerd requests, relative to some
 /// ancestor of the crate under test.
-const FIXTURE_DIR: &str = "shared/fixtures/containerd-2.3.4";
+const FIXTURE_DIR: &str = "tests/fixtures/containerd-2.3.4";
 /// Environment variable naming the fixture directory instead.
 pub const ENV_FIXTURES: &str = "NRI_WASM_FIXTURES";
 
@@ -949,7 +949,7 @@ impl Validation {
 mod owners;
 
 /// The directory of the captured containerd requests: `$NRI_WASM_FIXTURES`
-/// if set, else `shared/fixtures/containerd-2.3.4` in the nearest ancestor
+/// if set, else `tests/fixtures/containerd-2.3.4` in the nearest ancestor
 /// of the crate under test (or of this SDK) that has it.
 pub fn fixture_dir() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os(ENV_FIXTURES) {
