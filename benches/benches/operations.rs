@@ -128,9 +128,11 @@ async fn start(policies: &Policies, cache: &Path, wanted: pb::Event) -> (Host, D
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the host");
-    // A host registers at once and reconnects when its loaded chain needs
-    // other events. Ready: registered with the final subscription, and
-    // every policy loaded (`/readyz`).
+    // A host registers once it knows its policies' subscription (at once
+    // when they are recorded with their compiled forms, a warm start) and
+    // reconnects only when a policy unknown then needs other events.
+    // Ready: registered with the final subscription, and every policy
+    // loaded (`/readyz`).
     let ready = || async {
         loop {
             if matches!(nri_wasm::metrics::get(endpoint, "/readyz").await, Ok((200, _))) {

@@ -1,8 +1,9 @@
 //! `nri-wasm run`: serve a runtime until told to stop.
 //!
-//! Order matters for a node's pods: the host registers with the runtime at
-//! once and loads its policies in the background (a mandatory policy not
-//! loaded yet fails container creation until it is, see `policy/loader.rs`);
+//! Order matters for a node's pods: the host loads its policies in the
+//! background and registers with the runtime as soon as it knows what they
+//! subscribe to (at once when their subscriptions are recorded, see
+//! `policy/known.rs`; the start-up contract is in `policy/dispatcher.rs`);
 //! the metrics endpoint and the directory watch run on the policy runtime,
 //! so that the thread serving the runtime does nothing but serve it.
 
@@ -17,7 +18,7 @@ use crate::node::topology::Topology;
 use crate::nri::record::{RecordOptions, Recorder, RecordingDispatcher};
 use crate::nri::transport::{self, Endpoint};
 use crate::nri::{ConnectOptions, Dispatcher, PluginIdentity, Supervisor};
-use crate::policy::chain::{Chain, Observer, Unloadable};
+use crate::policy::chain::{Chain, Observer, Pending, Unloadable};
 use crate::policy::compile::Compiler;
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::engine::{Allocator, Facts, PolicyEngine};
@@ -148,16 +149,14 @@ pub fn policy_host_observed(
             Vec::new()
         }
     };
-    // Until they load, every policy found counts as not loaded.
-    let pending: Vec<Unloadable> = specs
-        .iter()
-        .map(|s| Unloadable { name: s.name.clone(), reason: "still loading".into(), mandatory: loader::mandatory(s) })
-        .collect();
-    let placeholder = Arc::new(Chain::new(Vec::new(), config.chain).with_unloadable(pending.clone()));
+    // Until they load, every policy found is not ready yet, with the
+    // subscription of its last load if one is recorded.
+    let pending: Vec<Pending> = loader::pending(&engine, &specs);
+    let placeholder = Arc::new(Chain::new(Vec::new(), config.chain).with_pending(pending.clone()));
     metrics.chain_installed(&placeholder, true);
     let dispatcher = PolicyDispatcher::new(
         engine.clone(),
-        Chain::new(Vec::new(), config.chain).with_unloadable(pending.clone()),
+        Chain::new(Vec::new(), config.chain).with_pending(pending.clone()),
         facts.clone(),
         config.engine.max_concurrent_calls as usize,
     )
@@ -183,7 +182,11 @@ pub fn policy_host_observed(
         if !fallback.is_loaded() {
             let unloadable = pending
                 .into_iter()
-                .map(|u| Unloadable { reason: "the host failed to load it (see the log)".into(), ..u })
+                .map(|p| Unloadable {
+                    name: p.name,
+                    reason: "the host failed to load it (see the log)".into(),
+                    mandatory: p.mandatory,
+                })
                 .collect();
             let chain = Arc::new(Chain::new(Vec::new(), chain_settings).with_unloadable(unloadable));
             fallback_metrics.chain_installed(&chain, false);
@@ -291,6 +294,7 @@ pub async fn run_host_recording(
             }
         }
     });
+    wait_for_subscription(&host.dispatcher).await;
     let served = supervisor.run().await;
     if let Some(recorder) = recorder {
         let closing = tokio::task::spawn_blocking(move || recorder.close(RECORD_CLOSE_WAIT));
@@ -300,6 +304,42 @@ pub async fn run_host_recording(
     }
     served?;
     Ok(())
+}
+
+/// Longest the host waits before registering for the subscriptions of its
+/// policies to be known (those with no record of their last load finish
+/// `configure`). A launched plugin must register within the runtime's
+/// registration timeout (containerd: 5 s), so this stays well below it; a
+/// policy still unknown then is registered for what is known, plus
+/// CreateContainer if it is mandatory, so that it can refuse; if it needs
+/// more once loaded, the host reconnects (answering what is in flight
+/// first). A candidate for a `[runtime] start-wait-ms` key.
+pub const START_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Waits, at most [`START_WAIT`], until the dispatcher knows the
+/// subscription of every policy (see the start-up contract in
+/// `policy/dispatcher.rs`). A restart with unchanged files and a compile
+/// cache does not wait at all.
+async fn wait_for_subscription(dispatcher: &PolicyDispatcher) {
+    let started = std::time::Instant::now();
+    match tokio::time::timeout(START_WAIT, dispatcher.subscription_known()).await {
+        Ok(()) => tracing::info!(
+            waited_ms = started.elapsed().as_millis() as u64,
+            events = %dispatcher.events(),
+            "the policies' subscription is known: registering"
+        ),
+        Err(_) => {
+            let chain = dispatcher.chain();
+            let unknown: Vec<&str> =
+                chain.pending().iter().filter(|p| p.expected.is_none()).map(|p| p.name.as_str()).collect();
+            tracing::warn!(
+                waited_ms = START_WAIT.as_millis() as u64,
+                ?unknown,
+                events = %dispatcher.events(),
+                "registering before the subscription of every policy is known; a reconnect follows if they need more"
+            );
+        }
+    }
 }
 
 /// Longest the host waits at exit for the recording's last lines.

@@ -87,6 +87,19 @@ pub struct SessionState {
     shutdown: Notify,
     /// Times each answer; the handlers tell it what the dispatcher took.
     clock: Arc<AnswerClock>,
+    /// Dispatcher calls started and finished on this connection, so that a
+    /// session ending by choice answers what is in flight first.
+    calls: tokio::sync::watch::Sender<(u64, u64)>,
+}
+
+/// Counts a dispatcher call as finished however it ends (answered, failed,
+/// or dropped by ttrpc at its deadline).
+struct CallGuard<'a>(&'a tokio::sync::watch::Sender<(u64, u64)>);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|(_, finished)| *finished += 1);
+    }
 }
 
 impl SessionState {
@@ -128,7 +141,18 @@ impl SessionState {
         self.shutdown.notified().await
     }
 
-    fn budget(&self) -> Duration {
+    /// Dispatcher calls started on this connection so far.
+    pub fn calls_started(&self) -> u64 {
+        self.calls.borrow().0
+    }
+
+    /// Resolves once no dispatcher call is under way.
+    pub async fn calls_finished(&self) {
+        let _ = self.calls.subscribe().wait_for(|(started, finished)| finished >= started).await;
+    }
+
+    /// The time the dispatcher has for one answer on this connection.
+    pub fn budget(&self) -> Duration {
         let timeout = self.runtime().map_or(DEFAULT_REQUEST_TIMEOUT, |r| r.request_timeout);
         answer_budget(timeout)
     }
@@ -165,6 +189,8 @@ impl PluginService {
         call: impl Future<Output = Result<T, DispatchError>>,
     ) -> ttrpc::Result<T> {
         let budget = self.state.budget();
+        self.state.calls.send_modify(|(started, _)| *started += 1);
+        let _call = CallGuard(&self.state.calls);
         self.state.clock.serving(ctx.mh.stream_id, event);
         let start = std::time::Instant::now();
         let result = match tokio::time::timeout(budget, call).await {

@@ -154,7 +154,11 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let dispatcher = cx.dispatcher.clone();
+    // Answers out on the socket, for draining before a chosen end.
+    let answered = Arc::new(watch::Sender::new(0u64));
+    let answers_out = answered.clone();
     let clock = Arc::new(AnswerClock::new(move |answer| {
+        answers_out.send_modify(|n| *n += 1);
         tracing::trace!(
             target: ANSWER_LOG,
             event = answer.event.unwrap_or(""),
@@ -206,9 +210,35 @@ where
         _ = cx.stop.cancelled() => SessionEnd::Stopped,
         (from, to) = subscription_drift(&state, &*cx.dispatcher, cx.can_resubscribe) => SessionEnd::Resubscribe { from, to },
     };
+    if matches!(end, SessionEnd::Resubscribe { .. }) {
+        drain(&state, &answered).await;
+    }
     finish(&mut server, &handle, cx).await;
     end
 }
+
+/// Before a session the host ends by choice (to subscribe anew), every
+/// request in flight is answered: the runtime would otherwise see the
+/// connection lost under a request (`PostUpdateContainer: connection
+/// lost`). Waits until no dispatcher call is under way and as many answers
+/// are out on the socket as calls were started, at most the answer budget
+/// and a margin (a call ends by the budget; an answer ttrpc dropped at its
+/// deadline is never out, which the bound covers).
+async fn drain(state: &SessionState, answered: &watch::Sender<u64>) {
+    let limit = state.budget() + DRAIN_MARGIN;
+    let drained = tokio::time::timeout(limit, async {
+        state.calls_finished().await;
+        let started = state.calls_started();
+        let _ = answered.subscribe().wait_for(|out| *out >= started).await;
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(waited_ms = limit.as_millis() as u64, "requests still unanswered when reconnecting");
+    }
+}
+
+/// What a drain waits past the answer budget for answers to reach the socket.
+const DRAIN_MARGIN: Duration = Duration::from_millis(500);
 
 /// Resolves when the events the dispatcher wants no longer match what the
 /// runtime was told in Configure, with the old and the new subscription.

@@ -6,9 +6,21 @@
 //! memory, so the host binary compiles in a child process of its own
 //! ([`Compiler::Subprocess`], `nri-wasm internal-compile`): the component
 //! goes in on stdin, the compiled artifact comes back on stdout, and the
-//! child runs with an address-space limit, a CPU-time limit, a lower
-//! scheduling priority, and is killed at the wall-clock timeout or when the
-//! host dies. The artifact is only loaded once the child has exited cleanly.
+//! child runs with an address-space limit and a CPU-time limit, and dies
+//! with the host. The artifact is only loaded once the child has exited
+//! cleanly.
+//!
+//! What a compile may take is bounded by what the compile *does* (CPU time,
+//! memory), never by how busy the node is: the child runs at the host's own
+//! priority, and its CPU time is limited by `RLIMIT_CPU`
+//! (`compile-timeout-ms` of CPU time for each core the compiler may use).
+//! On a node saturated by its workload a child at a lower priority starved,
+//! hit a wall-clock limit and left a mandatory policy out, which refused
+//! every container. The wall clock remains only as a generous backstop
+//! ([`WALL_BACKSTOP_FACTOR`] × the CPU budget) against a child that is
+//! stuck without using CPU. The error says which bound fired. Compiling
+//! never delays an answer to the runtime: it runs in another process,
+//! awaited on the policy runtime, never on the transport's thread.
 //!
 //! [`Compiler::InProcess`] compiles on a blocking thread of the policy
 //! runtime; its timeout stops the wait, not the work. Tests and embedders
@@ -26,8 +38,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const MAX_ARTIFACT_BYTES: usize = 1 << 30;
 /// Most bytes of the child's stderr kept for the error message.
 const MAX_CHILD_STDERR: usize = 4096;
-/// Nice level of the compiling child: events come first.
-const CHILD_NICE: libc::c_int = 10;
+/// The wall-clock backstop is this many times the CPU budget: a child that
+/// uses CPU is stopped by its CPU limit long before, even on a node whose
+/// CPUs are saturated five times over.
+pub const WALL_BACKSTOP_FACTOR: u32 = 10;
+/// Seconds of CPU time between the soft limit (SIGXCPU) and the hard one.
+const CPU_HARD_MARGIN_S: u64 = 5;
 
 /// Where components are compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +57,8 @@ pub enum Compiler {
 /// How much one compilation may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompileBounds {
+    /// CPU time the compiler may use per core (`compile-timeout-ms`); the
+    /// wall-clock backstop is [`WALL_BACKSTOP_FACTOR`] times this.
     pub timeout: Duration,
     /// Address space of the compiling child.
     pub memory_bytes: u64,
@@ -52,12 +70,32 @@ pub struct CompileBounds {
 /// "compiling it ...".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CompileError {
-    #[error("took longer than the {0} ms allowed ([engine] compile-timeout-ms)")]
+    /// The CPU-time limit fired.
+    #[error(
+        "used more than the {cpu_s} s of CPU time allowed ([engine] compile-timeout-ms of {per_core_ms} ms per core)"
+    )]
+    Cpu { cpu_s: u64, per_core_ms: u64 },
+    /// The wall-clock backstop fired (in process: the only bound there is).
+    #[error("was still running after {0} ms of wall-clock time (the backstop against a stuck compiler, {WALL_BACKSTOP_FACTOR} x [engine] compile-timeout-ms)")]
     Timeout(u64),
     #[error("needed more than the {0} MiB allowed ([engine] compile-memory-mib)")]
     Memory(u64),
     #[error("failed: {0}")]
     Failed(String),
+}
+
+impl CompileBounds {
+    /// The wall-clock backstop: [`WALL_BACKSTOP_FACTOR`] × the CPU budget.
+    pub fn backstop(&self) -> Duration {
+        self.timeout.saturating_mul(WALL_BACKSTOP_FACTOR)
+    }
+
+    /// Seconds of CPU time the child may use: the budget for every core the
+    /// compiler may run on (it compiles functions in parallel), rounded up.
+    pub fn cpu_seconds(&self) -> u64 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        self.timeout.as_millis().div_ceil(1000) as u64 * cores
+    }
 }
 
 impl Compiler {
@@ -72,11 +110,12 @@ impl Compiler {
             Self::InProcess => {
                 let engine = engine.clone();
                 let work = tokio::task::spawn_blocking(move || engine.precompile_component(&component));
-                match tokio::time::timeout(bounds.timeout, work).await {
+                let backstop = bounds.backstop();
+                match tokio::time::timeout(backstop, work).await {
                     Ok(Ok(Ok(artifact))) => Ok(artifact),
                     Ok(Ok(Err(e))) => Err(CompileError::Failed(super::errors::one_line(&e))),
                     Ok(Err(join)) => Err(CompileError::Failed(format!("the compiler panicked: {join}"))),
-                    Err(_) => Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
+                    Err(_) => Err(CompileError::Timeout(backstop.as_millis() as u64)),
                 }
             }
             Self::Subprocess { exe } => subprocess(exe, component, bounds).await,
@@ -100,12 +139,11 @@ async fn subprocess(
         .stderr(Stdio::piped())
         .env_clear()
         .kill_on_drop(true);
-    let cpu_seconds =
-        bounds.timeout.as_secs().saturating_add(1) * std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let cpu_seconds = bounds.cpu_seconds();
     let memory = bounds.memory_bytes;
     // SAFETY: the closure runs in the child between fork and exec and calls
-    // only async-signal-safe functions (setrlimit, setpriority, prctl,
-    // getppid) on values computed before the fork.
+    // only async-signal-safe functions (setrlimit, prctl) on values computed
+    // before the fork.
     unsafe {
         command.pre_exec(move || limit_child(memory, cpu_seconds));
     }
@@ -128,10 +166,11 @@ async fn subprocess(
         let status = child.wait().await.map_err(|e| failed("waiting for the compiler", e))?;
         Ok::<_, CompileError>((status, artifact, errors))
     };
-    let (status, artifact, errors) = match tokio::time::timeout(bounds.timeout, work).await {
+    let backstop = bounds.backstop();
+    let (status, artifact, errors) = match tokio::time::timeout(backstop, work).await {
         Ok(done) => done?,
         // Dropping the work kills the child (kill_on_drop).
-        Err(_) => return Err(CompileError::Timeout(bounds.timeout.as_millis() as u64)),
+        Err(_) => return Err(CompileError::Timeout(backstop.as_millis() as u64)),
     };
     let errors = String::from_utf8_lossy(&errors);
     if status.success() {
@@ -145,8 +184,10 @@ async fn subprocess(
     if status.signal() == Some(libc::SIGKILL) || out_of_memory.iter().any(|m| errors.contains(m)) {
         return Err(CompileError::Memory(memory >> 20));
     }
+    // The soft CPU limit sends SIGXCPU; a child that survives it would be
+    // killed at the same hard limit.
     if status.signal() == Some(libc::SIGXCPU) {
-        return Err(CompileError::Timeout(bounds.timeout.as_millis() as u64));
+        return Err(CompileError::Cpu { cpu_s: cpu_seconds, per_core_ms: bounds.timeout.as_millis() as u64 });
     }
     // The child's own one-line error, or the message of a panic, not the
     // notes around it.
@@ -160,20 +201,24 @@ async fn subprocess(
 
 /// Limits of the compiling child, applied between fork and exec.
 fn limit_child(memory_bytes: u64, cpu_seconds: u64) -> std::io::Result<()> {
-    let set = |resource, value: u64| {
-        let limit = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
+    let set = |resource, value: u64, hard: u64| {
+        let limit = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: hard as libc::rlim_t };
         // SAFETY: setrlimit is async-signal-safe; `limit` is a valid struct.
         if unsafe { libc::setrlimit(resource, &limit) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
     };
-    set(libc::RLIMIT_AS, memory_bytes)?;
-    set(libc::RLIMIT_CPU, cpu_seconds)?;
-    set(libc::RLIMIT_CORE, 0)?;
-    // SAFETY: async-signal-safe calls on the calling process only.
+    set(libc::RLIMIT_AS, memory_bytes, memory_bytes)?;
+    // At the soft limit the kernel sends SIGXCPU (reported as the CPU bound);
+    // at the hard one SIGKILL, which a soft limit equal to it would make the
+    // first signal, indistinguishable from the out-of-memory killer.
+    set(libc::RLIMIT_CPU, cpu_seconds, cpu_seconds.saturating_add(CPU_HARD_MARGIN_S))?;
+    set(libc::RLIMIT_CORE, 0, 0)?;
+    // The child keeps the host's priority: at a lower one it starves behind
+    // a busy node's workload (see the module's documentation).
+    // SAFETY: an async-signal-safe call on the calling process only.
     unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, CHILD_NICE);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
     Ok(())

@@ -21,9 +21,40 @@
 //!   is answered with every policy skipped (each policy's on-error decides).
 //!
 //! It also decides what the runtime sends: the events the policies
-//! subscribed to, and, only if some policy reads the node view, the events
-//! that keep the view current ([`VIEW_EVENTS`]). When a new chain changes
-//! that, the session reconnects with the new subscription.
+//! subscribed to (for a policy still loading, what it subscribed to at its
+//! last load, `known.rs`), and, only if some policy reads the node view,
+//! the events that keep the view current ([`VIEW_EVENTS`]). When a new
+//! chain changes that, the session reconnects with the new subscription,
+//! after answering what is in flight (`nri/session.rs`).
+//!
+//! # The start-up contract
+//!
+//! The *start set* is the policies in the directory when the host starts.
+//! Before registering, the host waits until the subscription of each is
+//! known (a record of its last load, or its `configure` done), at most
+//! [`START_WAIT`]; a restart with unchanged files registers at once, with
+//! the right events, and never reconnects. The policies then become ready
+//! one by one: each joins the chain as soon as it is loaded, whatever the
+//! others do, so a slow or hostile file holds back nothing but itself.
+//! From the moment the runtime has the host registered, every event:
+//! - goes through every policy of the start set that is ready;
+//! - for a policy not ready yet that would see the event by the record of
+//!   its last load, waits for it, at most half of the chain's budget, so
+//!   that a warm start's first events get every policy (it was compiled
+//!   before, so it is about to be ready); a policy with no record may be
+//!   compiling for seconds, and is not waited for;
+//! - then, for a policy still not ready that would see the event (with no
+//!   record: every event): `on-error = "fail"` (enforce
+//!   mode) fails the event, naming the policy and "not ready yet:
+//!   compiling/loading (started N ms ago)"; CreateContainer fails for such
+//!   a policy whatever its subscription, as for a mandatory policy that
+//!   failed to load. `on-error = "ignore"` (or audit) lets the event go on
+//!   without it; the skip is logged and counted as the policy's step with
+//!   outcome `skipped` ("not ready yet").
+//!
+//! Nothing on the event path waits for a load beyond that share of the
+//! budget: loads run on the policy runtime and compile in child processes,
+//! and Configure answers at once.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,10 +81,9 @@ use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
 const GRACE: Duration = Duration::from_millis(20);
 /// Longest an event waits for the updates of earlier events to be answered.
 const OUTBOX_WAIT: Duration = Duration::from_millis(250);
-/// Longest Configure waits for the first load of the policies, so that the
-/// first subscription is the right one (registration itself never waits).
-/// (Configure itself must be answered within the runtime's timeout.)
-const FIRST_LOAD_WAIT: Duration = Duration::from_millis(1500);
+/// An event waits for policies that are not ready yet at most this share
+/// of the chain's budget (1/2): the rest is left for the policies.
+const READY_WAIT_DIVISOR: u32 = 2;
 
 /// The events that keep the node view correct for policies that read it:
 /// new pods, new containers with the resources they got, their start and
@@ -250,10 +280,11 @@ impl PolicyDispatcher {
             // chain reading it again brings.
             *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Arc::default();
         }
+        let ready = chain.pending().is_empty();
         *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
         self.installed.send_modify(|(n, loaded)| {
             *n += 1;
-            *loaded = true;
+            *loaded |= ready;
         });
         self.wanted_events() != before
     }
@@ -276,9 +307,33 @@ impl PolicyDispatcher {
         self.replace_shared(chain)
     }
 
-    /// Whether the first load is done.
+    /// Whether the first load is done: every policy of the start set is
+    /// ready or failed.
     pub fn is_loaded(&self) -> bool {
         self.installed.borrow().1
+    }
+
+    /// Resolves once the subscription of every policy is known (see
+    /// [`Chain::subscription_known`]), or the first load is done.
+    pub async fn subscription_known(&self) {
+        let mut rx = self.installed.subscribe();
+        let _ = rx.wait_for(|(_, loaded)| *loaded || self.chain().subscription_known()).await;
+    }
+
+    /// The chain for `event` once the policies it waits for are ready, or
+    /// `until`, whichever comes first (see the start-up contract).
+    async fn ready_chain(&self, event: &str, until: Instant) -> Arc<Chain> {
+        let mut rx = self.installed.subscribe();
+        loop {
+            let chain = self.chain();
+            if chain.awaited(event).next().is_none() {
+                return chain;
+            }
+            match tokio::time::timeout_at(until.into(), rx.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.chain(),
+            }
+        }
     }
 
     /// Resolves once the first load is done (at once if it is).
@@ -326,7 +381,8 @@ impl PolicyDispatcher {
         // Validation by policies runs inside CreateContainer: subscribing to
         // the runtime's validation would make the host a validator of every
         // other plugin instead.
-        let mut mask = chain.events().without(EventKind::ValidateContainerAdjustment);
+        let mut mask = EventMask::from_bits(chain.events().bits() | chain.expected_events().bits())
+            .without(EventKind::ValidateContainerAdjustment);
         if chain.wants(EventKind::CreateContainer) {
             mask = mask.with(EventKind::CreateContainer);
         }
@@ -367,10 +423,11 @@ impl PolicyDispatcher {
         Fut: Future<Output = Result<Evaluated<T>, ChainError>> + Send + 'static,
     {
         let budget = self.budget();
-        let deadline = Instant::now() + budget;
+        let start = Instant::now();
+        let deadline = start + budget;
         // What earlier events decided reaches the runtime first.
         self.outbox_flushed((budget / 4).min(OUTBOX_WAIT)).await;
-        let chain = self.chain();
+        let chain = self.ready_chain(kind, start + budget / READY_WAIT_DIVISOR).await;
         let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
         // The view is complete (and may refuse updates of unknown
         // containers) only when the host subscribes to what keeps it so.
@@ -501,16 +558,16 @@ impl Dispatcher for PolicyDispatcher {
             nri_version: runtime.nri_version.to_string(),
         };
         *self.facts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(facts);
-        // The subscription is chosen from the loaded chain: wait a little
-        // for the first load, never long enough to risk the registration.
-        let wait = FIRST_LOAD_WAIT.min(runtime.registration_timeout / 2);
-        if tokio::time::timeout(wait, self.loaded()).await.is_err() {
-            tracing::warn!(
-                waited_ms = wait.as_millis() as u64,
-                "policies still loading; subscribing for the policies loaded so far (the subscription follows once they are)"
+        // Configure never waits for loads: the subscription was known (or
+        // waited for) before registering (see the start-up contract).
+        let chain = self.chain();
+        if !chain.pending().is_empty() {
+            tracing::info!(
+                not_ready = ?chain.pending().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+                subscription_known = chain.subscription_known(),
+                "policies still loading; events they would see wait for them within the budget"
             );
         }
-        let chain = self.chain();
         let budget = self.budget();
         for warning in chain.time_warnings(budget) {
             tracing::warn!("{warning}");

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::chain::Unloadable;
+use super::chain::{Pending, Unloadable};
 use super::engine::{Facts, LoadError, PolicyEngine};
 use super::limits::Limits;
 use super::manifest::{self, Mode, OnError, PolicySpec, SpecError};
@@ -101,23 +101,66 @@ pub async fn load_each(
     specs: &[PolicySpec],
     facts: &Arc<Facts>,
 ) -> Vec<Result<CompiledPolicy, LoadError>> {
-    futures::future::join_all(specs.iter().map(|spec| async move {
-        let started = std::time::Instant::now();
-        let result = engine.load_async(spec, facts).await;
-        if let Ok(policy) = &result {
-            tracing::info!(
-                policy = policy.name(),
-                events = %policy.events(),
-                on_error = ?spec.on_error,
-                mode = ?spec.mode,
-                cached = policy.timings().cached,
-                load_ms = started.elapsed().as_millis() as u64,
-                "policy loaded"
-            );
-        }
-        result
-    }))
-    .await
+    futures::future::join_all(specs.iter().map(|spec| load_one(engine, spec, facts))).await
+}
+
+/// Loads one policy, logging it if it loaded.
+pub async fn load_one(
+    engine: &PolicyEngine,
+    spec: &PolicySpec,
+    facts: &Arc<Facts>,
+) -> Result<CompiledPolicy, LoadError> {
+    let started = std::time::Instant::now();
+    let result = engine.load_async(spec, facts).await;
+    if let Err(error) = &result {
+        record_failure(engine, spec, error).await;
+    }
+    if let Ok(policy) = &result {
+        tracing::info!(
+            policy = policy.name(),
+            events = %policy.events(),
+            on_error = ?spec.on_error,
+            mode = ?spec.mode,
+            cached = policy.timings().cached,
+            load_ms = started.elapsed().as_millis() as u64,
+            "policy loaded"
+        );
+    }
+    result
+}
+
+/// Records that this version of a policy failed to load (it subscribes to
+/// nothing), so that the next start does not wait for it before
+/// registering (`known.rs`). A file that could not be read has no version.
+async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadError) {
+    if matches!(error, LoadError::Read { .. } | LoadError::NotAFile { .. } | LoadError::TooLarge { .. }) {
+        return;
+    }
+    let Some(dir) = engine.cache().map(|c| c.dir().to_path_buf()) else { return };
+    let max = engine.settings().max_component_mib << 20;
+    let spec = spec.clone();
+    let recorded = tokio::task::spawn_blocking(move || super::known::record_failed(&dir, &spec, max)).await;
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, "failed load not recorded");
+    }
+}
+
+/// The policies of `specs` as not ready yet, each with its subscription as
+/// recorded at its last load, if the host may trust a record of it
+/// (`known.rs`). Reads and hashes each file: run it off the event path.
+pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
+    let dir = engine.cache().map(super::cache::Cache::dir);
+    let max = engine.settings().max_component_mib << 20;
+    let since = std::time::Instant::now();
+    specs
+        .iter()
+        .map(|spec| Pending {
+            name: spec.name.clone(),
+            mandatory: mandatory(spec),
+            since,
+            expected: super::known::lookup(dir, spec, max),
+        })
+        .collect()
 }
 
 /// Loads every policy in `dir`.

@@ -37,6 +37,7 @@ pub mod errors;
 pub mod event;
 pub mod inspect;
 pub mod interfaces;
+pub mod known;
 pub mod limiter;
 pub mod limits;
 pub mod loader;

@@ -293,6 +293,7 @@ impl PolicyEngine {
         compiled.timings.configure = step.elapsed();
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
+        super::known::record(self.cache().map(super::cache::Cache::dir), &compiled);
         Ok(compiled)
     }
 

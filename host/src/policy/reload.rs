@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::chain::{Chain, ChainSettings, Unloadable};
+use super::chain::{Chain, ChainSettings, Pending, Unloadable};
 use super::dispatcher::PolicyDispatcher;
-use super::engine::{Facts, PolicyEngine};
+use super::engine::{Facts, LoadError, PolicyEngine};
 use super::loader::{self, DirOptions, LoadProblem};
 use super::manifest::{PolicySpec, SpecError};
 use super::prepare::CompiledPolicy;
@@ -270,7 +270,11 @@ impl Reloader {
 
         // New and changed versions, loaded together.
         let specs: Vec<PolicySpec> = to_load.iter().map(|(s, _)| s.clone()).collect();
-        let results = loader::load_each(&self.engine, &specs, &self.facts).await;
+        let results = if self.dispatcher.is_loaded() {
+            loader::load_each(&self.engine, &specs, &self.facts).await
+        } else {
+            self.first_load(&specs, &next, &unloadable).await
+        };
         for ((spec, origin), result) in to_load.into_iter().zip(results) {
             let name = spec.name.clone();
             let old = live.get(name.as_str()).zip(installed.get(&name));
@@ -333,6 +337,75 @@ impl Reloader {
         report.resubscribe = self.dispatcher.install_shared(chain).await;
         report.installed = true;
         report
+    }
+}
+
+impl Reloader {
+    /// The first load, policy by policy: each policy joins the chain as soon
+    /// as it is ready (or is reported failed), so that a slow or hostile
+    /// file holds back nothing but itself; the others wait in the chain as
+    /// [`Pending`] (see the start-up contract in `dispatcher.rs`). Policies
+    /// whose subscription is recorded (most likely compiled before, so
+    /// quick to load) start first, so that they never queue behind a long
+    /// compile for the engine's load permits.
+    async fn first_load(
+        &self,
+        specs: &[PolicySpec],
+        kept: &[(Arc<CompiledPolicy>, Origin)],
+        failed: &[Unloadable],
+    ) -> Vec<Result<CompiledPolicy, LoadError>> {
+        use futures::StreamExt as _;
+        let current = self.dispatcher.chain();
+        // The placeholder chain of the start already looked each one up.
+        let known: HashMap<&str, &Pending> = current.pending().iter().map(|p| (p.name.as_str(), p)).collect();
+        let mut pending: Vec<Pending> = match specs.iter().all(|s| known.contains_key(s.name.as_str())) {
+            true => specs.iter().filter_map(|s| known.get(s.name.as_str()).map(|p| (*p).clone())).collect(),
+            false => {
+                let engine = self.engine.clone();
+                let owned = specs.to_vec();
+                let looked_up = self.engine.handle().spawn_blocking(move || loader::pending(&engine, &owned)).await;
+                looked_up.unwrap_or_else(|_| loader::pending(&self.engine, specs))
+            }
+        };
+        let mut order: Vec<usize> = (0..specs.len()).collect();
+        order.sort_by_key(|&i| pending[i].expected.is_none());
+        let mut loading: futures::stream::FuturesUnordered<_> = order
+            .into_iter()
+            .map(|i| {
+                let spec = &specs[i];
+                async move { (i, loader::load_one(&self.engine, spec, &self.facts).await) }
+            })
+            .collect();
+        let mut results: Vec<Option<Result<CompiledPolicy, LoadError>>> = specs.iter().map(|_| None).collect();
+        let mut ready: Vec<Arc<CompiledPolicy>> = kept.iter().map(|(p, _)| p.clone()).collect();
+        let mut unloadable = failed.to_vec();
+        while let Some((i, result)) = loading.next().await {
+            let spec = &specs[i];
+            pending.retain(|p| p.name != spec.name);
+            match &result {
+                Ok(policy) => ready.push(Arc::new(policy.clone())),
+                Err(error) => unloadable.push(Unloadable {
+                    name: spec.name.clone(),
+                    reason: LoadProblem::Load { path: spec.wasm.clone(), error: error.clone() }.to_string(),
+                    mandatory: loader::mandatory(spec),
+                }),
+            }
+            results[i] = Some(result);
+            if pending.is_empty() {
+                // The last one: the reload installs the whole chain.
+                continue;
+            }
+            ready.sort_by(|a, b| a.name().cmp(b.name()));
+            let chain = Chain::of(ready.clone(), self.source.chain)
+                .with_unloadable(unloadable.clone())
+                .with_pending(pending.clone());
+            let chain = Arc::new(chain);
+            // Still loading: the health endpoint says not ready until all are.
+            self.metrics.chain_installed(&chain, true);
+            self.dispatcher.install_shared(chain).await;
+        }
+        // Every load ended: one result for each spec, in order.
+        results.into_iter().flatten().collect()
     }
 }
 

@@ -2,12 +2,12 @@
 //! where their replies go.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nri_wasm_api::api as pb;
 
 use super::pipeline::{CreateSink, Run, StopSink, UpdateSink, UpdatesSink, VerdictSink};
-use super::{container_target, Chain, ChainEntry, ChainError, EvalContext, Evaluated, PolicyFailure};
+use super::{container_target, Chain, ChainEntry, ChainError, EvalContext, Evaluated, Outcome, PolicyFailure, Step};
 use crate::merge::{CreateMerge, Known, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::{container_entry, overlay_resources, ContainerEntry};
 use crate::nri::version::EventKind;
@@ -22,6 +22,30 @@ impl EvalContext {
 }
 
 impl Chain {
+    /// The start-up contract for the policies that are not ready yet and
+    /// would see this event (the dispatcher already waited for them, within
+    /// the event's budget): a mandatory one fails the event, naming itself
+    /// and that it is not ready; any other is skipped, and the skip is
+    /// reported as its step ("skipped, not ready yet").
+    fn pass_not_ready(&self, cx: &EvalContext, run: &mut Run<'_>) -> Result<(), ChainError> {
+        for pending in self.not_ready(run.event) {
+            let (policy, event, reason) = (pending.name.clone(), run.event.to_string(), pending.reason());
+            if pending.mandatory {
+                let failure = PolicyFailure::NotLoaded { policy, event, reason };
+                return Err(ChainError::Failed { target: run.target.to_string(), failure: Box::new(failure) });
+            }
+            let failure = PolicyFailure::Skipped { policy: policy.clone(), event, reason };
+            tracing::warn!(error = %failure, target = run.target, "policy not ready: the event goes on without it");
+            let outcome = Outcome::Failed { failure, ignored: true };
+            let step = Step { policy, audit: false, fuel: 0, elapsed: Duration::ZERO, outcome };
+            if let Some(observer) = &cx.observer {
+                observer.step(run.event, run.target, &step);
+            }
+            run.steps.push(step);
+        }
+        Ok(())
+    }
+
     /// Runs the chain for an event whose reply to the runtime carries
     /// nothing (pod events, post-events, start, remove, pod updates).
     /// Policies may deny it, and may update or evict other containers: those
@@ -35,9 +59,10 @@ impl Chain {
         target: &str,
     ) -> Result<Evaluated<()>, ChainError> {
         let mut run = Run::new(target, kind.name());
-        if !self.events.contains(kind) {
+        if !self.wants(kind) {
             return Ok(run.done(()));
         }
+        self.pass_not_ready(cx, &mut run)?;
         let event = event();
         let entries: Vec<&ChainEntry> = self.subscribed(kind).collect();
         run.plan(entries.iter().copied(), cx, Instant::now());
@@ -57,6 +82,7 @@ impl Chain {
     /// UpdateContainers.
     pub async fn synchronize(&self, cx: &EvalContext) -> Result<Evaluated<Vec<pb::ContainerUpdate>>, ChainError> {
         let mut run = Run::new("the node", "Synchronize");
+        self.pass_not_ready(cx, &mut run)?;
         let entries: Vec<&ChainEntry> = self.entries.iter().filter(|e| e.policy.wants_synchronize()).collect();
         run.plan(entries.iter().copied(), cx, Instant::now());
         let mut sink = UpdatesSink(UpdatesMerge::new().knowing(cx.known()));
@@ -78,18 +104,15 @@ impl Chain {
     ) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
         let kind = EventKind::CreateContainer;
         let target = container_target(&req.pod, &req.container);
-        if let Some(missing) = self.mandatory_missing() {
-            let failure = PolicyFailure::NotLoaded {
-                policy: missing.name.clone(),
-                event: kind.name().into(),
-                reason: missing.reason.clone(),
-            };
+        if let Some((policy, reason)) = self.mandatory_missing() {
+            let failure = PolicyFailure::NotLoaded { policy, event: kind.name().into(), reason };
             return Err(ChainError::Failed { target, failure: Box::new(failure) });
         }
         let mut run = Run::new(&target, kind.name());
         if !self.wants(kind) {
             return Ok(run.done(pb::CreateContainerResponse::default()));
         }
+        self.pass_not_ready(cx, &mut run)?;
         let creators: Vec<&ChainEntry> = self.subscribed(kind).collect();
         let validators: Vec<&ChainEntry> = self.subscribed(EventKind::ValidateContainerAdjustment).collect();
         run.plan(creators.iter().chain(&validators).copied(), cx, Instant::now());
@@ -144,6 +167,7 @@ impl Chain {
         if !self.wants(kind) {
             return Ok(run.done(pb::UpdateContainerResponse::default()));
         }
+        self.pass_not_ready(cx, &mut run)?;
         let entries: Vec<&ChainEntry> = self.subscribed(kind).collect();
         run.plan(entries.iter().copied(), cx, Instant::now());
         let pod = Arc::new((*req.pod).clone());
@@ -180,6 +204,7 @@ impl Chain {
         if !self.wants(kind) {
             return Ok(run.done(pb::StopContainerResponse::default()));
         }
+        self.pass_not_ready(cx, &mut run)?;
         let entries: Vec<&ChainEntry> = self.subscribed(kind).collect();
         run.plan(entries.iter().copied(), cx, Instant::now());
         let event = CallEvent::from(req);

@@ -32,6 +32,7 @@ use nri_wasm_api::api as pb;
 use serde::Deserialize;
 
 use super::engine::{CallEnv, CallError, PolicyEngine};
+use super::known::Subscription;
 use super::manifest::{Mode, OnError};
 use super::prepare::CompiledPolicy;
 use super::state::StateWrites;
@@ -255,12 +256,49 @@ pub struct Unloadable {
     pub mandatory: bool,
 }
 
+/// A policy found in the directory that is not ready yet: it is still
+/// being read, compiled or configured. Until it is, the start-up contract
+/// (`policy/dispatcher.rs`) decides what an event it would see does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub name: String,
+    /// Its `on-error = "fail"` (in enforce mode) fails the events it would see.
+    pub mandatory: bool,
+    /// When its load started.
+    pub since: Instant,
+    /// Its subscription as recorded at its last load, if there is a record.
+    pub expected: Option<Subscription>,
+}
+
+impl Pending {
+    /// Why it did not run, for errors and reports.
+    pub fn reason(&self) -> String {
+        format!("not ready yet: compiling/loading (started {} ms ago)", self.since.elapsed().as_millis())
+    }
+
+    /// Whether it would see `event` (an event kind's name, or
+    /// `Synchronize`): what it subscribed to last time, or, with no
+    /// record, every event.
+    pub fn sees(&self, event: &str) -> bool {
+        let Some(expected) = &self.expected else { return true };
+        if event == "Synchronize" {
+            return expected.synchronize;
+        }
+        expected
+            .events
+            .iter()
+            .any(|k| k.name() == event || (event == "CreateContainer" && k == EventKind::ValidateContainerAdjustment))
+    }
+}
+
 /// The loaded policies, in order. Immutable once built; reloads build a new one.
 #[derive(Debug, Default)]
 pub struct Chain {
     entries: Vec<ChainEntry>,
     /// Policies that failed to load.
     unloadable: Vec<Unloadable>,
+    /// Policies still loading.
+    pending: Vec<Pending>,
     /// Union of the policies' subscriptions (the chain is immutable).
     events: EventMask,
     /// Some policy subscribed to `synchronize`.
@@ -356,7 +394,45 @@ impl Chain {
         let events =
             entries.iter().fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.policy.events().bits()));
         let synchronize = entries.iter().any(|e| e.policy.wants_synchronize());
-        Self { entries, unloadable: Vec::new(), events, synchronize, settings }
+        Self { entries, unloadable: Vec::new(), pending: Vec::new(), events, synchronize, settings }
+    }
+
+    /// Adds the policies still loading; see [`Chain::pending`].
+    pub fn with_pending(mut self, pending: Vec<Pending>) -> Self {
+        self.pending = pending;
+        self
+    }
+
+    /// Policies still loading.
+    pub fn pending(&self) -> &[Pending] {
+        &self.pending
+    }
+
+    /// The policies still loading that would see `event` (see [`Pending::sees`]).
+    pub fn not_ready<'a>(&'a self, event: &'a str) -> impl Iterator<Item = &'a Pending> + 'a {
+        self.pending.iter().filter(move |p| p.sees(event))
+    }
+
+    /// The policies still loading that an `event` waits for: those that
+    /// would see it by the record of their last load, which are most
+    /// likely about to be ready (compiled before). One with no record may
+    /// take as long as a compile: events do not wait for it.
+    pub fn awaited<'a>(&'a self, event: &'a str) -> impl Iterator<Item = &'a Pending> + 'a {
+        self.not_ready(event).filter(|p| p.expected.is_some())
+    }
+
+    /// Whether the subscription of every policy is known: each is loaded,
+    /// failed, or has a record of its last load.
+    pub fn subscription_known(&self) -> bool {
+        self.pending.iter().all(|p| p.expected.is_some())
+    }
+
+    /// What the policies still loading are expected to subscribe to.
+    pub fn expected_events(&self) -> EventMask {
+        self.pending
+            .iter()
+            .filter_map(|p| p.expected)
+            .fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.events.bits()))
     }
 
     /// Adds the policies that failed to load; see [`Chain::unloadable`].
@@ -370,9 +446,11 @@ impl Chain {
         &self.unloadable
     }
 
-    /// Mandatory policies that are not loaded: they fail container creation.
-    fn mandatory_missing(&self) -> Option<&Unloadable> {
-        self.unloadable.iter().find(|u| u.mandatory)
+    /// A mandatory policy that is not loaded (failed, or not ready yet): it
+    /// fails container creation. Its name, and why.
+    fn mandatory_missing(&self) -> Option<(String, String)> {
+        let failed = self.unloadable.iter().find(|u| u.mandatory).map(|u| (u.name.clone(), u.reason.clone()));
+        failed.or_else(|| self.pending.iter().find(|p| p.mandatory).map(|p| (p.name.clone(), p.reason())))
     }
 
     pub fn len(&self) -> usize {
@@ -400,6 +478,7 @@ impl Chain {
     pub fn wants(&self, kind: EventKind) -> bool {
         let events = self.events();
         events.contains(kind)
+            || self.not_ready(kind.name()).next().is_some()
             || kind == EventKind::CreateContainer
                 && (events.contains(EventKind::ValidateContainerAdjustment) || self.mandatory_missing().is_some())
     }
@@ -411,12 +490,14 @@ impl Chain {
 
     /// Whether some policy subscribed to `synchronize`.
     pub fn wants_synchronize(&self) -> bool {
-        self.synchronize
+        self.synchronize || self.not_ready("Synchronize").next().is_some()
     }
 
-    /// Whether some policy reads the node view.
+    /// Whether some policy reads the node view (or, still loading, read it
+    /// at its last load).
     pub fn reads_node(&self) -> bool {
         self.entries.iter().any(|e| e.policy.imports().node)
+            || self.pending.iter().any(|p| p.expected.is_some_and(|e| e.node))
     }
 
     fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {

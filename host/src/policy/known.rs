@@ -1,0 +1,247 @@
+//! What each policy subscribed to the last time it loaded, kept beside its
+//! compiled form, so that the host registers with the right events at once.
+//!
+//! The runtime asks for the plugin's subscription in Configure, right after
+//! the registration, and a subscription can only change by connecting
+//! again, which loses what is in flight. A policy's subscription is only
+//! known once its `configure` ran, after reading, compiling and linking,
+//! which may take seconds. So after every successful `configure` the host
+//! writes a small record in the compile cache directory, keyed by what
+//! determines the answer: the SHA-256 of the policy file, of its settings,
+//! and the host's and WIT's versions. At start it hashes each file (cheap),
+//! reads the records, and registers with their union while the policies
+//! load (`cli/run.rs`).
+//!
+//! A record is only a hint. Whoever can write the cache directory could
+//! make the host subscribe to too little, so records are read under the
+//! cache's trust rules (directory and file owned by the host's user and
+//! writable by no one else, a regular file opened without following links
+//! and without blocking, at most [`MAX_RECORD_BYTES`]); anything else is
+//! ignored. Once the policy loads, its real subscription replaces the
+//! record's, and a difference is handled like any change of subscription.
+//!
+//! A version that failed to load is recorded too, as subscribing to
+//! nothing: a file that takes the compiler a minute to refuse must not make
+//! every start wait for it before registering.
+
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::manifest::PolicySpec;
+use super::prepare::{sha256_hex, CompiledPolicy};
+use crate::nri::version::EventMask;
+
+/// Largest record read; a real one is under 100 bytes.
+pub const MAX_RECORD_BYTES: u64 = 512;
+/// Extension of record files (the compile cache prunes only its own).
+const EXTENSION: &str = "sub";
+/// First line of every record: the format and the interface it was made by.
+const MAGIC: &str = "nri-wasm-subscription v1";
+
+/// What a policy asked for in `configure`, as far as the subscription goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Subscription {
+    pub events: EventMask,
+    /// It subscribed to `synchronize`.
+    pub synchronize: bool,
+    /// It imports the node view (the host then keeps the view's events).
+    pub node: bool,
+}
+
+impl Subscription {
+    /// What a loaded policy subscribed to.
+    pub fn of(policy: &CompiledPolicy) -> Self {
+        Self { events: policy.events(), synchronize: policy.wants_synchronize(), node: policy.imports().node }
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "{MAGIC}\nevents {}\nsynchronize {}\nnode {}\n",
+            self.events.bits(),
+            u8::from(self.synchronize),
+            u8::from(self.node)
+        )
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        let mut lines = text.lines();
+        if lines.next()? != MAGIC {
+            return None;
+        }
+        let mut field = |name: &str| lines.next()?.strip_prefix(name)?.strip_prefix(' ')?.parse::<u32>().ok();
+        let bits = field("events")?;
+        let synchronize = field("synchronize")?;
+        let node = field("node")?;
+        if synchronize > 1 || node > 1 || EventMask::from_bits(bits).bits() != bits {
+            return None;
+        }
+        if lines.next().is_some() {
+            return None;
+        }
+        Some(Self { events: EventMask::from_bits(bits), synchronize: synchronize == 1, node: node == 1 })
+    }
+}
+
+/// The file name of the record of a policy file's `digest` with `settings`.
+fn record_path(dir: &Path, digest: &str, settings: &str) -> PathBuf {
+    let mut h = Sha256::new();
+    for part in [MAGIC, env!("CARGO_PKG_VERSION"), super::errors::WIT_VERSION, digest, &sha256_hex(settings.as_bytes())]
+    {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("{key}.{EXTENSION}"))
+}
+
+/// Records what `policy` subscribed to, in `dir` (the compile cache's).
+/// Failing to write is logged: the next start only waits a little longer.
+pub fn record(dir: Option<&Path>, policy: &CompiledPolicy) {
+    let Some(dir) = dir else { return };
+    write(dir, policy.name(), policy.digest(), &policy.settings, Subscription::of(policy));
+}
+
+/// Records that the policy of `spec`, as its file is now, failed to load:
+/// it subscribes to nothing. A mandatory one still fails container creation
+/// while it is not loaded, which needs no subscription of its own.
+pub fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) {
+    if let Ok(bytes) = super::prepare::read_policy_file(spec, max_bytes) {
+        write(dir, &spec.name, &sha256_hex(&bytes), &spec.settings, Subscription::default());
+    }
+}
+
+fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: Subscription) {
+    let path = record_path(dir, digest, settings);
+    if read_record(&path) == Some(subscription) {
+        return;
+    }
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{digest}.sub.tmp.{}.{seq}", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::File::options().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        std::io::Write::write_all(&mut file, subscription.encode().as_bytes())?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::warn!(policy, path = %path.display(), error = %e, "subscription not recorded");
+    }
+}
+
+/// The recorded subscription of the policy of `spec` as its file is now,
+/// if there is a record the host may trust. Reads the policy file (at most
+/// `max_bytes`, as the load would).
+pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<Subscription> {
+    let dir = dir?;
+    let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
+    read_record(&record_path(dir, &sha256_hex(&bytes), &spec.settings))
+}
+
+/// A record, if the file is one the host may trust and reads as one.
+fn read_record(path: &Path) -> Option<Subscription> {
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let why = if !meta.file_type().is_file() {
+        Some("not a regular file".to_string())
+    } else if meta.uid() != uid {
+        Some(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777))
+    } else if meta.len() > MAX_RECORD_BYTES {
+        Some(format!("{} bytes, over the {MAX_RECORD_BYTES} a record may have", meta.len()))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        tracing::warn!(path = %path.display(), reason = why, "ignoring a subscription record");
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_RECORD_BYTES).read_to_string(&mut text).ok()?;
+    let decoded = Subscription::decode(&text);
+    if decoded.is_none() {
+        tracing::warn!(path = %path.display(), "ignoring a subscription record that does not read as one");
+    }
+    decoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nri::version::EventKind;
+
+    fn sample() -> Subscription {
+        Subscription {
+            events: EventMask::EMPTY.with(EventKind::CreateContainer).with(EventKind::StopContainer),
+            synchronize: true,
+            node: false,
+        }
+    }
+
+    #[test]
+    fn records_read_back_and_reject_anything_else() {
+        let s = sample();
+        assert_eq!(Subscription::decode(&s.encode()), Some(s));
+        for bad in [
+            String::new(),
+            s.encode().replace(MAGIC, "nri-wasm-subscription v0"),
+            s.encode().replace("synchronize 1", "synchronize 2"),
+            s.encode().replace("node 0", "node x"),
+            format!("{}extra\n", s.encode()),
+            s.encode().replace(&format!("events {}", s.events.bits()), "events 4294967295"),
+        ] {
+            assert_eq!(Subscription::decode(&bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn records_are_ignored_unless_the_host_may_trust_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let good = dir.path().join("good.sub");
+        std::fs::write(&good, sample().encode()).unwrap();
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_record(&good), Some(sample()));
+        // Writable by others: ignored.
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(read_record(&good), None);
+        // A link to a trusted record: not followed.
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link.sub");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert_eq!(read_record(&link), None);
+        // Too large, a directory, a FIFO (must not block): ignored.
+        let big = dir.path().join("big.sub");
+        std::fs::write(&big, format!("{}{}", sample().encode(), " ".repeat(600))).unwrap();
+        std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_record(&big), None);
+        let sub = dir.path().join("dir.sub");
+        std::fs::create_dir(&sub).unwrap();
+        assert_eq!(read_record(&sub), None);
+        let fifo = dir.path().join("fifo.sub");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_record(&fifo), None);
+    }
+
+    #[test]
+    fn the_key_follows_the_file_and_the_settings() {
+        let dir = Path::new("/x");
+        let a = record_path(dir, "aa", "limit = 1");
+        assert_eq!(a, record_path(dir, "aa", "limit = 1"));
+        assert_ne!(a, record_path(dir, "ab", "limit = 1"));
+        assert_ne!(a, record_path(dir, "aa", "limit = 2"));
+    }
+}

@@ -1,0 +1,305 @@
+//! Start-up, as an operator runs the host (`nri-wasm run` with a policy
+//! directory and a compile cache), against the runtime simulator: the
+//! first 50 CreateContainer after the host registers, on a cold cache and
+//! again on a warm one, on an idle machine and with every CPU saturated by
+//! busy processes the test starts (and kills).
+//!
+//! The start-up contract (`policy/dispatcher.rs`) is what is asserted, in
+//! outcomes and counts, never in durations (how fast the policies load
+//! depends on the machine; what each create gets must not):
+//! - no create succeeds without the output of a mandatory policy
+//!   (`on-error = "fail"`); a create that fails names that policy and says
+//!   it is not ready yet;
+//! - a create without the output of an `on-error = "ignore"` policy is one
+//!   the host reported as skipped for it (a metric per skip);
+//! - every create is answered (none times out, none is lost to a
+//!   reconnect);
+//! - a warm restart registers once and keeps its connection;
+//! - a policy whose load never ends (its `configure` sleeps until its
+//!   limit) holds back nothing but itself.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nri_sim::{PluginConn, RuntimeProfile, SimError, Simulator};
+use nri_wasm::config::Config;
+use nri_wasm::metrics::Metrics;
+use nri_wasm::nri::transport::Endpoint;
+use nri_wasm::policy::compile::Compiler;
+use nri_wasm_api::api as pb;
+use nri_wasm_components::guests;
+use nri_wasm_e2e::{init_logging, options};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Creates sent right after each start.
+const CREATES: usize = 50;
+
+/// Busy processes on every CPU (four per CPU: a load of 8 on two cores),
+/// killed by their pids when dropped.
+struct Saturated(Vec<Child>);
+
+impl Saturated {
+    fn start() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let children = (0..cpus * 4)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("start a busy process")
+            })
+            .collect();
+        Self(children)
+    }
+}
+
+impl Drop for Saturated {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A running `nri-wasm run`.
+struct Host {
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Host {
+    fn start(policies: &Path, cache: &Path, socket: &Path) -> Self {
+        init_logging();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.to_path_buf());
+        config.policies.watch = false;
+        config.engine.cache_dir = Some(cache.to_path_buf());
+        config.metrics.address = String::new();
+        config.validate().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let stop = CancellationToken::new();
+        let options = options(Endpoint::Socket(socket.to_path_buf()));
+        let task =
+            tokio::spawn(nri_wasm::cli::run_host(config, options, Compiler::InProcess, metrics.clone(), stop.clone()));
+        Self { metrics, stop, task }
+    }
+
+    /// Skips of `policy` on CreateContainer the host reported.
+    fn skipped(&self, policy: &str) -> usize {
+        let text = self.metrics.encode();
+        let line = text.lines().find(|l| {
+            l.starts_with("nri_wasm_policy_calls_total{")
+                && l.contains(&format!("policy=\"{policy}\""))
+                && l.contains("event=\"CreateContainer\"")
+                && l.contains("outcome=\"skipped\"")
+        });
+        line.map_or(0, |l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap() as usize)
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let done = tokio::time::timeout(Duration::from_secs(30), self.task).await.expect("host stops within 30 s");
+        done.expect("host task").expect("host stops cleanly");
+    }
+}
+
+fn install(dir: &Path, name: &str, wasm: &str, policy_file: &str) {
+    std::fs::copy(wasm, dir.join(format!("{name}.wasm"))).unwrap();
+    std::fs::write(dir.join(format!("{name}.toml")), policy_file).unwrap();
+}
+
+fn annotation<'a>(reply: &'a pb::CreateContainerResponse, key: &str) -> Option<&'a str> {
+    reply.adjust.as_ref().and_then(|a| a.annotations.get(key)).map(String::as_str)
+}
+
+/// What the first creates after a start got.
+struct Creates {
+    replies: Vec<(String, pb::CreateContainerResponse)>,
+    /// Refusals: the status message of each.
+    refused: Vec<String>,
+    /// Connections the host made (registrations).
+    registrations: usize,
+}
+
+/// Accepts the host (as the runtime would: configure, synchronize), then
+/// creates [`CREATES`] containers at once, one after the other. A
+/// reconnect, which the contract allows only for a policy whose
+/// subscription was unknown at registration, is followed; any answer that
+/// is neither a reply nor a refusal fails the test.
+async fn first_creates(sim: &Simulator) -> Creates {
+    async fn accept(sim: &Simulator) -> PluginConn {
+        let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
+            .await
+            .expect("the host registers within two minutes")
+            .expect("registration");
+        conn.configure().await.expect("configure");
+        conn.synchronize(&[], &[], 0).await.expect("synchronize");
+        conn
+    }
+    let mut conn = accept(sim).await;
+    let mut out = Creates { replies: Vec::new(), refused: Vec::new(), registrations: 1 };
+    let pod = nri_sim::workload::pod(1);
+    for n in 0..CREATES {
+        let ctr = nri_sim::workload::container(&pod, n);
+        loop {
+            match conn.create_container(&pod, &ctr).await {
+                Ok(reply) => out.replies.push((ctr.name.clone(), reply)),
+                Err(SimError::Failed { status, .. }) => out.refused.push(status.message().to_string()),
+                Err(e) if conn.is_closed() && matches!(e, SimError::Disconnected { .. }) => {
+                    panic!("a create in flight was lost to a reconnect: {e}")
+                }
+                Err(SimError::NotSubscribed(_)) if conn.is_closed() => {
+                    conn = accept(sim).await;
+                    out.registrations += 1;
+                    continue;
+                }
+                Err(e) => panic!("create {n}: {e}"),
+            }
+            break;
+        }
+        if conn.is_closed() {
+            conn = accept(sim).await;
+            out.registrations += 1;
+        }
+    }
+    conn.close().await;
+    out
+}
+
+/// The contract for a chain of `10-first` (mandatory) and `20-second`
+/// (ignore), checked on what the creates got: returns how many replies
+/// lacked 20-second's output.
+fn check(creates: &Creates, host: &Host) -> usize {
+    assert_eq!(creates.replies.len() + creates.refused.len(), CREATES);
+    for message in &creates.refused {
+        assert!(
+            message.contains("10-first") && message.contains("not ready yet"),
+            "a create was refused for something else than the mandatory policy not being ready: {message}"
+        );
+    }
+    let mut without_second = 0;
+    for (name, reply) in &creates.replies {
+        assert_eq!(
+            annotation(reply, "example.com/first"),
+            Some(name.as_str()),
+            "a create succeeded without the mandatory policy's output: {reply:?}"
+        );
+        if annotation(reply, "example.com/second").is_none() {
+            without_second += 1;
+        }
+    }
+    assert_eq!(
+        without_second,
+        host.skipped("20-second"),
+        "every create without 20-second's output is one the host reported as skipped for it"
+    );
+    without_second
+}
+
+/// Cold, then warm: the cold start records each policy's subscription with
+/// its compiled form, and the warm one registers once, at once, with it.
+async fn cold_then_warm() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&policies).unwrap();
+    install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"fail\"\n");
+    install(&policies, "20-second", guests::ANNOTATE, "settings = \"second\"\non-error = \"ignore\"\n");
+    let socket = dir.path().join("nri.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+
+    let host = Host::start(&policies, &cache, &socket);
+    let cold = first_creates(&sim).await;
+    check(&cold, &host);
+    // Wait for the loads to end (a create answered means nothing about
+    // when they do), then stop: the next start is warm.
+    for _ in 0..1200 {
+        if host.metrics.status().chain_loaded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(host.metrics.status().chain_loaded, "the cold load did not end within two minutes");
+    host.stop().await;
+    let records = std::fs::read_dir(&cache)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sub"))
+        .count();
+    assert_eq!(records, 2, "one subscription record per policy version");
+
+    let host = Host::start(&policies, &cache, &socket);
+    let warm = first_creates(&sim).await;
+    check(&warm, &host);
+    assert_eq!(warm.registrations, 1, "a warm start registers once: the subscription was known");
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_creates_after_a_cold_and_a_warm_start_all_get_their_policies() {
+    cold_then_warm().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_creates_after_a_cold_and_a_warm_start_with_every_cpu_busy() {
+    let _busy = Saturated::start();
+    cold_then_warm().await;
+}
+
+/// A policy whose `configure` sleeps until its limit (a minute) never
+/// becomes ready during the test. With `on-error = "ignore"` it is skipped,
+/// reported, for every create, and the other policies apply; with
+/// `on-error = "fail"` every create is refused naming it; neither delays an
+/// answer.
+async fn a_stuck_load_holds_back_only_itself(on_error: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&policies).unwrap();
+    install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"fail\"\n");
+    install(&policies, "20-second", guests::ANNOTATE, "settings = \"second\"\non-error = \"ignore\"\n");
+    let stuck = format!("settings = \"init-sleep\"\non-error = \"{on_error}\"\n[limits]\ntimeout-ms = 60000\n");
+    install(&policies, "30-stuck", guests::HOSTILE, &stuck);
+    let socket = dir.path().join("nri.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+    let host = Host::start(&policies, &cache, &socket);
+    let creates = first_creates(&sim).await;
+    assert_eq!(creates.replies.len() + creates.refused.len(), CREATES);
+    if on_error == "fail" {
+        assert!(creates.replies.is_empty(), "a create succeeded without the mandatory 30-stuck");
+        for message in &creates.refused {
+            let named =
+                (message.contains("30-stuck") || message.contains("10-first")) && message.contains("not ready yet");
+            assert!(named, "{message}");
+        }
+    } else {
+        let (replies, refused) = (creates.replies.clone(), creates.refused.clone());
+        let others = Creates { replies, refused, registrations: creates.registrations };
+        check(&others, &host);
+        assert!(creates.refused.iter().all(|m| !m.contains("30-stuck")), "{:?}", creates.refused);
+        assert_eq!(host.skipped("30-stuck"), creates.replies.len(), "30-stuck is reported skipped on every reply");
+    }
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_policy_that_may_be_ignored_is_skipped_and_reported() {
+    a_stuck_load_holds_back_only_itself("ignore").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_mandatory_policy_refuses_every_create_naming_itself() {
+    a_stuck_load_holds_back_only_itself("fail").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_policy_holds_back_only_itself_with_every_cpu_busy() {
+    let _busy = Saturated::start();
+    a_stuck_load_holds_back_only_itself("ignore").await;
+}
