@@ -13,8 +13,20 @@
 //! The maps are persistent (`imbl`): an evaluation reads a snapshot of the
 //! view while the next event changes it, and a change then copies only the
 //! path to the entry it touches, not the node's thousands of entries.
+//!
+//! Queries run on behalf of policies, inside a host call, where epochs
+//! cannot interrupt: a query must be bounded by what it is given and by the
+//! node, and must stop at the caller's deadline. A filter is therefore
+//! compiled once into a bounded form ([`ContainerQuery`]: the states as a
+//! set of bits, the required labels as one map with a duplicate key
+//! resolved once), in time linear in its size; each container then costs at
+//! most as many label lookups as the container has labels, and a pod filter
+//! is evaluated once per pod, not once per container. Every loop over the
+//! filter or the node charges a [`WorkClock`], which looks at the clock every
+//! few hundred steps and ends the query at the deadline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
 
 use imbl::{OrdMap, OrdSet};
 
@@ -121,12 +133,190 @@ impl ContainerFilter {
         Self::default()
     }
 
-    fn matches(&self, c: &ContainerEntry, pods: &OrdMap<String, PodEntry>) -> bool {
-        self.pod_id.as_ref().is_none_or(|p| *p == c.pod_id)
-            && (self.states.is_empty() || self.states.contains(&c.state))
-            && self.labels.iter().all(|(k, v)| c.labels.get(k) == Some(v))
-            && (self.pod_labels.is_empty()
-                || pods.get(&c.pod_id).is_some_and(|p| self.pod_labels.iter().all(|(k, v)| p.labels.get(k) == Some(v))))
+    /// The filter in its bounded form (no deadline: the host's own use).
+    pub fn query(&self) -> ContainerQuery<'_> {
+        fn pairs(l: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
+            l.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        }
+        ContainerQuery::new(
+            self.pod_id.as_deref(),
+            self.states.iter().copied(),
+            pairs(&self.labels),
+            pairs(&self.pod_labels),
+            &mut WorkClock::unbounded(),
+        )
+        .expect("an unbounded clock never expires")
+    }
+}
+
+/// Units of work between two looks at the clock (a look costs tens of
+/// nanoseconds; a unit is about one cheap step, a lookup or a bit set).
+const CLOCK_EVERY: u64 = 1024;
+/// Units one container costs to visit and test against a filter.
+pub const VISIT_UNITS: u64 = 4;
+/// Units one container or pod costs to copy out for a policy.
+pub const COPY_UNITS: u64 = 64;
+
+/// Work done for a caller that has a deadline: every loop charges it, and
+/// it ends the work once the deadline has passed. It looks at the clock
+/// every [`CLOCK_EVERY`] units, so a query stops within microseconds of the
+/// deadline, whatever the filter and the node.
+#[derive(Debug)]
+pub struct WorkClock {
+    deadline: Option<Instant>,
+    /// Units since the clock was last read.
+    pending: u64,
+    /// Units in all.
+    spent: u64,
+}
+
+/// The deadline passed before the work was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("deadline reached after {units} units of work")]
+pub struct Expired {
+    /// Units of work done by then.
+    pub units: u64,
+}
+
+impl WorkClock {
+    /// Work that must end by `deadline`.
+    pub fn until(deadline: Instant) -> Self {
+        Self { deadline: Some(deadline), pending: 0, spent: 0 }
+    }
+
+    /// Work without a deadline (the host's own, bounded by the node).
+    pub fn unbounded() -> Self {
+        Self { deadline: None, pending: 0, spent: 0 }
+    }
+
+    /// Charges `units` of work; fails once the deadline has passed.
+    #[inline]
+    pub fn spend(&mut self, units: u64) -> Result<(), Expired> {
+        self.pending += units;
+        if self.pending >= CLOCK_EVERY {
+            return self.check();
+        }
+        Ok(())
+    }
+
+    /// Reads the clock now.
+    pub fn check(&mut self) -> Result<(), Expired> {
+        self.spent += std::mem::take(&mut self.pending);
+        match self.deadline {
+            Some(at) if Instant::now() >= at => Err(Expired { units: self.spent }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Units of work charged so far.
+    pub fn spent(&self) -> u64 {
+        self.spent + self.pending
+    }
+}
+
+/// Container states as a set of bits: a filter of any length becomes one
+/// word, and testing a container costs one instruction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateSet(u64);
+
+impl StateSet {
+    fn bit(state: pb::ContainerState) -> u64 {
+        // The protocol's states are 0 to 4; anything else the runtime might
+        // send one day shares the last bit rather than being lost.
+        1 << (state as i32).clamp(0, 63)
+    }
+
+    pub fn insert(&mut self, state: pb::ContainerState) {
+        self.0 |= Self::bit(state);
+    }
+
+    pub fn contains(&self, state: pb::ContainerState) -> bool {
+        self.0 & Self::bit(state) != 0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// Labels a filter requires, deduplicated: each key once. A key required
+/// with two different values matches nothing.
+#[derive(Debug, Clone, Default)]
+struct Required<'f> {
+    pairs: HashMap<&'f str, &'f str>,
+    contradictory: bool,
+}
+
+impl<'f> Required<'f> {
+    fn new(list: impl IntoIterator<Item = (&'f str, &'f str)>, clock: &mut WorkClock) -> Result<Self, Expired> {
+        let mut required = Required::default();
+        for (k, v) in list {
+            clock.spend(1)?;
+            match required.pairs.entry(k) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    if *e.get() != v {
+                        required.contradictory = true;
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(v);
+                }
+            }
+        }
+        Ok(required)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pairs.is_empty() && !self.contradictory
+    }
+
+    /// Whether `labels` carry every required pair. Costs at most as many
+    /// lookups as `labels` has entries: a filter requiring more keys than
+    /// the labels have cannot hold.
+    fn hold_in(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.contradictory
+            && self.pairs.len() <= labels.len()
+            && self.pairs.iter().all(|(k, v)| labels.get(*k).is_some_and(|have| have == v))
+    }
+}
+
+/// A container filter in its bounded form, built once per query in time
+/// linear in the filter (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct ContainerQuery<'f> {
+    pod_id: Option<&'f str>,
+    states: StateSet,
+    labels: Required<'f>,
+    pod_labels: Required<'f>,
+}
+
+impl<'f> ContainerQuery<'f> {
+    /// Compiles a filter, charging `clock` for each of its elements.
+    pub fn new(
+        pod_id: Option<&'f str>,
+        states: impl IntoIterator<Item = pb::ContainerState>,
+        labels: impl IntoIterator<Item = (&'f str, &'f str)>,
+        pod_labels: impl IntoIterator<Item = (&'f str, &'f str)>,
+        clock: &mut WorkClock,
+    ) -> Result<Self, Expired> {
+        let mut set = StateSet::default();
+        for s in states {
+            clock.spend(1)?;
+            set.insert(s);
+        }
+        Ok(Self {
+            pod_id,
+            states: set,
+            labels: Required::new(labels, clock)?,
+            pod_labels: Required::new(pod_labels, clock)?,
+        })
+    }
+
+    /// Whether `c` passes the conditions on the container itself.
+    fn own(&self, c: &ContainerEntry) -> bool {
+        self.pod_id.is_none_or(|p| p == c.pod_id)
+            && (self.states.is_empty() || self.states.contains(c.state))
+            && (self.labels.is_empty() || self.labels.hold_in(&c.labels))
     }
 }
 
@@ -391,19 +581,93 @@ impl NodeView {
         filter: &'a ContainerFilter,
         current: Option<&'a ContainerEntry>,
     ) -> impl Iterator<Item = &'a ContainerEntry> + 'a {
-        let cur_id = current.map(|c| c.id.as_str());
-        let mut current = current.filter(|c| filter.matches(c, &self.pods));
-        let mut rest = self
-            .containers
-            .values()
-            .filter(move |c| Some(c.id.as_str()) != cur_id && filter.matches(c, &self.pods))
-            .peekable();
-        // Merge the one overlay entry into the sorted stream.
-        std::iter::from_fn(move || match (current, rest.peek()) {
-            (Some(c), Some(r)) if c.id < r.id => current.take(),
-            (Some(_), None) => current.take(),
-            _ => rest.next(),
+        let query = filter.query();
+        let mut found = Vec::new();
+        self.query(&query, current, &mut WorkClock::unbounded(), |c| {
+            found.push(c);
+            0
         })
+        .expect("an unbounded clock never expires");
+        found.into_iter()
+    }
+
+    /// Calls `each` with every container `query` selects, by id, charging
+    /// `clock` for every container visited and for what `each` reports it
+    /// spent; stops at the clock's deadline. `current` stands in for the
+    /// view's entry of the same id (or is added), as in [`Self::containers`].
+    pub fn query<'a>(
+        &'a self,
+        query: &ContainerQuery<'_>,
+        current: Option<&'a ContainerEntry>,
+        clock: &mut WorkClock,
+        mut each: impl FnMut(&'a ContainerEntry) -> u64,
+    ) -> Result<(), Expired> {
+        // Pods carrying the required pod labels, found once.
+        let pods_ok: Option<HashSet<&str>> = match query.pod_labels.is_empty() {
+            true => None,
+            false => {
+                let mut ok = HashSet::new();
+                let candidates: Box<dyn Iterator<Item = &PodEntry>> = match query.pod_id {
+                    Some(id) => Box::new(self.pods.get(id).into_iter()),
+                    None => Box::new(self.pods.values()),
+                };
+                for p in candidates {
+                    clock.spend(VISIT_UNITS)?;
+                    if query.pod_labels.hold_in(&p.labels) {
+                        ok.insert(p.id.as_str());
+                    }
+                }
+                Some(ok)
+            }
+        };
+        let selected =
+            |c: &ContainerEntry| query.own(c) && pods_ok.as_ref().is_none_or(|ok| ok.contains(c.pod_id.as_str()));
+        let cur_id = current.map(|c| c.id.as_str());
+        let mut current = current.filter(|c| selected(c));
+        let mut visit = |c: &'a ContainerEntry, clock: &mut WorkClock| -> Result<(), Expired> {
+            clock.spend(VISIT_UNITS)?;
+            // Merge the one overlay entry into the sorted stream.
+            if let Some(cur) = current.filter(|cur| cur.id < c.id) {
+                current = None;
+                clock.spend(each(cur))?;
+            }
+            if Some(c.id.as_str()) != cur_id && selected(c) {
+                clock.spend(each(c))?;
+            }
+            Ok(())
+        };
+        match query.pod_id {
+            // One pod's containers: its own sorted set, not the whole node.
+            Some(pod) => {
+                let ids = self.pods.get(pod).map(|p| &p.containers).or_else(|| self.orphans.get(pod));
+                for id in ids.into_iter().flatten() {
+                    if let Some(c) = self.containers.get(id) {
+                        visit(c, clock)?;
+                    }
+                }
+            }
+            None => {
+                for c in self.containers.values() {
+                    visit(c, clock)?;
+                }
+            }
+        }
+        if let Some(cur) = current {
+            clock.spend(each(cur))?;
+        }
+        Ok(())
+    }
+
+    /// Calls `each` with every pod, by id, within `clock`'s deadline.
+    pub fn each_pod<'a>(
+        &'a self,
+        clock: &mut WorkClock,
+        mut each: impl FnMut(&'a PodEntry) -> u64,
+    ) -> Result<(), Expired> {
+        for p in self.pods.values() {
+            clock.spend(VISIT_UNITS + each(p))?;
+        }
+        Ok(())
     }
 
     /// Entries refused because the view was full, since the last rebuild.
@@ -514,6 +778,126 @@ mod tests {
         assert_eq!(v.len(), (1, 1));
         v.clear();
         assert_eq!(v.len(), (0, 0));
+    }
+
+    /// A node of `pods` pods of `per_pod` running containers labelled
+    /// `app=web`, in pods labelled `tier=x`.
+    fn big(pods: usize, per_pod: usize) -> NodeView {
+        let mut v = NodeView::new(ViewLimits::default());
+        let pods_list: Vec<_> = (0..pods)
+            .map(|i| {
+                let mut p = pod(&format!("p{i:05}"));
+                p.labels.insert("tier".into(), "x".into());
+                p
+            })
+            .collect();
+        let ctrs: Vec<_> =
+            (0..pods * per_pod).map(|i| ctr(&format!("c{i:06}"), &format!("p{:05}", i / per_pod), "web")).collect();
+        v.synchronize(&pods_list, &ctrs);
+        v
+    }
+
+    fn ids(v: &NodeView, q: &ContainerQuery<'_>, current: Option<&ContainerEntry>) -> Vec<String> {
+        let mut out = Vec::new();
+        v.query(q, current, &mut WorkClock::unbounded(), |c| {
+            out.push(c.id.clone());
+            0
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_filter_is_a_set_repeats_count_once_and_contradictions_match_nothing() {
+        let v = big(3, 2);
+        let running = [pb::ContainerState::CONTAINER_RUNNING];
+        let q = |labels: &[(&'static str, &'static str)], pod_labels: &[(&'static str, &'static str)]| {
+            ContainerQuery::new(
+                None,
+                running.iter().copied().cycle().take(1000),
+                labels.iter().copied(),
+                pod_labels.iter().copied(),
+                &mut WorkClock::unbounded(),
+            )
+            .unwrap()
+        };
+        assert_eq!(ids(&v, &q(&[("app", "web"); 50], &[]), None).len(), 6, "a repeated label is one condition");
+        assert!(ids(&v, &q(&[("app", "web"), ("app", "db")], &[]), None).is_empty(), "two values of one key");
+        assert!(ids(&v, &q(&[], &[("tier", "x"), ("tier", "y")]), None).is_empty());
+        assert_eq!(ids(&v, &q(&[], &[("tier", "x"); 7]), None).len(), 6);
+        assert!(ids(&v, &q(&[("app", "web"), ("keep", "no"), ("more", "keys")], &[]), None).is_empty());
+        let stopped =
+            ContainerQuery::new(None, [pb::ContainerState::CONTAINER_STOPPED; 10], [], [], &mut WorkClock::unbounded())
+                .unwrap();
+        assert!(ids(&v, &stopped, None).is_empty());
+        // One pod's containers come from the pod, with the overlay merged in
+        // order and filtered like any entry.
+        let of_p1 = ContainerQuery::new(Some("p00001"), [], [], [], &mut WorkClock::unbounded()).unwrap();
+        assert_eq!(ids(&v, &of_p1, None), ["c000002", "c000003"]);
+        let new = container_entry(&ctr("c000002a", "p00001", "web"));
+        assert_eq!(ids(&v, &of_p1, Some(&new)), ["c000002", "c000002a", "c000003"]);
+        let elsewhere = container_entry(&ctr("c000000a", "p00002", "web"));
+        assert_eq!(ids(&v, &of_p1, Some(&elsewhere)), ["c000002", "c000003"]);
+        let orphan = ContainerQuery::new(Some("gone"), [], [], [], &mut WorkClock::unbounded()).unwrap();
+        assert!(ids(&v, &orphan, None).is_empty());
+    }
+
+    /// The work of a query is linear in the filter plus the node: a filter
+    /// of a million copies of a condition every container meets, on 10,000
+    /// containers, costs about a million steps, not ten billion.
+    #[test]
+    fn a_huge_filter_on_a_big_node_costs_the_sum_not_the_product() {
+        let v = big(1000, 10);
+        assert_eq!(v.len(), (1000, 10_000));
+        let n = 1_000_000;
+        let mut clock = WorkClock::unbounded();
+        let q = ContainerQuery::new(
+            None,
+            [pb::ContainerState::CONTAINER_RUNNING].into_iter().cycle().take(n),
+            std::iter::repeat_n(("app", "web"), n),
+            std::iter::repeat_n(("tier", "x"), n),
+            &mut clock,
+        )
+        .unwrap();
+        let mut found = 0;
+        v.query(&q, None, &mut clock, |_| {
+            found += 1;
+            0
+        })
+        .unwrap();
+        assert_eq!(found, 10_000);
+        let bound = 3 * n as u64 + (1000 + 10_000) * VISIT_UNITS;
+        assert!(clock.spent() <= bound, "{} units for a bound of {bound}", clock.spent());
+    }
+
+    /// A query stops at its deadline, within one look at the clock.
+    #[test]
+    fn a_query_stops_at_the_deadline() {
+        let v = big(100, 100);
+        let mut clock = WorkClock::until(Instant::now());
+        let q = ContainerFilter::all();
+        let mut copied = 0;
+        let err = v
+            .query(&q.query(), None, &mut clock, |_| {
+                copied += 1;
+                COPY_UNITS
+            })
+            .unwrap_err();
+        assert!(err.units <= 2 * CLOCK_EVERY, "{err:?}");
+        assert!(copied < 100, "stopped after {copied} of 10,000 containers");
+        let mut clock = WorkClock::until(Instant::now());
+        let states = std::iter::repeat_n(pb::ContainerState::CONTAINER_RUNNING, 10_000_000);
+        let err = ContainerQuery::new(None, states, [], [], &mut clock).unwrap_err();
+        assert!(err.units <= 2 * CLOCK_EVERY, "building the filter stops too: {err:?}");
+        let mut clock = WorkClock::until(Instant::now());
+        let mut pods = 0;
+        assert!(v
+            .each_pod(&mut clock, |_| {
+                pods += 1;
+                COPY_UNITS
+            })
+            .is_err());
+        assert!(pods < 100);
     }
 
     #[test]

@@ -7,13 +7,26 @@
 //! was already bounded by the store's transfer limit (`store.rs`); what it
 //! asks to be written (a log line) is clipped and counted before it reaches
 //! the host's log.
+//!
+//! Bounded is not enough: a host function runs inline on the host's one
+//! transport thread, and epochs do not interrupt it, so its time is the
+//! runtime's time. So each function's work is linear in its arguments (a
+//! 16 MiB filter is compiled once into a bounded query, `node/view.rs`;
+//! lookups go through maps, never a scan per element), and every loop over
+//! the node or over an argument charges the call's [`WorkClock`] and stops
+//! at the call's deadline. A function that stops there gives up
+//! (`CallState::gave_up`): the call ends as the policy's timeout, and the
+//! host's log names the policy, the event, the function and the limit.
+//! Functions that return a `wasmtime::Result` (the event reads) trap at
+//! once; the others return an empty answer that the guest never gets to
+//! use, since the epoch has been advanced past its deadline.
 
 use super::bindings::event::{self as api, ContainerMeta, PodMeta};
 use super::bindings::{host, node, state, wit};
 use super::clip;
 use super::event::CallEvent;
 use super::store::CallState;
-use crate::node::view::ContainerFilter;
+use crate::node::view::{ContainerQuery, Expired, WorkClock, COPY_UNITS};
 
 impl wit::Host for CallState {}
 
@@ -45,9 +58,36 @@ impl host::Host for CallState {
     }
 }
 
+/// A WIT filter compiled for a query, charging `clock` for its elements.
+fn query<'f>(filter: &'f node::ContainerFilter, clock: &mut WorkClock) -> Result<ContainerQuery<'f>, Expired> {
+    let pairs = |l: &'f [wit::KeyValue]| l.iter().map(|kv| (kv.key.as_str(), kv.value.as_str()));
+    ContainerQuery::new(
+        filter.pod_id.as_deref(),
+        filter.states.iter().map(|s| nri_wasm_api::api::ContainerState::from(*s)),
+        pairs(&filter.labels),
+        pairs(&filter.pod_labels),
+        clock,
+    )
+}
+
+/// Ids are 64 hex digits; a policy's own ids may be longer or shorter.
+const ID_BYTES: usize = 64;
+
 impl node::Host for CallState {
     fn pods(&mut self) -> Vec<node::PodInfo> {
-        self.view().pods().map(node::PodInfo::from).collect()
+        let mut clock = self.clock();
+        let mut pods = Vec::with_capacity(self.view().len().0);
+        let done = self.view().each_pod(&mut clock, |p| {
+            pods.push(node::PodInfo::from(p));
+            COPY_UNITS + p.containers.len() as u64
+        });
+        match done {
+            Ok(()) => pods,
+            Err(e) => {
+                self.gave_up("node.pods", e);
+                Vec::new()
+            }
+        }
     }
 
     fn pod(&mut self, id: String) -> Option<node::PodInfo> {
@@ -55,21 +95,43 @@ impl node::Host for CallState {
     }
 
     fn containers(&mut self, filter: node::ContainerFilter) -> Vec<node::ContainerInfo> {
-        let filter = ContainerFilter::from(filter);
-        self.view().containers(&filter, self.current.as_deref()).map(node::ContainerInfo::from).collect()
+        let mut clock = self.clock();
+        let mut found = Vec::new();
+        let done = query(&filter, &mut clock).and_then(|q| {
+            self.view().query(&q, self.current.as_deref(), &mut clock, |c| {
+                found.push(node::ContainerInfo::from(c));
+                COPY_UNITS
+            })
+        });
+        match done {
+            Ok(()) => found,
+            Err(e) => {
+                self.gave_up("node.containers", e);
+                Vec::new()
+            }
+        }
     }
 
     fn container_ids(&mut self, filter: node::ContainerFilter) -> node::IdList {
-        let filter = ContainerFilter::from(filter);
+        let mut clock = self.clock();
         let (_, known) = self.view().len();
-        // Container ids are 64 hex digits: one allocation for all of them.
+        // One allocation for all of them.
         let mut list =
-            node::IdList { ids: String::with_capacity((known + 1) * 64), ends: Vec::with_capacity(known + 1) };
-        for c in self.view().containers(&filter, self.current.as_deref()) {
-            list.ids.push_str(&c.id);
-            list.ends.push(list.ids.len() as u32);
+            node::IdList { ids: String::with_capacity((known + 1) * ID_BYTES), ends: Vec::with_capacity(known + 1) };
+        let done = query(&filter, &mut clock).and_then(|q| {
+            self.view().query(&q, self.current.as_deref(), &mut clock, |c| {
+                list.ids.push_str(&c.id);
+                list.ends.push(list.ids.len() as u32);
+                1
+            })
+        });
+        match done {
+            Ok(()) => list,
+            Err(e) => {
+                self.gave_up("node.container-ids", e);
+                node::IdList { ids: String::new(), ends: Vec::new() }
+            }
         }
-        list
     }
 
     fn container(&mut self, id: String) -> Option<node::ContainerInfo> {
@@ -106,8 +168,13 @@ impl state::Host for CallState {
     }
 }
 
-/// The call's event, or the trap of a read from `configure`.
-fn current(s: &CallState) -> wasmtime::Result<&CallEvent> {
+/// The call's event, or the trap of a read from `configure`, or the
+/// policy's timeout if its deadline has passed (a read copies up to the
+/// whole event: a guest reading it in a loop stops here at its deadline).
+fn current<'s>(s: &'s CallState, function: &'static str) -> wasmtime::Result<&'s CallEvent> {
+    if s.past_deadline() {
+        return Err(s.timeout_trap(function, Expired { units: 0 }));
+    }
     s.event().ok_or_else(|| {
         wasmtime::format_err!(
             "policy {}: nri-wasm:policy/event read outside handle (configure has no event)",
@@ -118,70 +185,70 @@ fn current(s: &CallState) -> wasmtime::Result<&CallEvent> {
 
 impl api::Host for CallState {
     fn whole(&mut self) -> wasmtime::Result<wit::Event> {
-        Ok(current(self)?.to_wit())
+        Ok(current(self, "event.whole")?.to_wit())
     }
 
     fn pod(&mut self) -> wasmtime::Result<Option<wit::PodSandbox>> {
-        Ok(current(self)?.pod_wit())
+        Ok(current(self, "event.pod")?.pod_wit())
     }
 
     fn pod_metadata(&mut self) -> wasmtime::Result<Option<PodMeta>> {
-        Ok(current(self)?.pod_meta())
+        Ok(current(self, "event.pod-metadata")?.pod_meta())
     }
 
     fn pod_label(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.pod_label(&key))
+        Ok(current(self, "event.pod-label")?.pod_label(&key))
     }
 
     fn pod_labels(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.pod_labels())
+        Ok(current(self, "event.pod-labels")?.pod_labels())
     }
 
     fn pod_annotation(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.pod_annotation(&key))
+        Ok(current(self, "event.pod-annotation")?.pod_annotation(&key))
     }
 
     fn pod_annotations(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.pod_annotations())
+        Ok(current(self, "event.pod-annotations")?.pod_annotations())
     }
 
     fn container(&mut self) -> wasmtime::Result<Option<wit::Container>> {
-        Ok(current(self)?.container_wit())
+        Ok(current(self, "event.container")?.container_wit())
     }
 
     fn container_metadata(&mut self) -> wasmtime::Result<Option<ContainerMeta>> {
-        Ok(current(self)?.container_meta())
+        Ok(current(self, "event.container-metadata")?.container_meta())
     }
 
     fn container_label(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.container_label(&key))
+        Ok(current(self, "event.container-label")?.container_label(&key))
     }
 
     fn container_labels(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.container_labels())
+        Ok(current(self, "event.container-labels")?.container_labels())
     }
 
     fn container_annotation(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.container_annotation(&key))
+        Ok(current(self, "event.container-annotation")?.container_annotation(&key))
     }
 
     fn container_annotations(&mut self) -> wasmtime::Result<Vec<wit::KeyValue>> {
-        Ok(current(self)?.container_annotations())
+        Ok(current(self, "event.container-annotations")?.container_annotations())
     }
 
     fn container_env(&mut self) -> wasmtime::Result<Vec<String>> {
-        Ok(current(self)?.container_env())
+        Ok(current(self, "event.container-env")?.container_env())
     }
 
     fn container_env_var(&mut self, name: String) -> wasmtime::Result<Option<String>> {
-        Ok(current(self)?.container_env_var(&name))
+        Ok(current(self, "event.container-env-var")?.container_env_var(&name))
     }
 
     fn container_resources(&mut self) -> wasmtime::Result<Option<wit::LinuxResources>> {
-        Ok(current(self)?.container_resources())
+        Ok(current(self, "event.container-resources")?.container_resources())
     }
 
     fn requested_resources(&mut self) -> wasmtime::Result<Option<wit::LinuxResources>> {
-        Ok(current(self)?.requested_resources_wit())
+        Ok(current(self, "event.requested-resources")?.requested_resources_wit())
     }
 }

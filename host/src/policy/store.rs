@@ -13,6 +13,13 @@
 //! - how many resource handles it may hold (pollables, streams);
 //! - how much it may log ([`LogBudget`]), and write to stdout and stderr
 //!   ([`GuestOutput`]).
+//!
+//! Epochs interrupt guest code only: a host function runs to its end on the
+//! thread that made the call. So the deadline is also the host's: every host
+//! function whose work grows with the node or with its arguments charges a
+//! [`WorkClock`] made from the call's deadline ([`CallState::clock`]), and
+//! one that reaches the deadline gives up ([`CallState::gave_up`]), which
+//! ends the call as the policy's timeout.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,7 +37,7 @@ use super::limiter::CallLimiter;
 use super::output::{GuestOutput, Written};
 use super::prepare::CompiledPolicy;
 use super::state::StateTxn;
-use crate::node::view::{ContainerEntry, NodeView};
+use crate::node::view::{ContainerEntry, Expired, NodeView, WorkClock};
 
 /// Most bytes of stdout, and of stderr, kept per call (the first and the
 /// last half of what was written; see `output.rs`).
@@ -70,6 +77,10 @@ pub struct CallState {
     pub(crate) event: Option<CallEvent>,
     /// When the call must have ended.
     deadline: Instant,
+    /// When the store was made (the call's time limit is from here).
+    started: Instant,
+    /// The engine, to end the call at once when a host function gives up.
+    engine: wasmtime::Engine,
     pub(crate) logs: LogBudget,
 }
 
@@ -91,6 +102,44 @@ impl CallState {
 
     pub(crate) fn view(&self) -> &NodeView {
         &self.env.view
+    }
+
+    /// The clock host functions charge their work to: it ends at the call's
+    /// deadline.
+    pub(crate) fn clock(&self) -> WorkClock {
+        WorkClock::until(self.deadline)
+    }
+
+    /// Whether the call's deadline has passed.
+    pub(crate) fn past_deadline(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    /// A host function reached the call's deadline and stops: says so,
+    /// naming the policy, the function and the limit, and makes sure the
+    /// call ends as a timeout the moment the guest runs again. (The deadline
+    /// thread advances the epoch at the deadline too; advancing it here
+    /// does not depend on that thread having run yet. Other calls' stores
+    /// check their own deadlines and go on.)
+    pub(crate) fn gave_up(&self, function: &'static str, expired: Expired) {
+        let limit_ms = self.deadline.saturating_duration_since(self.started).as_millis() as u64;
+        let event = self.event.as_ref().map_or("configure", CallEvent::name);
+        tracing::warn!(
+            policy = &*self.policy,
+            event,
+            function,
+            limit_ms,
+            work = expired.units,
+            "host call stopped at the policy's time limit of {limit_ms} ms"
+        );
+        self.engine.increment_epoch();
+    }
+
+    /// The trap that ends a call whose deadline passed in a host function
+    /// (classified as the policy's timeout).
+    pub(crate) fn timeout_trap(&self, function: &'static str, expired: Expired) -> wasmtime::Error {
+        self.gave_up(function, expired);
+        Trap::Interrupt.into()
     }
 }
 
@@ -182,6 +231,8 @@ pub fn new_store(
         state,
         event,
         deadline,
+        started: Instant::now(),
+        engine: engine.clone(),
         logs: LogBudget::default(),
     };
     let mut store = Store::new(engine, data);

@@ -4,11 +4,22 @@
 //! whole has a budget (a share of the runtime's request timeout). When the
 //! limits of the policies subscribed to an event add up to no more than the
 //! budget, every policy gets its whole limit whatever the others do. When
-//! they add up to more, each policy's *share* is its limit scaled down so
-//! that the shares fit, and a policy may run past its share only into time
-//! that no later policy's share needs: an early policy that loops can never
-//! leave a later one without time (which, for an `on-error = "fail"` policy,
-//! would fail the event, and for an `ignore` one would skip it silently).
+//! they add up to more, each policy is guaranteed a *share*: its own limit
+//! if that is below a common level, the level otherwise, the level chosen so
+//! that the shares fill the budget exactly (the largest limits are cut
+//! first). A policy may run past its share only into time that no later
+//! policy's share needs: before an earlier policy starts, the shares of
+//! every policy after it are set aside, so an early policy that loops can
+//! never leave a later one without time (which, for an `on-error = "fail"`
+//! policy, would fail the event, and for an `ignore` one would skip it).
+//!
+//! Why a level rather than shares in proportion to the limits: with
+//! proportional shares a policy that asks for more than the whole budget
+//! takes nearly all of it. A looping first policy with `timeout-ms = 10000`
+//! in a budget of 1 s left a later policy of 100 ms a share of 10 ms, which
+//! a loaded node does not honour, and the event went ahead without the
+//! later policy's changes. With a level, the later policy keeps its 100 ms
+//! and the first gets the 900 ms left.
 
 use std::time::{Duration, Instant};
 
@@ -16,14 +27,29 @@ use super::{Chain, ChainEntry};
 use crate::nri::version::EventKind;
 
 /// The guaranteed share of `budget` of each of `limits`, in order: the
-/// limits themselves if they fit, else each scaled down in proportion.
+/// limits themselves if they fit, else each limit capped at the one level
+/// at which the capped limits add up to the budget.
 pub fn shares(limits: &[Duration], budget: Duration) -> Vec<Duration> {
     let total: Duration = limits.iter().sum();
-    if total <= budget || total.is_zero() {
+    if total <= budget {
         return limits.to_vec();
     }
-    let scale = budget.as_secs_f64() / total.as_secs_f64();
-    limits.iter().map(|l| l.mul_f64(scale)).collect()
+    let mut ascending: Vec<Duration> = limits.to_vec();
+    ascending.sort_unstable();
+    // Limits below an equal split of what is left keep their whole limit;
+    // the first that does not fit sets the level for it and every larger one.
+    let mut left = budget;
+    let mut level = Duration::ZERO;
+    for (i, &limit) in ascending.iter().enumerate() {
+        let rest = (ascending.len() - i) as u32;
+        let fair = left / rest;
+        if limit > fair {
+            level = fair;
+            break;
+        }
+        left -= limit;
+    }
+    limits.iter().map(|&l| l.min(level)).collect()
 }
 
 /// The time plan of one evaluation: what must stay free after each policy.
@@ -81,7 +107,7 @@ impl Chain {
             let total: Duration = self.subscribed(kind).map(|e| e.policy.spec.limits.timeout()).sum();
             if total > budget && self.subscribed(kind).count() > 1 {
                 warnings.push(format!(
-                    "{kind}: the time limits of its policies add up to {} ms, more than the chain's budget of {} ms; each is guaranteed a proportional share",
+                    "{kind}: the time limits of its policies add up to {} ms, more than the chain's budget of {} ms; the largest are cut to a common share",
                     total.as_millis(),
                     budget.as_millis()
                 ));
@@ -102,8 +128,32 @@ mod tests {
     #[test]
     fn limits_that_fit_are_kept_and_others_scaled_to_fit() {
         assert_eq!(shares(&[ms(100), ms(200)], ms(1000)), [ms(100), ms(200)]);
-        assert_eq!(shares(&[ms(10_000), ms(100), ms(100)], ms(1020)), [ms(1000), ms(10), ms(10)]);
+        // A limit over the whole budget does not take the small ones' time.
+        assert_eq!(shares(&[ms(10_000), ms(100), ms(100)], ms(1020)), [ms(820), ms(100), ms(100)]);
+        assert_eq!(shares(&[ms(10_000), ms(100)], ms(1000)), [ms(900), ms(100)]);
+        // Equal limits: equal shares.
+        assert_eq!(shares(&[ms(100); 4], ms(200)), [ms(50); 4]);
+        // Two large ones share what the small one leaves.
+        assert_eq!(shares(&[ms(2000), ms(100), ms(600)], ms(1000)), [ms(450), ms(100), ms(450)]);
         assert_eq!(shares(&[], ms(1000)), Vec::<Duration>::new());
+    }
+
+    #[test]
+    fn shares_never_exceed_the_budget_or_a_limit() {
+        let cases: [&[u64]; 5] = [&[1, 2, 3], &[10_000, 1], &[500, 500, 500], &[0, 0, 7_000], &[1_000_000, 3, 999]];
+        for limits in cases {
+            let limits: Vec<Duration> = limits.iter().map(|&l| ms(l)).collect();
+            for budget in [ms(1), ms(5), ms(1000)] {
+                let s = shares(&limits, budget);
+                let sum: Duration = s.iter().sum();
+                assert!(sum <= budget || s == limits, "{limits:?} in {budget:?}: {s:?}");
+                assert!(s.iter().zip(&limits).all(|(s, l)| s <= l), "{limits:?}: {s:?}");
+                // Nothing left unused that a cut limit could have had.
+                if s != limits {
+                    assert!(budget - sum < ms(1), "{limits:?} in {budget:?}: {s:?}");
+                }
+            }
+        }
     }
 
     #[test]

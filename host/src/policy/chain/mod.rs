@@ -216,10 +216,86 @@ impl Outcome {
     }
 }
 
+/// A policy's failure history: the circuit breaker.
+///
+/// After `breaker-failures` consecutive failures the policy is quarantined
+/// (not called) for `breaker-backoff-ms`. Once the back-off is over it is
+/// called again, on probation: one more failure sends it straight back into
+/// quarantine, each time for twice as long (up to [`Breaker::MAX_DOUBLINGS`]
+/// doublings), so a policy that keeps failing costs the node a failed event
+/// now and then, not every event. One success closes the breaker and
+/// forgets the history.
 #[derive(Debug, Default)]
 struct Breaker {
+    /// Consecutive failures (quarantined events not counted).
     failures: u32,
     open_until: Option<Instant>,
+    /// Quarantines since the last success.
+    trips: u32,
+}
+
+impl Breaker {
+    /// The back-off stops doubling after this many doublings (30 s becomes
+    /// at most 16 min).
+    const MAX_DOUBLINGS: u32 = 5;
+
+    /// Records a failure at `now`; returns the back-off if the breaker opens.
+    fn fail(&mut self, now: Instant, threshold: u32, base: Duration) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        let on_probation = self.trips > 0;
+        if !on_probation && self.failures < threshold {
+            return None;
+        }
+        let backoff = base.saturating_mul(1 << self.trips.min(Self::MAX_DOUBLINGS));
+        self.trips = self.trips.saturating_add(1);
+        self.open_until = Some(now + backoff);
+        Some(backoff)
+    }
+
+    /// Records a success: the breaker closes and its history is forgotten.
+    fn succeed(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Whether the breaker is open at `now`.
+    fn open_at(&self, now: Instant) -> bool {
+        self.open_until.is_some_and(|t| now < t)
+    }
+}
+
+#[cfg(test)]
+mod breaker_tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_failing_after_its_back_off_goes_back_with_a_doubled_one() {
+        let base = Duration::from_secs(30);
+        let mut b = Breaker::default();
+        let t0 = Instant::now();
+        assert_eq!(b.fail(t0, 3, base), None);
+        assert_eq!(b.fail(t0, 3, base), None);
+        assert_eq!(b.fail(t0, 3, base), Some(base), "the third failure in a row trips it");
+        assert!(b.open_at(t0 + base - Duration::from_millis(1)) && !b.open_at(t0 + base));
+        // Back on probation: one failure is enough, and the back-off doubles.
+        let t1 = t0 + base;
+        assert_eq!(b.fail(t1, 3, base), Some(base * 2));
+        assert!(b.open_at(t1 + base * 2 - Duration::from_millis(1)) && !b.open_at(t1 + base * 2));
+        let mut t = t1 + base * 2;
+        let mut last = base * 2;
+        for _ in 0..10 {
+            let next = b.fail(t, 3, base).expect("every failure on probation trips it");
+            assert!(next >= last && next <= base * 32, "{next:?}");
+            last = next;
+            t += next;
+        }
+        assert_eq!(last, base * 32, "the back-off is capped");
+        // One success forgets everything: the next trip needs the threshold again.
+        b.succeed();
+        assert!(!b.open_at(t));
+        assert_eq!(b.fail(t, 3, base), None);
+        assert_eq!(b.fail(t, 3, base), None);
+        assert_eq!(b.fail(t, 3, base), Some(base));
+    }
 }
 
 /// One policy in the chain, with its failure history.
@@ -237,7 +313,7 @@ impl ChainEntry {
 
     /// Whether the breaker is open now.
     pub fn quarantined(&self) -> bool {
-        self.breaker().open_until.is_some_and(|t| Instant::now() < t)
+        self.breaker().open_at(Instant::now())
     }
 
     /// Consecutive failures so far.
@@ -507,13 +583,13 @@ impl Chain {
     /// Records a failure in the breaker and passes it on.
     fn failed(&self, entry: &ChainEntry, failure: PolicyFailure) -> PolicyFailure {
         let mut b = entry.breaker();
-        b.failures += 1;
-        if b.failures >= self.settings.breaker_failures && b.open_until.is_none() {
-            b.open_until = Some(Instant::now() + Duration::from_millis(self.settings.breaker_backoff_ms));
+        let base = Duration::from_millis(self.settings.breaker_backoff_ms);
+        if let Some(backoff) = b.fail(Instant::now(), self.settings.breaker_failures, base) {
             tracing::warn!(
                 policy = entry.policy.name(),
                 failures = b.failures,
-                backoff_ms = self.settings.breaker_backoff_ms,
+                quarantines = b.trips,
+                backoff_ms = backoff.as_millis() as u64,
                 last = %failure,
                 "policy quarantined"
             );
@@ -522,9 +598,7 @@ impl Chain {
     }
 
     fn succeeded(&self, entry: &ChainEntry) {
-        let mut b = entry.breaker();
-        b.failures = 0;
-        b.open_until = None;
+        entry.breaker().succeed();
     }
 }
 

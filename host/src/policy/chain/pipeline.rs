@@ -211,7 +211,7 @@ impl Chain {
         let audit = audited(entry);
         {
             let b = entry.breaker();
-            if b.open_until.is_some_and(|t| Instant::now() < t) {
+            if b.open_at(Instant::now()) {
                 let failure =
                     PolicyFailure::Quarantined { policy: policy.into(), event: name.into(), failures: b.failures };
                 drop(b);

@@ -32,6 +32,22 @@
 //! Escapes: `exit` (`wasi:cli/exit`), `fs` (opens host files), `net`
 //! (connects and resolves), `env` (reads environment and arguments); the
 //! last three answer with what they managed to do.
+//!
+//! Host calls: `host-call:<case>` calls one host function over and over,
+//! until the host stops it, with an argument as large as one transfer may
+//! carry (16 MiB, as the host counts it) where the function takes one; the
+//! cases are listed in [`host_call`]. On a node of thousands of containers,
+//! each such call must end in time, and the whole call at its deadline.
+//!
+//! Not attacks: `spin:N` computes for N ms of wall-clock time, then
+//! annotates `example.com/spun` (a slow but well-behaved policy, for the
+//! chain's time plan); `read-view` also subscribes to `synchronize` and reads the
+//! whole node view there and on CreateContainer (every pod, every
+//! container's id, every running container with its details), as a
+//! resource policy reconciling its state would (the Synchronize benchmark).
+use nri_wasm_sdk::bindings::nri_wasm::policy::{
+    event as raw_event, host as raw_host, node as raw_node, state as raw_state,
+};
 use nri_wasm_sdk::*;
 
 struct Hostile;
@@ -130,6 +146,174 @@ fn invalid(case: &str) -> Result<Reply, String> {
     }
 }
 
+/// Bytes one transfer to the host may carry (the host's limit), less a
+/// margin for the rest of the call's arguments.
+const TRANSFER: usize = (16 << 20) - 4096;
+/// Host bytes of one `key-value` as the host counts them: two strings of
+/// 24 bytes, plus their contents.
+const KV_HOST_BYTES: usize = 48;
+
+/// As many copies of `key=value` as one transfer carries.
+fn kv_flood(key: &str, value: &str) -> Vec<KeyValue> {
+    let n = TRANSFER / (KV_HOST_BYTES + key.len() + value.len());
+    vec![KeyValue { key: key.into(), value: value.into() }; n]
+}
+
+/// As many states as one transfer carries (one byte each), all of them.
+fn state_flood() -> Vec<ContainerState> {
+    let all = [
+        ContainerState::Unknown,
+        ContainerState::Created,
+        ContainerState::Paused,
+        ContainerState::Running,
+        ContainerState::Stopped,
+    ];
+    (0..TRANSFER).map(|i| all[i % all.len()]).collect()
+}
+
+/// A string as long as one transfer carries.
+fn huge_string() -> String {
+    "k".repeat(TRANSFER)
+}
+
+fn filter() -> raw_node::ContainerFilter {
+    raw_node::ContainerFilter { pod_id: None, states: Vec::new(), labels: Vec::new(), pod_labels: Vec::new() }
+}
+
+/// Calls `call` until the host stops the policy.
+fn forever<T>(mut call: impl FnMut() -> T) -> ! {
+    loop {
+        std::hint::black_box(call());
+    }
+}
+
+/// One host function, called forever with the largest argument one
+/// transfer carries (or, for a function without arguments, as it is).
+fn host_call(case: &str) -> Result<Reply, String> {
+    match case {
+        // node: filters whose every element is the same (a filter the host
+        // tested element by element, per container, took minutes).
+        "containers-states" => {
+            let f = raw_node::ContainerFilter { states: state_flood(), ..filter() };
+            forever(|| raw_node::containers(&f))
+        }
+        "containers-labels" => {
+            let f = raw_node::ContainerFilter { labels: kv_flood("app", "web"), ..filter() };
+            forever(|| raw_node::containers(&f))
+        }
+        "containers-distinct-labels" => {
+            let n = TRANSFER / (KV_HOST_BYTES + 16);
+            let labels = (0..n).map(|i| KeyValue { key: format!("{i:016}"), value: String::new() }).collect();
+            let f = raw_node::ContainerFilter { labels, ..filter() };
+            forever(|| raw_node::containers(&f))
+        }
+        "containers-pod-labels" => {
+            let f = raw_node::ContainerFilter { pod_labels: kv_flood("tier", "x"), ..filter() };
+            forever(|| raw_node::containers(&f))
+        }
+        "containers-pod-id" => {
+            let f = raw_node::ContainerFilter { pod_id: Some(huge_string()), ..filter() };
+            forever(|| raw_node::containers(&f))
+        }
+        "ids-states" => {
+            let f = raw_node::ContainerFilter { states: state_flood(), ..filter() };
+            forever(|| raw_node::container_ids(&f))
+        }
+        "ids-labels" => {
+            let f = raw_node::ContainerFilter { labels: kv_flood("app", "web"), ..filter() };
+            forever(|| raw_node::container_ids(&f))
+        }
+        "ids-pod-labels" => {
+            let f = raw_node::ContainerFilter { pod_labels: kv_flood("tier", "x"), ..filter() };
+            forever(|| raw_node::container_ids(&f))
+        }
+        "pods" => forever(raw_node::pods),
+        "pod" => {
+            let id = huge_string();
+            forever(|| raw_node::pod(&id))
+        }
+        "container" => {
+            let id = huge_string();
+            forever(|| raw_node::container(&id))
+        }
+        "topology" => forever(raw_node::topology),
+        // state
+        "state-get" => {
+            let key = huge_string();
+            forever(|| raw_state::get(&key))
+        }
+        "state-set-key" => {
+            let key = huge_string();
+            forever(|| raw_state::set(&key, "v"))
+        }
+        "state-set-value" => {
+            let value = huge_string();
+            forever(|| raw_state::set("key", &value))
+        }
+        "state-remove" => {
+            let key = huge_string();
+            forever(|| raw_state::remove(&key))
+        }
+        "state-keys" => {
+            let prefix = huge_string();
+            forever(|| raw_state::keys(&prefix))
+        }
+        // host
+        "log" => {
+            let line = huge_string();
+            forever(|| raw_host::log(LogLevel::Info, &line))
+        }
+        "facts" => forever(|| (raw_host::settings(), raw_host::runtime(), raw_host::node())),
+        // event
+        "pod-label" => {
+            let key = huge_string();
+            forever(|| raw_event::pod_label(&key))
+        }
+        "pod-annotation" => {
+            let key = huge_string();
+            forever(|| raw_event::pod_annotation(&key))
+        }
+        "container-label" => {
+            let key = huge_string();
+            forever(|| raw_event::container_label(&key))
+        }
+        "container-annotation" => {
+            let key = huge_string();
+            forever(|| raw_event::container_annotation(&key))
+        }
+        "container-env-var" => {
+            let name = huge_string();
+            forever(|| raw_event::container_env_var(&name))
+        }
+        "event-reads" => forever(|| {
+            (
+                raw_event::whole(),
+                raw_event::pod(),
+                raw_event::pod_metadata(),
+                raw_event::pod_labels(),
+                raw_event::pod_annotations(),
+                raw_event::container(),
+                raw_event::container_metadata(),
+                raw_event::container_labels(),
+                raw_event::container_annotations(),
+                raw_event::container_env(),
+                raw_event::container_resources(),
+                raw_event::requested_resources(),
+            )
+        }),
+        other => Err(format!("unknown host-call case {other}")),
+    }
+}
+
+/// What a policy reconciling its state reads of the node: every pod, every
+/// container's id, every running container in full.
+fn read_view() -> String {
+    let pods = view::pods().len();
+    let ids = view::container_ids(&view::ContainerFilter::all()).len();
+    let running = view::containers(&view::ContainerFilter::all().in_states(&[ContainerState::Running])).len();
+    format!("{pods}/{ids}/{running}")
+}
+
 /// Settings of the form `name:N`.
 fn count(mode: &str, name: &str) -> Option<usize> {
     mode.strip_prefix(name)?.strip_prefix(':')?.parse().ok()
@@ -137,7 +321,15 @@ fn count(mode: &str, name: &str) -> Option<usize> {
 
 impl Policy for Hostile {
     fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
+        match mode() {
+            "read-view" => vec![EventKind::CreateContainer, EventKind::Synchronize],
+            _ => vec![EventKind::CreateContainer],
+        }
+    }
+
+    fn synchronize() -> Result<Reply, String> {
+        std::hint::black_box(read_view());
+        Ok(Reply::none())
     }
 
     fn init(settings: &str) -> Result<(), String> {
@@ -183,6 +375,20 @@ impl Policy for Hostile {
         }
         if let Some(case) = mode.strip_prefix("invalid:") {
             return invalid(case);
+        }
+        if let Some(ms) = count(mode, "spin") {
+            let started = std::time::Instant::now();
+            let mut spins = 0u64;
+            while started.elapsed() < std::time::Duration::from_millis(ms as u64) {
+                spins = std::hint::black_box(spins + 1);
+            }
+            return annotate("example.com/spun", &ms.to_string());
+        }
+        if let Some(case) = mode.strip_prefix("host-call:") {
+            return host_call(case);
+        }
+        if mode == "read-view" {
+            return annotate("example.com/view", &read_view());
         }
         match mode {
             "sleep" => {

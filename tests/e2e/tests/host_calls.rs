@@ -1,0 +1,303 @@
+//! A policy's time covers all the host's work for it, inside host calls
+//! too; later policies keep their time; a policy that keeps failing stays
+//! in quarantine.
+//!
+//! Host calls run inline on the host's transport thread, where epochs do
+//! not reach: a host function that works too long makes the runtime time
+//! the request out and drop the plugin, with every policy, whatever their
+//! `on-error`. Here every host function a policy can import is called over
+//! and over (`tests/guests/hostile`, `host-call:<case>`) with the largest
+//! argument one transfer carries (16 MiB as the host counts it), on a node
+//! of 1,000 pods and 10,000 containers set up through Synchronize, by a
+//! policy with a time limit of 500 ms between the chain's budget of 1 s and
+//! the runtime's request timeout of 2 s. For every case, in both `on-error`
+//! modes: the runtime gets its answer (it did not drop the plugin), with
+//! `ignore` the later policy's change arrives, and with `fail` the event
+//! fails with an error naming the attacker and its time limit. Outcomes are
+//! asserted, not durations: the simulated runtime's own request timeout is
+//! the judge of "in time".
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nri_sim::workload::Workload;
+use nri_sim::{PluginConn, RuntimeProfile, SimError};
+use nri_wasm::policy::chain::{Chain, ChainSettings, EvalContext, Evaluated, Outcome, PolicyFailure, Step};
+use nri_wasm::policy::dispatcher::PolicyDispatcher;
+use nri_wasm::policy::engine::CompiledPolicy;
+use nri_wasm::policy::limits::Limits;
+use nri_wasm::policy::manifest::OnError;
+use nri_wasm_api::api as pb;
+use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine, test_facts, Harness};
+
+/// The tests run one at a time: each is about time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The attacker's own time limit: well inside the chain's budget (1 s), so
+/// that what ends its call is its own limit, and the later policy's share
+/// (100 ms) is untouched.
+const ATTACKER_MS: u64 = 500;
+/// Creates per case and mode.
+const RUNS: usize = 2;
+
+/// 1,000 pods of 10 containers, realistic records; every container is
+/// labelled `app=web` and every pod `tier=x`, so that a filter of copies of
+/// these matches everything and cannot stop at the first container.
+fn node() -> &'static Workload {
+    static NODE: OnceLock<Workload> = OnceLock::new();
+    NODE.get_or_init(|| {
+        let mut w = Workload::generate(1000, 10);
+        for p in &mut w.pods {
+            p.labels.insert("tier".into(), "x".into());
+        }
+        for c in &mut w.containers {
+            c.labels.insert("app".into(), "web".into());
+        }
+        w
+    })
+}
+
+fn load(name: &str, wasm: &str, settings: &str, on_error: OnError, limits: Limits) -> CompiledPolicy {
+    let spec = policy_spec(name, wasm, settings, on_error, limits);
+    engine().load(&spec, &Arc::new(test_facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn after() -> CompiledPolicy {
+    load("30-after", guests::ANNOTATE, "after", OnError::Fail, Limits::default())
+}
+
+fn attacker(case: &str, on_error: OnError) -> CompiledPolicy {
+    // Memory for its 16 MiB argument and the 10,000 containers it gets
+    // back: what ends its call must be time, not memory.
+    let limits = Limits { timeout_ms: ATTACKER_MS, fuel: u64::MAX / 2, memory_mib: 200, ..Limits::default() };
+    load("20-hostile", guests::HOSTILE, &format!("host-call:{case}"), on_error, limits)
+}
+
+fn chain_of(policies: Vec<CompiledPolicy>) -> Chain {
+    // Every run must meet the attack itself, not a quarantine.
+    Chain::new(policies, ChainSettings { breaker_failures: u32::MAX, ..ChainSettings::default() })
+}
+
+fn annotation<'a>(reply: &'a pb::CreateContainerResponse, key: &str) -> Option<&'a str> {
+    reply.adjust.as_ref().and_then(|a| a.annotations.get(key)).map(String::as_str)
+}
+
+/// A node served by the host, synchronised, with `dispatcher`'s chain.
+struct Node {
+    h: Harness,
+    conn: PluginConn,
+    dispatcher: Arc<PolicyDispatcher>,
+}
+
+async fn serve(chain: Chain) -> Node {
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, test_facts(), 1));
+    let h = Harness::start_policies(RuntimeProfile::v0_12().with_request_timeout(REQUEST_TIMEOUT), dispatcher.clone())
+        .await;
+    let conn = h.connect().await;
+    let w = node();
+    // Split as a runtime splits a large node: 4 MiB messages at most.
+    conn.synchronize(&w.pods, &w.containers, 500).await.expect("synchronize");
+    assert_eq!(dispatcher.view().len(), (1000, 10_000), "the host knows the whole node");
+    Node { h, conn, dispatcher }
+}
+
+/// Runs each case in both modes on one synchronised node, and checks every
+/// answer.
+async fn attack(cases: &[&str]) {
+    let _serial = SERIAL.lock().await;
+    let node_ = serve(chain_of(vec![attacker(cases[0], OnError::Ignore), after()])).await;
+    let w = node();
+    let pod = w.pods[0].clone();
+    let mut ctr = w.containers[0].clone();
+    ctr.id = "new-container".into();
+    ctr.name = "new".into();
+    for case in cases {
+        for on_error in [OnError::Ignore, OnError::Fail] {
+            let changed = node_.dispatcher.replace_chain(chain_of(vec![attacker(case, on_error), after()]));
+            assert!(!changed, "the same subscription: no reconnection");
+            let label = format!("{case} ({on_error:?})");
+            for run in 0..RUNS {
+                let result = node_.conn.create_container(&pod, &ctr).await;
+                match (on_error, result) {
+                    (OnError::Ignore, Ok(reply)) => {
+                        assert_eq!(annotation(&reply, "example.com/after"), Some("new"), "{label} run {run}");
+                    }
+                    (OnError::Fail, Err(SimError::Failed { status, .. })) => {
+                        let message = status.message();
+                        for part in ["20-hostile", "CreateContainer", "new-container", "time limit of 500 ms"] {
+                            assert!(message.contains(part), "{label} run {run}: {part:?} missing from {message:?}");
+                        }
+                    }
+                    (_, other) => panic!("{label} run {run}: the runtime got {other:?}"),
+                }
+                assert!(!node_.conn.is_closed(), "{label} run {run}: the runtime dropped the plugin");
+            }
+        }
+    }
+    assert!(!node_.h.task.is_finished(), "the host is still serving");
+    node_.conn.close().await;
+    node_.h.shutdown().await;
+}
+
+// ---------------------------------------------------------------- node
+
+/// A filter of 16 million states (each of the five, over and over): once
+/// tested element by element against every container, minutes of work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_containers_with_a_filter_at_the_transfer_limit() {
+    attack(&["containers-states", "containers-labels", "containers-distinct-labels", "containers-pod-labels"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_containers_of_a_pod_id_at_the_transfer_limit() {
+    attack(&["containers-pod-id"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_container_ids_with_a_filter_at_the_transfer_limit() {
+    attack(&["ids-states", "ids-labels", "ids-pod-labels"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_pods_over_and_over() {
+    attack(&["pods"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_pod_and_container_of_an_id_at_the_transfer_limit() {
+    attack(&["pod", "container"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_topology_over_and_over() {
+    attack(&["topology"]).await;
+}
+
+// ---------------------------------------------------------------- state, host
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_functions_with_keys_and_values_at_the_transfer_limit() {
+    attack(&["state-get", "state-set-key", "state-set-value", "state-remove", "state-keys"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_log_and_facts_at_the_transfer_limit() {
+    attack(&["log", "facts"]).await;
+}
+
+// ---------------------------------------------------------------- event
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_lookups_of_a_key_at_the_transfer_limit() {
+    attack(&["pod-label", "pod-annotation", "container-label", "container-annotation", "container-env-var"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_reads_over_and_over() {
+    attack(&["event-reads"]).await;
+}
+
+// ---------------------------------------------------------------- time plan
+
+/// A first policy that loops with a time limit ten times the chain's budget
+/// does not take the time of the policy after it: the later policy's own
+/// 300 ms are set aside before the first starts, so a later policy that
+/// needs 50 ms of them gets its change into every create. (With shares in
+/// proportion to the limits, the later policy was left 29 ms, and never
+/// made it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_first_policy_leaves_the_later_policy_its_own_time() {
+    let _serial = SERIAL.lock().await;
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 10_000, ..Limits::default() };
+        let later = Limits { timeout_ms: 300, ..Limits::default() };
+        let chain = chain_of(vec![
+            load("10-loop", guests::FAULTS, "loop", on_error, looping),
+            load("20-spin", guests::HOSTILE, "spin:50", OnError::Fail, later),
+        ]);
+        let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, test_facts(), 1));
+        let h =
+            Harness::start_policies(RuntimeProfile::v0_12().with_request_timeout(REQUEST_TIMEOUT), dispatcher.clone())
+                .await;
+        let conn = h.connect().await;
+        let req: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+        let (pod, ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());
+        for run in 0..5 {
+            let result = conn.create_container(&pod, &ctr).await;
+            match (on_error, result) {
+                (OnError::Ignore, Ok(reply)) => {
+                    assert_eq!(annotation(&reply, "example.com/spun"), Some("50"), "run {run}: {reply:?}");
+                }
+                (OnError::Fail, Err(SimError::Failed { status, .. })) => {
+                    // The loop was cut where the later policy's time begins:
+                    // at most the budget (1 s) less its 300 ms.
+                    let message = status.message();
+                    let left = message
+                        .split("the chain's budget left it ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or_else(|| panic!("run {run}: no cut limit in {message:?}"));
+                    assert!(message.contains("10-loop") && message.contains("its timeout-ms is 10000"), "{message}");
+                    assert!((300..=700).contains(&left), "run {run}: the loop was left {left} ms: {message}");
+                }
+                (_, other) => panic!("{on_error:?} run {run}: {other:?}"),
+            }
+            assert!(!conn.is_closed(), "run {run}: the runtime dropped the plugin");
+        }
+        conn.close().await;
+        h.shutdown().await;
+    }
+}
+
+// ---------------------------------------------------------------- breaker
+
+fn failure_of(steps: &[Step]) -> PolicyFailure {
+    match steps.last().map(|s| &s.outcome) {
+        Some(Outcome::Failed { failure, ignored: true }) => failure.clone(),
+        other => panic!("expected an ignored failure, got {other:?}"),
+    }
+}
+
+/// A policy that fails again after its back-off goes straight back into
+/// quarantine, for twice as long; it used to be called, and fail, on every
+/// event after its first back-off.
+#[test]
+fn a_policy_failing_after_its_back_off_is_quarantined_again_for_longer() {
+    const BASE_MS: u64 = 2_000;
+    let base = Duration::from_millis(BASE_MS);
+    let settings = ChainSettings { breaker_failures: 2, breaker_backoff_ms: BASE_MS, ..ChainSettings::default() };
+    let trap = load("20-trap", guests::FAULTS, "unreachable", OnError::Ignore, Limits::default());
+    let chain = Chain::new(vec![load("10-a", guests::ANNOTATE, "a", OnError::Fail, Limits::default()), trap], settings);
+    let req: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+    let create = || {
+        let cx = EvalContext::new(
+            engine(),
+            nri_wasm::policy::engine::CallEnv::detached(Arc::new(test_facts())),
+            Instant::now() + REQUEST_TIMEOUT,
+        );
+        let Evaluated { steps, .. } = nri_wasm_e2e::block_on(chain.create_container(&cx, &req)).expect("ignored");
+        failure_of(&steps)
+    };
+    let ran = |f: &PolicyFailure| matches!(f, PolicyFailure::Call(_));
+    let quarantined = |f: &PolicyFailure| matches!(f, PolicyFailure::Quarantined { .. });
+
+    assert!(ran(&create()));
+    assert!(ran(&create()));
+    let first_trip = Instant::now();
+    assert!(quarantined(&create()), "two failures in a row trip the breaker");
+    // The back-off is over: the policy is called again, fails, and is back
+    // in quarantine at once.
+    std::thread::sleep((first_trip + base + Duration::from_millis(50)).saturating_duration_since(Instant::now()));
+    assert!(ran(&create()), "called again after its back-off");
+    let second_trip = Instant::now();
+    let f = create();
+    assert!(quarantined(&f), "one failure after the back-off sends it back: {f}");
+    // For twice as long: still quarantined well past the first back-off's length.
+    std::thread::sleep((second_trip + base + base / 2).saturating_duration_since(Instant::now()));
+    assert!(quarantined(&create()), "the second back-off is longer than the first");
+    std::thread::sleep((second_trip + base * 2 + Duration::from_millis(50)).saturating_duration_since(Instant::now()));
+    assert!(ran(&create()), "called again after the doubled back-off");
+    assert!(quarantined(&create()));
+}
