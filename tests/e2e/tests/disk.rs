@@ -76,8 +76,8 @@ fn settings(cache: &Path) -> EngineSettings {
 /// The annotations a policy adds to a new container.
 fn annotations(engine: &PolicyEngine, p: &CompiledPolicy) -> Vec<String> {
     let report = engine.call(p, create_event(), &CallEnv::detached(facts()), None, Duration::from_secs(5));
-    let reply = report.outcome.expect("the call succeeds");
-    reply.and_then(|r| r.adjust).map(|a| a.annotations.into_iter().map(|kv| kv.key).collect()).unwrap_or_default()
+    let reply = report.outcome.expect("the call succeeds").expect("the policy does not deny");
+    reply.adjust.map(|a| a.annotations.into_iter().map(|kv| kv.key).collect()).unwrap_or_default()
 }
 
 /// Loads both policies with a new engine on `cache` (a restart), checks
@@ -205,10 +205,14 @@ struct Volume {
     full: std::sync::atomic::AtomicBool,
 }
 
-impl StateWriter for Arc<Volume> {
+/// Writes through a [`Volume`] the test keeps a handle on.
+#[derive(Debug)]
+struct Through(Arc<Volume>);
+
+impl StateWriter for Through {
     fn write(&self, file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
         use std::io::Write as _;
-        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.0.full.load(std::sync::atomic::Ordering::SeqCst) {
             // What a full volume does: part of the data, then ENOSPC.
             file.write_all(&bytes[..bytes.len() / 2])?;
             return Err(std::io::Error::from_raw_os_error(28));
@@ -325,7 +329,7 @@ async fn a_fifo_named_like_a_state_file_does_not_stop_the_chain() {
 async fn a_full_volume_is_counted_shown_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let volume = Arc::new(Volume::default());
-    let states = StateStore::in_dir_with(dir.path().to_path_buf(), Box::new(volume.clone()));
+    let states = StateStore::in_dir_with(dir.path().to_path_buf(), Box::new(Through(volume.clone())));
     let mut served = Counting::start(states).await;
     assert_eq!(served.create().await, 1);
     assert_eq!(served.create().await, 2);
