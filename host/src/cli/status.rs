@@ -55,6 +55,15 @@ pub fn print(s: &HostStatus, out: &mut dyn Write) -> std::io::Result<()> {
         if !p.reason.is_empty() {
             writeln!(out, "    {}", p.reason)?;
         }
+        if p.state_save_failures > 0 || p.state_unsaved || !p.state_error.is_empty() {
+            writeln!(
+                out,
+                "    state: {} failed save(s){}{}",
+                p.state_save_failures,
+                if p.state_unsaved { ", newest state only in memory" } else { "" },
+                if p.state_error.is_empty() { String::new() } else { format!("; last error: {}", p.state_error) }
+            )?;
+        }
     }
     if s.policies.is_empty() {
         writeln!(out, "(no policies)")?;
@@ -81,6 +90,9 @@ mod tests {
                     mode: "enforce".into(),
                     on_error: "ignore".into(),
                     calls: [("changed".to_string(), 3u64)].into_iter().collect(),
+                    state_save_failures: 4,
+                    state_unsaved: true,
+                    state_error: "No space left on device".into(),
                     ..Default::default()
                 },
                 PolicyStatus {
@@ -97,5 +109,10 @@ mod tests {
         assert!(out.contains("registered") && out.contains("reconnects: 2"), "{out}");
         assert!(out.contains("10-a") && out.contains("changed=3"), "{out}");
         assert!(out.contains("20-b") && out.contains("not a component"), "{out}");
+        assert!(
+            out.contains("state: 4 failed save(s), newest state only in memory; last error: No space left on device"),
+            "{out}"
+        );
+        assert_eq!(out.matches("state:").count(), 1, "only the policy with a problem: {out}");
     }
 }

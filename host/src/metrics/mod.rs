@@ -6,7 +6,9 @@
 //! number: policy calls and their outcomes as the chain reports each step
 //! ([`crate::policy::chain::Observer`]), events and the chain's time by the
 //! dispatcher, registration and reconnects from the supervisor's status,
-//! loaded policies and reloads by the loader. The HTTP server is deliberately
+//! loaded policies and reloads by the loader, failed saves of policy state
+//! from the state store when it is read (at every scrape and `/status`).
+//! The HTTP server is deliberately
 //! small (`http.rs`): GET only, a bounded request head, a deadline per
 //! connection, one response per connection.
 
@@ -25,6 +27,7 @@ use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 
 use crate::policy::chain::{Chain, Observer, Outcome, Step};
+use crate::policy::state::StateStore;
 
 pub use http::{get, serve};
 
@@ -86,6 +89,28 @@ pub struct PolicyStatus {
     /// Consecutive failures, and whether it is quarantined now.
     pub failures: u32,
     pub quarantined: bool,
+    /// Saves of its state that failed since the host started (a full or
+    /// read-only volume, an unusable state directory).
+    #[serde(default)]
+    pub state_save_failures: u64,
+    /// Committed state that is only in memory: the last save failed; the
+    /// next commit saves it again.
+    #[serde(default)]
+    pub state_unsaved: bool,
+    /// Why the last save (or the read of its state file) failed, if it did.
+    #[serde(default)]
+    pub state_error: String,
+}
+
+impl PolicyStatus {
+    fn with_state(mut self, health: Option<&crate::policy::state::SaveHealth>) -> Self {
+        if let Some(h) = health {
+            self.state_save_failures = h.failures;
+            self.state_unsaved = h.unsaved;
+            self.state_error = h.last_error.clone().unwrap_or_default();
+        }
+        self
+    }
 }
 
 /// What `/status` returns.
@@ -113,6 +138,10 @@ pub struct Metrics {
     policies: Family<StatusLabel, Gauge>,
     info: Family<InfoLabels, Gauge>,
     reloads: Family<ResultLabel, Counter>,
+    state_save_failures: Family<PolicyLabel, Counter>,
+    state_unsaved: Family<PolicyLabel, Gauge>,
+    /// The policies' state, whose saves the metrics and `/status` report.
+    states: Mutex<Option<Arc<StateStore>>>,
     chain_loaded: AtomicBool,
     /// The policies as last installed, for `/status`.
     chain: Mutex<Option<Arc<Chain>>>,
@@ -153,6 +182,8 @@ impl Metrics {
         let policies = Family::<StatusLabel, Gauge>::default();
         let info = Family::<InfoLabels, Gauge>::default();
         let reloads = Family::<ResultLabel, Counter>::default();
+        let state_save_failures = Family::<PolicyLabel, Counter>::default();
+        let state_unsaved = Family::<PolicyLabel, Gauge>::default();
         registry.register("nri_wasm_policy_calls", "Policy calls by policy, event and outcome", calls.clone());
         registry.register_with_unit(
             "nri_wasm_policy_call_duration",
@@ -185,6 +216,17 @@ impl Metrics {
         registry.register("nri_wasm_policies", "Policies by status (loaded, failed, loading)", policies.clone());
         registry.register("nri_wasm_policy_info", "One series per policy of the chain, always 1", info.clone());
         registry.register("nri_wasm_reloads", "Reloads of the policy directory by result", reloads.clone());
+        registry.register(
+            "nri_wasm_state_save_failures",
+            "Saves of a policy's state to the state directory that failed; the state stays in memory and the next \
+             commit saves it again",
+            state_save_failures.clone(),
+        );
+        registry.register(
+            "nri_wasm_state_unsaved",
+            "1 while a policy has committed state that its last save could not write to disk",
+            state_unsaved.clone(),
+        );
         Self {
             registry,
             calls,
@@ -199,6 +241,9 @@ impl Metrics {
             policies,
             info,
             reloads,
+            state_save_failures,
+            state_unsaved,
+            states: Mutex::new(None),
             chain_loaded: AtomicBool::new(false),
             chain: Mutex::new(None),
             subscribed: Mutex::new(String::new()),
@@ -216,8 +261,35 @@ impl Metrics {
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr);
     }
 
+    /// Reports the saves of `states` (its failures, what is unsaved).
+    pub fn watch_states(&self, states: Arc<StateStore>) {
+        *self.states.lock().unwrap_or_else(|p| p.into_inner()) = Some(states);
+    }
+
+    /// How saving each policy's state went, if a store is watched.
+    fn state_health(&self) -> std::collections::BTreeMap<String, crate::policy::state::SaveHealth> {
+        let states = self.states.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        states.map(|s| s.health()).unwrap_or_default()
+    }
+
+    /// Brings the state series up to the store's counts. The store counts
+    /// where the saves happen; reading it at a scrape costs the saves
+    /// nothing and needs no link from the store to the metrics.
+    fn sync_states(&self) {
+        for (policy, health) in self.state_health() {
+            let label = PolicyLabel { policy };
+            let counter = self.state_save_failures.get_or_create(&label);
+            let seen = counter.get();
+            if health.failures > seen {
+                counter.inc_by(health.failures - seen);
+            }
+            self.state_unsaved.get_or_create(&label).set(i64::from(health.unsaved));
+        }
+    }
+
     /// The metrics in Prometheus's text format.
     pub fn encode(&self) -> String {
+        self.sync_states();
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -298,32 +370,40 @@ impl Metrics {
     pub fn status(&self) -> HostStatus {
         let chain = self.chain.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let loading = !self.chain_loaded.load(Ordering::Relaxed);
+        let health = self.state_health();
         let mut policies = Vec::new();
         if let Some(chain) = &chain {
             for e in chain.entries() {
                 let p = &e.policy;
-                policies.push(PolicyStatus {
-                    name: p.name().into(),
-                    status: "loaded".into(),
-                    sha256: p.digest().into(),
-                    events: p.events().to_string(),
-                    mode: format!("{:?}", p.spec.mode).to_lowercase(),
-                    on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
-                    reason: String::new(),
-                    calls: self.calls_of(p.name()),
-                    failures: e.failures(),
-                    quarantined: e.quarantined(),
-                });
+                policies.push(
+                    PolicyStatus {
+                        name: p.name().into(),
+                        status: "loaded".into(),
+                        sha256: p.digest().into(),
+                        events: p.events().to_string(),
+                        mode: format!("{:?}", p.spec.mode).to_lowercase(),
+                        on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
+                        reason: String::new(),
+                        calls: self.calls_of(p.name()),
+                        failures: e.failures(),
+                        quarantined: e.quarantined(),
+                        ..PolicyStatus::default()
+                    }
+                    .with_state(health.get(p.name())),
+                );
             }
             for u in chain.unloadable() {
-                policies.push(PolicyStatus {
-                    name: u.name.clone(),
-                    status: if loading { "loading" } else { "failed" }.into(),
-                    reason: u.reason.clone(),
-                    calls: self.calls_of(&u.name),
-                    on_error: if u.mandatory { "fail" } else { "ignore" }.into(),
-                    ..PolicyStatus::default()
-                });
+                policies.push(
+                    PolicyStatus {
+                        name: u.name.clone(),
+                        status: if loading { "loading" } else { "failed" }.into(),
+                        reason: u.reason.clone(),
+                        calls: self.calls_of(&u.name),
+                        on_error: if u.mandatory { "fail" } else { "ignore" }.into(),
+                        ..PolicyStatus::default()
+                    }
+                    .with_state(health.get(&u.name)),
+                );
             }
             policies.sort_by(|a, b| a.name.cmp(&b.name));
         }
@@ -440,5 +520,41 @@ mod tests {
         }
         assert!(!m.ready(), "not ready before a chain is loaded");
         assert_eq!(m.calls_of("10-a").get("denied"), Some(&1));
+    }
+
+    #[test]
+    fn failed_state_saves_are_counted_and_shown_per_policy() {
+        use crate::policy::chain::{ChainSettings, Unloadable};
+        use crate::policy::state::StateTxn;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // A directory anyone may write: every save is refused.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let states = Arc::new(StateStore::in_dir(dir.path().to_path_buf()));
+        let m = Metrics::new();
+        m.watch_states(states.clone());
+        let unloadable = vec![Unloadable { name: "10-a".into(), reason: "still loading".into(), mandatory: false }];
+        m.chain_installed(
+            &Arc::new(Chain::new(Vec::new(), ChainSettings::default()).with_unloadable(unloadable)),
+            true,
+        );
+        for i in 0..3 {
+            let mut t = StateTxn::new(states.snapshot("10-a"), 1024);
+            t.set("n".into(), i.to_string()).unwrap();
+            states.commit("10-a", t.take_writes().unwrap());
+            assert!(states.persist("10-a").is_err());
+        }
+        let text = m.encode();
+        for line in
+            ["nri_wasm_state_save_failures_total{policy=\"10-a\"} 3", "nri_wasm_state_unsaved{policy=\"10-a\"} 1"]
+        {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        let status = m.status();
+        let p = &status.policies[0];
+        assert_eq!((p.name.as_str(), p.state_save_failures, p.state_unsaved), ("10-a", 3, true));
+        assert!(p.state_error.contains("writable by group or others"), "{}", p.state_error);
+        // Counted once: a second scrape does not add them again.
+        assert!(m.encode().contains("nri_wasm_state_save_failures_total{policy=\"10-a\"} 3"));
     }
 }

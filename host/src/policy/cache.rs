@@ -2,22 +2,40 @@
 //! unchanged components again.
 //!
 //! The files hold native code that the host maps and runs, loaded with
-//! wasmtime's `unsafe` deserialisation: whoever can write them can run code
-//! as the host. So the cache is used only when the directory and each file
-//! are owned by the host's user and writable by no one else; otherwise it is
-//! ignored (with a warning) and policies are compiled afresh. Entries are
-//! keyed by the SHA-256 of the engine's compatibility hash and the
-//! component, written under a unique temporary name and renamed into place,
-//! and pruned: entries no loaded policy uses are removed once they are a day
-//! old or the directory is over its size cap.
+//! wasmtime's `unsafe` deserialisation: a swapped or damaged file is code the
+//! host runs (another policy's, which defeats a `sha256` pin) or a crash at
+//! every start (corrupted code traps the process). So nothing in the cache is
+//! believed until it is proven:
+//!
+//! - the directory and each file must be owned by the host's user and
+//!   writable by no one else, and entries are opened without following
+//!   symlinks and without blocking, regular files only, size-capped;
+//! - every entry starts with a header that binds it to the SHA-256 of the
+//!   component it was compiled from and to the engine's compatibility hash,
+//!   and carries an HMAC-SHA256 of the header and the code under a
+//!   host-private key (32 random bytes, mode 0600, in a file beside the
+//!   directory, `<cache-dir>.key`, created exclusively);
+//! - the MAC is checked, in constant time, before a byte of the entry
+//!   reaches wasmtime. A swapped entry, a flipped byte, a truncated or
+//!   extended file, another key: the entry is removed with a warning naming
+//!   the policy and the file, and the component is compiled again.
+//!
+//! The key lives outside the directory so that the directory holds only
+//! entries, and so that copying a cache directory from elsewhere (a backup,
+//! another node) never makes its entries trusted. Entries are keyed by the
+//! SHA-256 of both digests, written under a unique temporary name and renamed
+//! into place, and pruned: entries no loaded policy uses are removed once they
+//! are a day old or the directory is over its size cap.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 /// Unused entries older than this are removed when the cache is pruned.
@@ -25,6 +43,21 @@ const UNUSED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Temporary files older than this are left over from a crash.
 const STALE_TMP: Duration = Duration::from_secs(3600);
 const EXTENSION: &str = "cwasm";
+
+/// First bytes of every entry.
+const MAGIC: &[u8; 8] = b"NRIWCACH";
+/// Version of the entry layout below; another version is not read.
+const FORMAT: u32 = 1;
+/// magic, format, engine digest, source digest, length of the code.
+const HEADER: usize = 8 + 4 + 32 + 32 + 8;
+/// The header and its MAC, before the code.
+const PREFIX: usize = HEADER + 32;
+/// The compiler refuses artifacts over 1 GiB (`compile.rs`): no entry is
+/// larger than that and its prefix, and no larger file is read.
+pub const MAX_ENTRY_BYTES: u64 = (1 << 30) + PREFIX as u64;
+const KEY_BYTES: usize = 32;
+
+type HmacSha256 = Hmac<Sha256>;
 
 /// The cache cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,12 +68,112 @@ pub enum CacheError {
     Io { dir: PathBuf, reason: String },
 }
 
-/// A directory of compiled components.
+/// Why an entry found in the cache was not used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    #[error("it is {0}, not a regular file")]
+    NotAFile(&'static str),
+    #[error("it is {0}")]
+    Untrusted(String),
+    #[error("it has {size} bytes, more than the {limit} an entry may have")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("it cannot be read: {0}")]
+    Io(String),
+    #[error("it has {0} bytes, too few for the header of an entry")]
+    Short(u64),
+    #[error("it is not an entry written by this host (no header)")]
+    Magic,
+    #[error("it has format version {0}; this host reads version {FORMAT}")]
+    Version(u32),
+    #[error("its header declares {declared} bytes of code but {actual} follow")]
+    Length { declared: u64, actual: u64 },
+    #[error("its MAC does not verify: it was changed after it was written, or written with another key")]
+    Mac,
+    #[error("it was compiled by an engine with other settings")]
+    Engine,
+    #[error("it was compiled from another component (sha256 {found}, not {expected})")]
+    Source { found: String, expected: String },
+}
+
+/// What an entry is bound to: the engine that compiled it and the
+/// component it was compiled from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    engine: [u8; 32],
+    source: [u8; 32],
+}
+
+impl Binding {
+    /// The binding of `component` (the binary format) compiled by `engine`.
+    pub fn new(engine: &wasmtime::Engine, component: &[u8]) -> Self {
+        Self { engine: engine_digest(engine), source: Sha256::digest(component).into() }
+    }
+
+    /// The entry's name in the cache.
+    pub fn key(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.engine);
+        h.update(self.source);
+        hex(&h.finalize())
+    }
+
+    fn header(&self, code_len: u64) -> [u8; HEADER] {
+        let mut header = [0u8; HEADER];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..12].copy_from_slice(&FORMAT.to_le_bytes());
+        header[12..44].copy_from_slice(&self.engine);
+        header[44..76].copy_from_slice(&self.source);
+        header[76..84].copy_from_slice(&code_len.to_le_bytes());
+        header
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of the engine's compatibility hash (settings, target, version).
+fn engine_digest(engine: &wasmtime::Engine) -> [u8; 32] {
+    struct Sha(Sha256);
+    impl Hasher for Sha {
+        fn write(&mut self, b: &[u8]) {
+            self.0.update(b);
+        }
+        fn finish(&self) -> u64 {
+            0
+        }
+    }
+    let mut h = Sha(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    h.0.finalize().into()
+}
+
+/// A verified entry: its code may be handed to wasmtime.
 #[derive(Debug)]
+pub struct Entry {
+    bytes: Vec<u8>,
+}
+
+impl Entry {
+    /// The artifact wasmtime wrote, without the header.
+    pub fn code(&self) -> &[u8] {
+        &self.bytes[PREFIX..]
+    }
+}
+
+/// A directory of compiled components.
 pub struct Cache {
     dir: PathBuf,
     max_bytes: u64,
     uid: u32,
+    key: [u8; KEY_BYTES],
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("Cache").field("dir", &self.dir).field("max_bytes", &self.max_bytes).finish_non_exhaustive()
+    }
 }
 
 /// Why a file or directory may not be trusted, if it may not.
@@ -54,8 +187,145 @@ fn distrust(meta: &std::fs::Metadata, uid: u32) -> Option<String> {
     None
 }
 
+/// What kind of non-file `ft` is.
+pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading without following a symlink in its last
+/// component and without blocking (a FIFO), and checks through the open
+/// descriptor that it is a regular file.
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<Result<(std::fs::File, std::fs::Metadata), &'static str>> {
+    let file = match std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        // O_NOFOLLOW on a symlink.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Err("a symbolic link")),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Ok(Err(kind_of(meta.file_type())));
+    }
+    Ok(Ok((file, meta)))
+}
+
+/// 32 bytes from the kernel's random source.
+fn random_key() -> std::io::Result<[u8; KEY_BYTES]> {
+    let mut key = [0u8; KEY_BYTES];
+    let mut filled = 0;
+    while filled < KEY_BYTES {
+        // SAFETY: the pointer and length describe the unfilled tail of `key`.
+        let n = unsafe { libc::getrandom(key[filled..].as_mut_ptr().cast(), KEY_BYTES - filled, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+            continue;
+        }
+        filled += n as usize;
+    }
+    Ok(key)
+}
+
+/// A suffix unique in this process and that no one can have guessed before
+/// this call: a sequence number and 64 random bits.
+pub(crate) fn unique_suffix() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let nonce = random_key().map(|k| hex(&k[..8])).unwrap_or_default();
+    format!("{seq}.{nonce}")
+}
+
+/// A name for a temporary file no one can have guessed before this call.
+fn temp_name(base: &str) -> String {
+    format!(".{base}.tmp.{}.{}", std::process::id(), unique_suffix())
+}
+
+/// Where the key of the cache in `dir` is kept: beside it.
+pub fn key_path(dir: &Path) -> PathBuf {
+    match (dir.parent(), dir.file_name()) {
+        (Some(parent), Some(name)) => parent.join(format!("{}.key", name.to_string_lossy())),
+        _ => dir.join(".key"),
+    }
+}
+
+/// Reads the host's key, creating it first if there is none. Two hosts
+/// starting together agree on one key: each writes a complete candidate
+/// and links it into place, and the one that finds a key there uses it.
+fn load_or_create_key(path: &Path, uid: u32) -> Result<[u8; KEY_BYTES], String> {
+    for _ in 0..2 {
+        match open_regular(path) {
+            Ok(Ok((file, meta))) => {
+                if meta.uid() != uid {
+                    return Err(format!(
+                        "key {}: owned by uid {}, not by the host's uid {uid}",
+                        path.display(),
+                        meta.uid()
+                    ));
+                }
+                if meta.mode() & 0o077 != 0 {
+                    return Err(format!(
+                        "key {}: readable or writable by group or others (mode {:o})",
+                        path.display(),
+                        meta.mode() & 0o7777
+                    ));
+                }
+                if meta.len() != KEY_BYTES as u64 {
+                    return Err(format!("key {}: {} bytes, not {KEY_BYTES}", path.display(), meta.len()));
+                }
+                let mut key = [0u8; KEY_BYTES];
+                (&file).read_exact(&mut key).map_err(|e| format!("key {}: {e}", path.display()))?;
+                return Ok(key);
+            }
+            Ok(Err(what)) => return Err(format!("key {}: {what}, not a regular file", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("key {}: {e}", path.display())),
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = path.with_file_name(temp_name(&name));
+        let written = (|| {
+            let mut file = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            file.write_all(&random_key()?)?;
+            file.sync_all()?;
+            match std::fs::hard_link(&tmp, path) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+                _ => Ok(()),
+            }
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        written.map_err(|e| format!("key {}: cannot create it: {e}", path.display()))?;
+    }
+    Err(format!("key {}: created, then gone", path.display()))
+}
+
 impl Cache {
-    /// Opens the cache, creating the directory (mode 0700) if it is missing.
+    /// Opens the cache, creating the directory (mode 0700) and its key if
+    /// they are missing.
     pub fn open(dir: &Path, max_bytes: u64) -> Result<Self, CacheError> {
         let io = |reason: std::io::Error| CacheError::Io { dir: dir.to_path_buf(), reason: reason.to_string() };
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
@@ -68,74 +338,125 @@ impl Cache {
         if let Some(reason) = distrust(&meta, uid) {
             return Err(CacheError::Untrusted { dir: dir.into(), reason });
         }
-        Ok(Self { dir: dir.to_path_buf(), max_bytes, uid })
+        let key = load_or_create_key(&key_path(dir), uid)
+            .map_err(|reason| CacheError::Untrusted { dir: dir.into(), reason })?;
+        Ok(Self { dir: dir.to_path_buf(), max_bytes, uid, key })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// The key of a component for an engine.
-    pub fn key(engine: &wasmtime::Engine, component: &[u8]) -> String {
-        struct Sha(Sha256);
-        impl Hasher for Sha {
-            fn write(&mut self, b: &[u8]) {
-                self.0.update(b);
-            }
-            fn finish(&self) -> u64 {
-                0
-            }
-        }
-        let mut h = Sha(Sha256::new());
-        engine.precompile_compatibility_hash().hash(&mut h);
-        h.0.update(component);
-        h.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    fn path(&self, key: &str) -> PathBuf {
+    /// The file of the entry named `key`.
+    pub fn path(&self, key: &str) -> PathBuf {
         self.dir.join(format!("{key}.{EXTENSION}"))
     }
 
-    /// The artifact stored under `key`, if there is one the host may trust.
-    /// It is read into memory rather than mapped: a file truncated under a
-    /// mapping would crash the host on the next access.
-    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let path = self.path(key);
-        let meta = std::fs::symlink_metadata(&path).ok()?;
-        if !meta.is_file() {
-            tracing::warn!(path = %path.display(), "ignoring a cache entry that is not a regular file");
-            return None;
-        }
+    fn mac(&self, header: &[u8], code: &[u8]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes a key of any length");
+        mac.update(header);
+        mac.update(code);
+        mac
+    }
+
+    /// The entry for `binding`: `Ok(None)` if there is none, the reason if
+    /// there is one that must not be used. Nothing is changed on disk.
+    pub fn lookup(&self, binding: &Binding) -> Result<Option<Entry>, Rejected> {
+        let path = self.path(&binding.key());
+        let (file, meta) = match open_regular(&path) {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(what)) => return Err(Rejected::NotAFile(what)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Rejected::Io(e.to_string())),
+        };
         if let Some(reason) = distrust(&meta, self.uid) {
-            tracing::warn!(path = %path.display(), reason, "ignoring an untrusted cache entry");
-            return None;
+            return Err(Rejected::Untrusted(reason));
         }
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                // Mark it used, for pruning.
-                let _ =
-                    std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(SystemTime::now()));
-                Some(bytes)
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "cannot read a cached component");
+        if meta.len() > MAX_ENTRY_BYTES {
+            return Err(Rejected::TooLarge { size: meta.len(), limit: MAX_ENTRY_BYTES });
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        (&file).take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes).map_err(|e| Rejected::Io(e.to_string()))?;
+        if bytes.len() as u64 > MAX_ENTRY_BYTES {
+            return Err(Rejected::TooLarge { size: bytes.len() as u64, limit: MAX_ENTRY_BYTES });
+        }
+        self.verify(binding, &bytes)?;
+        // Mark it used, for pruning (through the descriptor: no path is
+        // followed again).
+        let _ = file.set_modified(SystemTime::now());
+        Ok(Some(Entry { bytes }))
+    }
+
+    /// Checks an entry's header, its MAC and its binding.
+    fn verify(&self, binding: &Binding, bytes: &[u8]) -> Result<(), Rejected> {
+        if bytes.len() < PREFIX {
+            return Err(Rejected::Short(bytes.len() as u64));
+        }
+        let (header, rest) = bytes.split_at(HEADER);
+        let (tag, code) = rest.split_at(32);
+        if &header[..8] != MAGIC {
+            return Err(Rejected::Magic);
+        }
+        let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        if version != FORMAT {
+            return Err(Rejected::Version(version));
+        }
+        let declared = u64::from_le_bytes(header[76..84].try_into().expect("8 bytes"));
+        if declared != code.len() as u64 {
+            return Err(Rejected::Length { declared, actual: code.len() as u64 });
+        }
+        // Constant time: the comparison does not tell how much matched.
+        self.mac(header, code).verify_slice(tag).map_err(|_| Rejected::Mac)?;
+        // The header is authentic now; what it says can be believed.
+        if header[12..44] != binding.engine {
+            return Err(Rejected::Engine);
+        }
+        if header[44..76] != binding.source {
+            return Err(Rejected::Source { found: hex(&header[44..76]), expected: hex(&binding.source) });
+        }
+        Ok(())
+    }
+
+    /// The verified entry for `binding`, if there is one. An entry that
+    /// fails any check is removed, with a warning naming `policy` and the
+    /// file, so that the caller compiles the component again.
+    pub fn get(&self, policy: &str, binding: &Binding) -> Option<Entry> {
+        match self.lookup(binding) {
+            Ok(entry) => entry,
+            Err(reason) => {
+                let path = self.path(&binding.key());
+                let removed = std::fs::remove_file(&path).is_ok();
+                tracing::warn!(
+                    policy,
+                    file = %path.display(),
+                    %reason,
+                    removed,
+                    "compile cache entry rejected; compiling the policy again"
+                );
                 None
             }
         }
     }
 
-    /// Stores an artifact under `key` (mode 0600, atomically).
-    pub fn put(&self, key: &str, artifact: &[u8]) -> std::io::Result<()> {
-        // Unique per process and call: concurrent loads of one component
-        // must never write into the same temporary file.
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".{key}.tmp.{}.{seq}", std::process::id()));
+    /// Stores `artifact` as the entry for `binding` (mode 0600, atomically:
+    /// a unique temporary file, created exclusively, renamed into place).
+    pub fn put(&self, binding: &Binding, artifact: &[u8]) -> std::io::Result<()> {
+        let key = binding.key();
+        let header = binding.header(artifact.len() as u64);
+        let tag = self.mac(&header, artifact).finalize().into_bytes();
+        let tmp = self.dir.join(temp_name(&key));
         let result = (|| {
-            let mut file = std::fs::File::options().write(true).create_new(true).mode(0o600).open(&tmp)?;
-            std::io::Write::write_all(&mut file, artifact)?;
+            let mut file = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            file.write_all(&header)?;
+            file.write_all(&tag)?;
+            file.write_all(artifact)?;
             file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            std::fs::rename(&tmp, self.path(key))
+            std::fs::rename(&tmp, self.path(&key))
         })();
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
@@ -185,43 +506,172 @@ impl Cache {
 mod tests {
     use super::*;
 
+    const A: Binding = Binding { engine: [1; 32], source: [2; 32] };
+    const B: Binding = Binding { engine: [1; 32], source: [3; 32] };
+
+    fn set_mode(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
     #[test]
     fn a_directory_others_may_write_is_not_trusted() {
         let dir = tempfile::tempdir().unwrap();
         let cache = dir.path().join("cache");
         Cache::open(&cache, 1 << 30).unwrap();
         assert_eq!(std::fs::metadata(&cache).unwrap().mode() & 0o777, 0o700);
-        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        set_mode(&cache, 0o777);
         let e = Cache::open(&cache, 1 << 30).unwrap_err();
         assert!(e.to_string().contains("writable by group or others"), "{e}");
     }
 
     #[test]
-    fn entries_round_trip_and_untrusted_ones_are_ignored() {
+    fn the_key_is_private_beside_the_directory_and_checked() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = Cache::open(dir.path(), 1 << 30).unwrap();
-        cache.put("abc", b"artifact").unwrap();
-        assert_eq!(cache.get("abc").as_deref(), Some(&b"artifact"[..]));
-        assert_eq!(std::fs::metadata(cache.path("abc")).unwrap().mode() & 0o777, 0o600);
-        std::fs::set_permissions(cache.path("abc"), std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert_eq!(cache.get("abc"), None, "a world-writable entry is not loaded");
-        std::os::unix::fs::symlink("/dev/zero", cache.path("link")).unwrap();
-        assert_eq!(cache.get("link"), None, "a symlink is not followed");
+        let cache_dir = dir.path().join("cache");
+        Cache::open(&cache_dir, 1 << 30).unwrap();
+        let key = dir.path().join("cache.key");
+        let meta = std::fs::symlink_metadata(&key).unwrap();
+        assert!(meta.is_file() && meta.len() == 32 && meta.mode() & 0o777 == 0o600, "{meta:?}");
+        assert_eq!(std::fs::read_dir(&cache_dir).unwrap().count(), 0, "the directory holds only entries");
+        // The same key on the next start.
+        let first = std::fs::read(&key).unwrap();
+        Cache::open(&cache_dir, 1 << 30).unwrap();
+        assert_eq!(std::fs::read(&key).unwrap(), first);
+
+        set_mode(&key, 0o644);
+        let e = Cache::open(&cache_dir, 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("cache.key") && e.contains("readable or writable by group or others"), "{e}");
+        std::fs::remove_file(&key).unwrap();
+        std::fs::write(dir.path().join("elsewhere"), [7u8; 32]).unwrap();
+        set_mode(&dir.path().join("elsewhere"), 0o600);
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &key).unwrap();
+        let e = Cache::open(&cache_dir, 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link"), "a symlinked key is not followed: {e}");
+        std::fs::remove_file(&key).unwrap();
+        std::fs::write(&key, b"short").unwrap();
+        set_mode(&key, 0o600);
+        let e = Cache::open(&cache_dir, 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("5 bytes, not 32"), "{e}");
+    }
+
+    #[test]
+    fn entries_round_trip_bound_to_their_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("c"), 1 << 30).unwrap();
+        assert!(cache.lookup(&A).unwrap().is_none(), "no entry yet");
+        cache.put(&A, b"artifact of a").unwrap();
+        assert_eq!(cache.lookup(&A).unwrap().unwrap().code(), b"artifact of a");
+        assert_eq!(std::fs::metadata(cache.path(&A.key())).unwrap().mode() & 0o777, 0o600);
+        assert_ne!(A.key(), B.key());
+        let other_engine = Binding { engine: [9; 32], ..A };
+        assert_ne!(A.key(), other_engine.key(), "the engine is part of the name");
+    }
+
+    /// Writes `bytes` as the entry of `binding`, as an attacker with the
+    /// host's uid would.
+    fn plant(cache: &Cache, binding: &Binding, bytes: &[u8]) {
+        let path = cache.path(&binding.key());
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, bytes).unwrap();
+        set_mode(&path, 0o600);
+    }
+
+    #[test]
+    fn a_swapped_damaged_or_foreign_entry_is_rejected_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("c"), 1 << 30).unwrap();
+        cache.put(&A, b"artifact of a").unwrap();
+        cache.put(&B, b"artifact of b").unwrap();
+        let a = std::fs::read(cache.path(&A.key())).unwrap();
+        let b = std::fs::read(cache.path(&B.key())).unwrap();
+
+        // B's genuine entry under A's name.
+        plant(&cache, &A, &b);
+        let e = cache.lookup(&A).unwrap_err();
+        assert!(matches!(&e, Rejected::Source { found, .. } if *found == hex(&[3; 32])), "{e}");
+        assert!(cache.get("10-a", &A).is_none());
+        assert!(!cache.path(&A.key()).exists(), "a rejected entry is removed");
+
+        let mut cases: Vec<(&str, Vec<u8>, fn(&Rejected) -> bool)> = vec![
+            ("empty", Vec::new(), |e| matches!(e, Rejected::Short(0))),
+            ("truncated header", a[..50].to_vec(), |e| matches!(e, Rejected::Short(50))),
+            ("truncated code", a[..a.len() - 1].to_vec(), |e| matches!(e, Rejected::Length { .. })),
+            ("appended", [&a[..], b"x"].concat(), |e| matches!(e, Rejected::Length { .. })),
+            ("wasmtime's own format", b"\x7fELF not ours".repeat(20), |e| matches!(e, Rejected::Magic)),
+        ];
+        for at in [0, 10, 80] {
+            let mut flipped = a.clone();
+            flipped[at] ^= 0x40;
+            cases.push(("flipped magic, version or length", flipped, |e| {
+                matches!(e, Rejected::Magic | Rejected::Version(_) | Rejected::Length { .. })
+            }));
+        }
+        // The engine, the source, the MAC, the first and last byte of code.
+        for at in [20, 50, HEADER + 5, PREFIX, a.len() - 1] {
+            let mut flipped = a.clone();
+            flipped[at] ^= 0x40;
+            cases.push(("flipped", flipped, |e| matches!(e, Rejected::Mac)));
+        }
+        // Right header, code and length, a MAC of another key.
+        let mut forged = a.clone();
+        forged[HEADER..PREFIX].copy_from_slice(&[0u8; 32]);
+        cases.push(("forged", forged, |e| matches!(e, Rejected::Mac)));
+        for (what, bytes, expected) in cases {
+            plant(&cache, &A, &bytes);
+            let e = cache.lookup(&A).expect_err(what);
+            assert!(expected(&e), "{what}: {e}");
+            assert!(cache.get("10-a", &A).is_none(), "{what}");
+            assert!(!cache.path(&A.key()).exists(), "{what}: removed");
+        }
+        // The genuine entry again.
+        plant(&cache, &A, &a);
+        assert_eq!(cache.lookup(&A).unwrap().unwrap().code(), b"artifact of a");
+    }
+
+    #[test]
+    fn a_new_key_invalidates_every_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("c");
+        Cache::open(&cache_dir, 1 << 30).unwrap().put(&A, b"artifact").unwrap();
+        std::fs::remove_file(key_path(&cache_dir)).unwrap();
+        let again = Cache::open(&cache_dir, 1 << 30).unwrap();
+        assert_eq!(again.lookup(&A).unwrap_err(), Rejected::Mac);
+    }
+
+    #[test]
+    fn untrusted_entries_and_odd_files_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("c"), 1 << 30).unwrap();
+        cache.put(&A, b"artifact").unwrap();
+        set_mode(&cache.path(&A.key()), 0o666);
+        assert!(matches!(cache.lookup(&A), Err(Rejected::Untrusted(r)) if r.contains("writable by group")));
+        set_mode(&cache.path(&A.key()), 0o620);
+        assert!(matches!(cache.lookup(&A), Err(Rejected::Untrusted(_))), "group-writable");
+        std::fs::remove_file(cache.path(&A.key())).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", cache.path(&A.key())).unwrap();
+        assert_eq!(cache.lookup(&A).unwrap_err(), Rejected::NotAFile("a symbolic link"));
+        assert!(cache.get("10-a", &A).is_none());
+        assert!(std::fs::symlink_metadata(cache.path(&A.key())).is_err(), "the link is removed, not its target");
+        let fifo = std::ffi::CString::new(cache.path(&A.key()).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(cache.lookup(&A).unwrap_err(), Rejected::NotAFile("a FIFO"), "opened without blocking");
     }
 
     #[test]
     fn pruning_keeps_used_entries_and_removes_old_or_excess_unused_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = Cache::open(dir.path(), 10).unwrap();
-        for key in ["used", "old", "new"] {
-            cache.put(key, b"12345678").unwrap();
+        let cache = Cache::open(&dir.path().join("c"), 200).unwrap();
+        let (used, old, new) = (A, B, Binding { engine: [1; 32], source: [4; 32] });
+        for b in [used, old, new] {
+            cache.put(&b, b"12345678").unwrap();
         }
-        let old = SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
-        std::fs::File::options().append(true).open(cache.path("old")).unwrap().set_modified(old).unwrap();
-        let keep: HashSet<String> = ["used".to_string()].into();
-        // 24 bytes, cap 10: "old" goes for its age, "new" for the cap.
+        let past = SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
+        std::fs::File::options().append(true).open(cache.path(&old.key())).unwrap().set_modified(past).unwrap();
+        let keep: HashSet<String> = [used.key()].into();
+        // 3 × 124 bytes, cap 200: "old" goes for its age, "new" for the cap.
         assert_eq!(cache.prune(&keep), 2);
-        assert!(cache.get("used").is_some());
-        assert!(cache.get("old").is_none() && cache.get("new").is_none());
+        assert!(cache.lookup(&used).unwrap().is_some());
+        assert!(cache.lookup(&old).unwrap().is_none() && cache.lookup(&new).unwrap().is_none());
     }
 }

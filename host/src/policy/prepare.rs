@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
 use super::bindings::{wit, PolicyPre};
-use super::cache::Cache;
+use super::cache::Binding;
 use super::engine::{event_kind, Facts, PolicyEngine};
 use super::errors::LoadError;
 use super::inspect::{self, Inspection};
@@ -241,8 +241,11 @@ impl PolicyEngine {
         timings.inspect = step.elapsed();
 
         let step = Instant::now();
-        let cache_key = Cache::key(self.engine(), &binary);
-        let (component, cached) = self.component_shared(name, &cache_key, binary).await?;
+        // Bound to the bytes just read and checked against the pin: a cache
+        // entry is used only if it was compiled from exactly these bytes.
+        let binding = Binding::new(self.engine(), &binary);
+        let cache_key = binding.key();
+        let (component, cached) = self.component_shared(name, &binding, binary).await?;
         timings.compile = step.elapsed();
         timings.cached = cached;
 
@@ -302,36 +305,53 @@ impl PolicyEngine {
     async fn component_shared(
         &self,
         policy: &str,
-        key: &str,
+        binding: &Binding,
         binary: Arc<[u8]>,
     ) -> Result<(Arc<Component>, bool), LoadError> {
+        let key = binding.key();
         let in_use =
-            |engine: &Self| engine.in_use.lock().unwrap_or_else(|p| p.into_inner()).get(key).and_then(|w| w.upgrade());
+            |engine: &Self| engine.in_use.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|w| w.upgrade());
         if let Some(component) = in_use(self) {
             return Ok((component, true));
         }
-        let (component, cached) = self.component(policy, key, binary).await?;
+        let (component, cached) = self.component(policy, binding, binary).await?;
         let component = Arc::new(component);
         let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
-        map.insert(key.to_string(), Arc::downgrade(&component));
+        map.insert(key, Arc::downgrade(&component));
         Ok((component, cached))
     }
 
     /// The compiled component: from the cache, or compiled within bounds
     /// (and then cached). Says whether it came from the cache.
-    async fn component(&self, policy: &str, key: &str, binary: Arc<[u8]>) -> Result<(Component, bool), LoadError> {
+    async fn component(
+        &self,
+        policy: &str,
+        binding: &Binding,
+        binary: Arc<[u8]>,
+    ) -> Result<(Component, bool), LoadError> {
         let compile_err = |reason: String| LoadError::Compile { policy: policy.into(), reason };
         if let Some(cache) = self.cache() {
-            if let Some(artifact) = cache.get(key) {
-                // SAFETY: the cache only returns files owned by the host's
-                // user in a directory no one else may write (`cache.rs`),
-                // which only this host writes, with artifacts of an engine
-                // whose compatibility hash is part of the key; wasmtime
-                // checks that hash again.
-                match unsafe { Component::deserialize(self.engine(), &artifact) } {
+            if let Some(entry) = cache.get(policy, binding) {
+                // SAFETY: `get` returns only an entry whose MAC under the
+                // host's private key verified (so this host wrote it, and
+                // not a byte changed since) and whose authenticated header
+                // names this engine's compatibility hash and the SHA-256 of
+                // exactly this component; it was read into memory from a
+                // regular file owned by the host's user in a directory no
+                // one else may write. wasmtime checks its own header again.
+                match unsafe { Component::deserialize(self.engine(), entry.code()) } {
                     Ok(component) => return Ok((component, true)),
-                    Err(e) => tracing::warn!(policy, error = %e, "ignoring an unusable cached component"),
+                    Err(e) => {
+                        let file = cache.path(&binding.key());
+                        let _ = std::fs::remove_file(&file);
+                        tracing::warn!(
+                            policy,
+                            file = %file.display(),
+                            error = %super::errors::one_line(&e),
+                            "compile cache entry unusable; compiling the policy again"
+                        );
+                    }
                 }
             }
         }
@@ -341,7 +361,7 @@ impl PolicyEngine {
             .await
             .map_err(|e| compile_err(e.to_string()))?;
         if let Some(cache) = self.cache() {
-            if let Err(e) = cache.put(key, &artifact) {
+            if let Err(e) = cache.put(binding, &artifact) {
                 tracing::warn!(policy, dir = %cache.dir().display(), error = %e, "cannot cache a compiled component");
             }
         }

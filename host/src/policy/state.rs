@@ -18,8 +18,26 @@
 //!
 //! State belongs to the policy's `NN-name`, so it survives reloads of the
 //! same policy. With a state directory it also survives host restarts: each
-//! commit that changed something is written to `NN-name.json` atomically
-//! (temporary file, fsync, rename), off the event's path.
+//! commit that changed something is written to `NN-name.json`, off the
+//! event's path: the event's answer never waits for the disk.
+//!
+//! The directory is read at every start, so what is in it is hostile input
+//! like everything else the host reads. It must be a directory owned by the
+//! host's user and writable by no one else (created 0700); a state file is
+//! opened without following a symlink and without blocking (a FIFO), must be
+//! a regular file owned by the host's user, and is refused past a size
+//! derived from the policy's `state-kib` before a byte of it is read. A file
+//! that fails a check is moved aside (never read, never overwritten) and the
+//! policy starts empty; the error names the policy and the file.
+//!
+//! Saves are durable and never write through a name someone else chose: a
+//! temporary file with an unguessable name is created exclusively in the
+//! directory (no symlink followed), written, fsynced, renamed over the state
+//! file, and the directory is fsynced. A failed save (a full volume, a
+//! read-only one) removes its temporary file, is counted per policy and kept
+//! with its error for `/status` and the metrics; the committed state stays
+//! in memory, and the next commit saves it again, whole. Temporary files a
+//! crash left behind are removed when the store opens the directory.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -167,10 +185,41 @@ impl StateTxn {
 pub enum StateFileError {
     #[error("state of policy {policy}: cannot read {path}: {source}")]
     Read { policy: String, path: PathBuf, source: std::io::Error },
+    #[error("state of policy {policy}: {path} is {what}, not a regular file; not read")]
+    NotAFile { policy: String, path: PathBuf, what: &'static str },
+    #[error("state of policy {policy}: {path} is {reason}; not read")]
+    Untrusted { policy: String, path: PathBuf, reason: String },
+    #[error(
+        "state of policy {policy}: {path} has {size} bytes, more than the {limit} its state-kib allows once encoded; not read"
+    )]
+    TooLarge { policy: String, path: PathBuf, size: u64, limit: u64 },
     #[error("state of policy {policy}: {path} is not a JSON object of strings: {reason}")]
     Parse { policy: String, path: PathBuf, reason: String },
     #[error("state of policy {policy}: cannot write {path}: {source}")]
     Write { policy: String, path: PathBuf, source: std::io::Error },
+    #[error("state of policy {policy}: state directory {dir}: {reason}")]
+    Dir { policy: String, dir: PathBuf, reason: String },
+}
+
+/// The largest state a policy may be given (`state-kib` of 64 MiB).
+pub const MAX_STATE_BYTES: usize = 64 << 20;
+
+/// The largest file that can hold `state_bytes` of keys and values as this
+/// module writes it: JSON escapes a control character in 6 bytes, and an
+/// entry of a 1-byte key and an empty value takes 12 (`"\u0001":"",`).
+pub fn max_file_bytes(state_bytes: usize) -> u64 {
+    (state_bytes as u64).saturating_mul(12).saturating_add(2)
+}
+
+/// How saving a policy's state went, for the operator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaveHealth {
+    /// Saves that failed since the host started.
+    pub failures: u64,
+    /// The error of the last failed save or read, if the last attempt failed.
+    pub last_error: Option<String>,
+    /// Committed state that is not on disk yet.
+    pub unsaved: bool,
 }
 
 #[derive(Debug, Default)]
@@ -179,16 +228,88 @@ struct Slot {
     /// Commits so far, and the commit last written to disk.
     version: u64,
     persisted: u64,
+    failures: u64,
+    last_error: Option<String>,
+}
+
+/// Writes the bytes of a state file; a seam for tests (a full volume).
+pub trait StateWriter: Send + Sync + std::fmt::Debug {
+    fn write(&self, file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// Writes to the file system.
+#[derive(Debug)]
+struct Disk;
+
+impl StateWriter for Disk {
+    fn write(&self, file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(file, bytes)
+    }
 }
 
 /// Every policy's committed state; optionally kept in a directory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StateStore {
     dir: Option<PathBuf>,
     slots: Mutex<HashMap<String, Slot>>,
+    /// The most each policy's file may hold (from its `state-kib`); policies
+    /// not named here get the largest any policy may have.
+    caps: Mutex<HashMap<String, u64>>,
     /// Serialises file writes, so that a newer commit is never overwritten
     /// by an older one.
     writer: Mutex<()>,
+    disk: Box<dyn StateWriter>,
+    uid: u32,
+}
+
+impl Default for StateStore {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            slots: Mutex::default(),
+            caps: Mutex::default(),
+            writer: Mutex::default(),
+            disk: Box::new(Disk),
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            uid: unsafe { libc::geteuid() },
+        }
+    }
+}
+
+/// Why the state directory may not be used, if it may not.
+fn check_dir(dir: &Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        return Err(format!("cannot create it: {e}"));
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err(format!("{}, not a directory", super::cache::kind_of(meta.file_type())));
+    }
+    if meta.uid() != uid {
+        return Err(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
+/// Whether a temporary state file is left over from a process that is gone
+/// (or from one long ago).
+fn stale_temp(name: &str, meta: &std::fs::Metadata) -> bool {
+    // `.NN-name.json.tmp.<pid>.<seq>.<nonce>`, or `NN-name.json.tmp.<pid>`
+    // of earlier versions.
+    let Some((_, rest)) = name.split_once(".json.tmp.") else { return false };
+    let pid = rest.split('.').next().and_then(|p| p.parse::<libc::pid_t>().ok());
+    let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age.as_secs() > 600);
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let gone = pid.is_some_and(|pid| {
+        pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    });
+    old || gone
 }
 
 impl StateStore {
@@ -197,9 +318,40 @@ impl StateStore {
         Self::default()
     }
 
-    /// A store that keeps each policy's state in `dir/NN-name.json`.
+    /// A store that keeps each policy's state in `dir/NN-name.json`. The
+    /// directory is created (0700) and checked now; if it may not be used
+    /// the error is logged, and every policy starts empty and every save
+    /// fails (counted and shown) until it is fixed.
     pub fn in_dir(dir: PathBuf) -> Self {
-        Self { dir: Some(dir), ..Self::default() }
+        Self::in_dir_with(dir, Box::new(Disk))
+    }
+
+    /// [`Self::in_dir`] writing through `disk`.
+    pub fn in_dir_with(dir: PathBuf, disk: Box<dyn StateWriter>) -> Self {
+        let store = Self { dir: Some(dir), disk, ..Self::default() };
+        let dir = store.dir.as_deref().expect("set above");
+        match check_dir(dir, store.uid) {
+            Ok(()) => store.remove_stale_temps(dir),
+            Err(reason) => tracing::error!(dir = %dir.display(), reason, "policy state directory not used"),
+        }
+        store
+    }
+
+    fn remove_stale_temps(&self, dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `DirEntry::metadata` does not follow a symlink.
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_dir() && stale_temp(&name, &meta) {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => tracing::info!(file = %entry.path().display(), "removed a stale temporary state file"),
+                    Err(e) => {
+                        tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove a stale temporary state file")
+                    }
+                }
+            }
+        }
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -213,9 +365,16 @@ impl StateStore {
             return slot.committed.clone();
         }
         // Read without the lock: other policies' calls go on meanwhile.
-        let read = Arc::new(self.read_file(policy));
+        let (read, error) = match self.read_file(policy) {
+            Ok(s) => (Arc::new(s), None),
+            Err(e) => (Arc::default(), Some(e)),
+        };
         let mut slots = self.slots.lock().expect("state lock");
-        let slot = slots.entry(policy.to_string()).or_insert_with(|| Slot { committed: read, ..Slot::default() });
+        let slot = slots.entry(policy.to_string()).or_insert_with(|| Slot {
+            committed: read,
+            last_error: error,
+            ..Slot::default()
+        });
         slot.committed.clone()
     }
 
@@ -225,22 +384,46 @@ impl StateStore {
         let _ = self.snapshot(policy);
     }
 
+    /// [`Self::preload`] for a policy whose state may hold `state_bytes`
+    /// (its `state-kib`): a larger file is not read.
+    pub fn preload_limited(&self, policy: &str, state_bytes: usize) {
+        self.caps.lock().expect("state caps lock").insert(policy.to_string(), max_file_bytes(state_bytes));
+        self.preload(policy);
+    }
+
+    fn cap(&self, policy: &str) -> u64 {
+        self.caps.lock().expect("state caps lock").get(policy).copied().unwrap_or(max_file_bytes(MAX_STATE_BYTES))
+    }
+
     fn path(&self, policy: &str) -> Option<PathBuf> {
         self.dir.as_ref().map(|d| d.join(format!("{policy}.json")))
     }
 
-    /// Reads a state file; an unreadable or corrupt file is reported, moved
-    /// aside (never overwritten) and the policy starts empty.
-    fn read_file(&self, policy: &str) -> StateSnapshot {
-        let Some(path) = self.path(policy) else { return StateSnapshot::default() };
-        match load(policy, &path) {
-            Ok(Some(s)) => s,
-            Ok(None) => StateSnapshot::default(),
+    /// Reads a state file. A file that fails a check is reported and moved
+    /// aside (never read, never overwritten), and the policy starts empty;
+    /// the error is returned for `/status`.
+    fn read_file(&self, policy: &str) -> Result<StateSnapshot, String> {
+        let (Some(dir), Some(path)) = (self.dir.as_deref(), self.path(policy)) else {
+            return Ok(StateSnapshot::default());
+        };
+        if let Err(reason) = check_dir(dir, self.uid) {
+            let e = StateFileError::Dir { policy: policy.into(), dir: dir.into(), reason };
+            tracing::error!(policy, error = %e, "policy state not loaded, starting empty");
+            return Err(e.to_string());
+        }
+        match load(policy, &path, self.uid, self.cap(policy)) {
+            Ok(Some(s)) => Ok(s),
+            Ok(None) => Ok(StateSnapshot::default()),
             Err(e) => {
-                let aside = path.with_extension(format!("json.unreadable-{}", std::process::id()));
+                let aside = dir.join(format!(
+                    "{policy}.json.unreadable-{}-{}",
+                    std::process::id(),
+                    super::cache::unique_suffix()
+                ));
+                // Renames the name, never what a symlink points to.
                 let moved = std::fs::rename(&path, &aside).is_ok();
-                tracing::error!(error = %e, moved_to = %aside.display(), moved, "policy state not loaded, starting empty");
-                StateSnapshot::default()
+                tracing::error!(policy, error = %e, moved_to = %aside.display(), moved, "policy state not loaded, starting empty");
+                Err(e.to_string())
             }
         }
     }
@@ -272,9 +455,10 @@ impl StateStore {
     }
 
     /// Writes `policy`'s newest committed state to its file, unless it is
-    /// already there.
+    /// already there. A failure is counted and kept for [`Self::health`];
+    /// the state stays committed in memory and the next call writes it.
     pub fn persist(&self, policy: &str) -> Result<(), StateFileError> {
-        let Some(path) = self.path(policy) else { return Ok(()) };
+        let (Some(dir), Some(path)) = (self.dir.as_deref(), self.path(policy)) else { return Ok(()) };
         let _writing = self.writer.lock().expect("state writer lock");
         let (snapshot, version) = {
             let slots = self.slots.lock().expect("state lock");
@@ -284,22 +468,76 @@ impl StateStore {
             }
             (slot.committed.clone(), slot.version)
         };
-        write_atomically(&path, &serde_json::to_vec(&snapshot.map).expect("a map of strings serialises"))
-            .map_err(|source| StateFileError::Write { policy: policy.into(), path: path.clone(), source })?;
+        let result = match check_dir(dir, self.uid) {
+            Err(reason) => Err(StateFileError::Dir { policy: policy.into(), dir: dir.into(), reason }),
+            Ok(()) => {
+                let bytes = serde_json::to_vec(&snapshot.map).expect("a map of strings serialises");
+                write_atomically(dir, policy, &path, &bytes, self.disk.as_ref())
+                    .map_err(|source| StateFileError::Write { policy: policy.into(), path: path.clone(), source })
+            }
+        };
         let mut slots = self.slots.lock().expect("state lock");
         if let Some(slot) = slots.get_mut(policy) {
-            slot.persisted = slot.persisted.max(version);
+            match &result {
+                Ok(()) => {
+                    slot.persisted = slot.persisted.max(version);
+                    slot.last_error = None;
+                }
+                Err(e) => {
+                    slot.failures += 1;
+                    slot.last_error = Some(e.to_string());
+                }
+            }
         }
-        Ok(())
+        result
+    }
+
+    /// How saving each policy's state went, by policy name.
+    pub fn health(&self) -> BTreeMap<String, SaveHealth> {
+        let slots = self.slots.lock().expect("state lock");
+        slots
+            .iter()
+            .map(|(name, slot)| {
+                let health = SaveHealth {
+                    failures: slot.failures,
+                    last_error: slot.last_error.clone(),
+                    unsaved: self.dir.is_some() && slot.persisted < slot.version,
+                };
+                (name.clone(), health)
+            })
+            .collect()
     }
 }
 
-fn load(policy: &str, path: &Path) -> Result<Option<StateSnapshot>, StateFileError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
+fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSnapshot>, StateFileError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::MetadataExt;
+    let read_err = |source| StateFileError::Read { policy: policy.into(), path: path.into(), source };
+    let (file, meta) = match super::cache::open_regular(path) {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(what)) => return Err(StateFileError::NotAFile { policy: policy.into(), path: path.into(), what }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(StateFileError::Read { policy: policy.into(), path: path.into(), source }),
+        Err(e) => return Err(read_err(e)),
     };
+    let untrusted = if meta.uid() != uid {
+        Some(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777))
+    } else {
+        None
+    };
+    if let Some(reason) = untrusted {
+        return Err(StateFileError::Untrusted { policy: policy.into(), path: path.into(), reason });
+    }
+    let too_large = |size| StateFileError::TooLarge { policy: policy.into(), path: path.into(), size, limit: cap };
+    if meta.len() > cap {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(read_err)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(bytes.len() as u64));
+    }
     let map: OrdMap<String, String> = serde_json::from_slice(&bytes).map_err(|e| StateFileError::Parse {
         policy: policy.into(),
         path: path.into(),
@@ -308,19 +546,35 @@ fn load(policy: &str, path: &Path) -> Result<Option<StateSnapshot>, StateFileErr
     Ok(Some(StateSnapshot::from_map(map)))
 }
 
-/// Writes a file so that a crash leaves either the old or the new content.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension(format!("json.tmp.{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+/// Writes `path` in `dir` so that a crash leaves either the old or the new
+/// content, through a temporary file no one else can have named or
+/// pre-created, removed if anything fails.
+fn write_atomically(
+    dir: &Path,
+    policy: &str,
+    path: &Path,
+    bytes: &[u8],
+    disk: &dyn StateWriter,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!(".{policy}.json.tmp.{}.{}", std::process::id(), super::cache::unique_suffix()));
+    let result = (|| {
+        let mut f = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        disk.write(&mut f, bytes)?;
         f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    result
 }
 
 #[cfg(test)]
@@ -392,5 +646,200 @@ mod tests {
             .filter_map(|e| e.ok())
             .any(|e| e.file_name().to_string_lossy().starts_with("20-q.json.unreadable"));
         assert!(aside);
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    fn set(store: &StateStore, policy: &str, key: &str, value: &str) {
+        let mut t = StateTxn::new(store.snapshot(policy), 1 << 20);
+        t.set(key.into(), value.into()).unwrap();
+        store.commit(policy, t.take_writes().unwrap());
+    }
+
+    #[test]
+    fn symlinks_fifos_and_devices_named_like_state_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let outside = dir.path().join("secret");
+        std::fs::write(&outside, br#"{"stolen":"yes"}"#).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", state.join("10-zero.json")).unwrap();
+        std::os::unix::fs::symlink(&outside, state.join("20-link.json")).unwrap();
+        mkfifo(&state.join("30-fifo.json"));
+        let store = StateStore::in_dir(state.clone());
+        // Each returns at once (a FIFO is not waited on, /dev/zero not
+        // read) and starts empty.
+        for (policy, what) in [("10-zero", "a symbolic link"), ("20-link", "a symbolic link"), ("30-fifo", "a FIFO")] {
+            store.preload(policy);
+            assert!(store.snapshot(policy).is_empty(), "{policy}");
+            let error = store.health()[policy].last_error.clone().unwrap();
+            assert!(
+                error.contains(policy) && error.contains(&format!("{policy}.json")) && error.contains(what),
+                "{error}"
+            );
+            assert!(std::fs::symlink_metadata(state.join(format!("{policy}.json"))).is_err(), "{policy}: moved aside");
+        }
+        assert_eq!(std::fs::read(&outside).unwrap(), br#"{"stolen":"yes"}"#, "the link's target is untouched");
+        // A save writes a file of its own in place of the link.
+        set(&store, "20-link", "k", "v");
+        store.persist("20-link").unwrap();
+        assert!(std::fs::symlink_metadata(state.join("20-link.json")).unwrap().is_file());
+        assert_eq!(std::fs::read(&outside).unwrap(), br#"{"stolen":"yes"}"#);
+    }
+
+    #[test]
+    fn a_file_past_the_policys_cap_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("10-big.json");
+        let big = format!(r#"{{"k":"{}"}}"#, "x".repeat(20_000));
+        std::fs::write(&file, &big).unwrap();
+        let store = StateStore::in_dir(dir.path().to_path_buf());
+        // state-kib 1: at most 12 KiB and 2 bytes of file.
+        store.preload_limited("10-big", 1024);
+        assert!(store.snapshot("10-big").is_empty());
+        let error = store.health()["10-big"].last_error.clone().unwrap();
+        assert!(
+            error.contains("10-big.json") && error.contains(&format!("{} bytes", big.len())) && error.contains("12290"),
+            "{error}"
+        );
+        // Within its cap the same file is read.
+        std::fs::write(&file, &big).unwrap();
+        let store = StateStore::in_dir(dir.path().to_path_buf());
+        store.preload_limited("10-big", 20 << 10);
+        assert_eq!(store.snapshot("10-big").get("k").map(str::len), Some(20_000));
+        assert_eq!(max_file_bytes(0), 2);
+        // The bound holds for the worst JSON a state can become.
+        let mut worst = StateTxn::new(Arc::default(), 64);
+        for i in 0..8u8 {
+            worst.set(char::from(i + 1).to_string(), "\u{1}".repeat(6)).unwrap();
+        }
+        let store = StateStore::in_memory();
+        store.commit("w", worst.take_writes().unwrap());
+        let json = serde_json::to_vec(&store.snapshot("w").map).unwrap();
+        assert!(json.len() as u64 <= max_file_bytes(64), "{} bytes", json.len());
+    }
+
+    #[test]
+    fn saves_never_write_through_a_name_an_attacker_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let store = StateStore::in_dir(state.clone());
+        let victim = dir.path().join("root-only");
+        std::fs::write(&victim, b"precious").unwrap();
+        // Every name the host used to write through, and the names of the
+        // new scheme up to its (unguessable) random part.
+        let pid = std::process::id();
+        for name in
+            [format!("10-p.json.tmp.{pid}"), format!(".10-p.json.tmp.{pid}.0"), format!(".10-p.json.tmp.{pid}.1")]
+        {
+            std::os::unix::fs::symlink(&victim, state.join(name)).unwrap();
+        }
+        for i in 0..3 {
+            set(&store, "10-p", "n", &i.to_string());
+            store.persist("10-p").unwrap();
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(StateStore::in_dir(state.clone()).snapshot("10-p").get("n"), Some("2"));
+        let temps = names_in(&state)
+            .into_iter()
+            .filter(|n| {
+                n.contains(".tmp.") && !n.ends_with(&format!(".{pid}")) && !n.ends_with(".0") && !n.ends_with(".1")
+            })
+            .count();
+        assert_eq!(temps, 0, "no temporary file is left: {:?}", names_in(&state));
+    }
+
+    #[test]
+    fn the_directory_is_created_private_and_an_open_one_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("a/state");
+        let store = StateStore::in_dir(state.clone());
+        assert_eq!(std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&state).unwrap()) & 0o777, 0o700);
+        set(&store, "10-p", "k", "v");
+        store.persist("10-p").unwrap();
+        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let store = StateStore::in_dir(state.clone());
+        assert!(store.snapshot("10-p").is_empty(), "not read from a directory anyone may write");
+        set(&store, "10-p", "k", "w");
+        let e = store.persist("10-p").unwrap_err().to_string();
+        assert!(e.contains("10-p") && e.contains("writable by group or others"), "{e}");
+        let health = &store.health()["10-p"];
+        assert_eq!((health.failures, health.unsaved), (1, true));
+        assert!(state.join("10-p.json").exists(), "the old file is left alone");
+    }
+
+    /// A volume that fills up after `room` bytes, until it is freed.
+    #[derive(Debug)]
+    struct Volume {
+        room: std::sync::atomic::AtomicUsize,
+    }
+
+    impl StateWriter for std::sync::Arc<Volume> {
+        fn write(&self, file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+            use std::io::Write as _;
+            let room = self.room.load(std::sync::atomic::Ordering::SeqCst);
+            file.write_all(&bytes[..bytes.len().min(room)])?;
+            if bytes.len() > room {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_save_is_counted_shown_and_saved_again_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume = std::sync::Arc::new(Volume { room: usize::MAX.into() });
+        let store = StateStore::in_dir_with(dir.path().to_path_buf(), Box::new(volume.clone()));
+        for i in 1..=2 {
+            set(&store, "10-count", "n", &i.to_string());
+            store.persist("10-count").unwrap();
+        }
+        volume.room.store(5, std::sync::atomic::Ordering::SeqCst);
+        for i in 3..=12 {
+            set(&store, "10-count", "n", &i.to_string());
+            let e = store.persist("10-count").unwrap_err().to_string();
+            assert!(e.contains("10-count") && e.contains("10-count.json") && e.contains("No space left"), "{e}");
+        }
+        let health = store.health()["10-count"].clone();
+        assert_eq!((health.failures, health.unsaved), (10, true));
+        assert!(health.last_error.unwrap().contains("No space left"));
+        assert_eq!(store.snapshot("10-count").get("n"), Some("12"), "the committed state is kept in memory");
+        assert_eq!(names_in(dir.path()), ["10-count.json"], "no temporary file piles up");
+        assert_eq!(StateStore::in_dir(dir.path().to_path_buf()).snapshot("10-count").get("n"), Some("2"));
+        // Room again: the next commit saves everything committed.
+        volume.room.store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        set(&store, "10-count", "other", "x");
+        store.persist("10-count").unwrap();
+        let health = store.health()["10-count"].clone();
+        assert_eq!((health.failures, health.unsaved, health.last_error), (10, false, None));
+        assert_eq!(StateStore::in_dir(dir.path().to_path_buf()).snapshot("10-count").get("n"), Some("12"));
+    }
+
+    #[test]
+    fn temporary_files_of_processes_gone_are_removed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        // pid_max is at most 2^22: no process has these ids.
+        for name in [".10-p.json.tmp.99999999.0.0011", "10-p.json.tmp.99999998", &format!(".10-p.json.tmp.{pid}.7.aa")]
+        {
+            std::fs::write(dir.path().join(name), b"{}").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join(".20-q.json.tmp.99999997.0.bb")).unwrap();
+        let _store = StateStore::in_dir(dir.path().to_path_buf());
+        assert_eq!(names_in(dir.path()), [format!(".10-p.json.tmp.{pid}.7.aa")], "a live process's file stays");
+        assert!(std::fs::metadata("/etc/passwd").is_ok());
     }
 }
