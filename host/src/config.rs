@@ -278,13 +278,16 @@ fn plain_types(message: &str) -> String {
     }
 }
 
-/// A TOML error as the operator should see it: the line, the column and
-/// the parser's reason, and never the text of the file (not even the key of
-/// the line: inside a multi-line string, what looks like a key is data). The parser's own rendering quotes the offending line, and serde's
-/// reasons quote the offending value (`invalid type: string "..."`): a
-/// policy's `settings` may hold a secret, which would end up in the log,
-/// in `/status` and in the output of `config check`.
-pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
+/// A TOML error as the operator should see it: the line, the column, the
+/// key of that line if it is one of `known` (a name the host defines, so
+/// never data), and the parser's reason; never the text of the file. The
+/// parser's own rendering quotes the offending line, and serde's reasons
+/// quote the offending value (`invalid type: string "..."`): a policy's
+/// `settings` may hold a secret, which would end up in the log, in
+/// `/status` and in the output of `config check`. Only known keys are
+/// named because what looks like a key may be a line inside a multi-line
+/// string.
+pub fn toml_error(text: &str, error: &toml::de::Error, known: &[&str]) -> String {
     let reason = without_values(&plain_types(error.message()));
     let Some(at) = error.span().map(|s| s.start.min(text.len())) else { return reason };
     let before = &text.as_bytes()[..at];
@@ -292,7 +295,20 @@ pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
     let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     // Characters, or bytes if the span is not on a character boundary.
     let column = text.get(line_start..at).map_or(at - line_start, |s| s.chars().count()) + 1;
-    format!("line {line}, column {column}: {reason}")
+    let key = text
+        .get(line_start..)
+        .and_then(|rest| rest.split('\n').next()?.split_once('='))
+        .map(|(key, _)| key.trim().replace('_', "-"))
+        .filter(|key| known.contains(&key.as_str()));
+    match key {
+        Some(key) => format!("line {line}, column {column}, key {key}: {reason}"),
+        None => format!("line {line}, column {column}: {reason}"),
+    }
+}
+
+/// Every key and table name of the configuration file.
+fn config_keys() -> Vec<&'static str> {
+    TABLES.iter().flat_map(|(table, keys)| keys.iter().copied().chain(table.split('.'))).collect()
 }
 
 /// serde's reasons without the value they quote: `invalid type: string
@@ -334,8 +350,10 @@ impl Config {
 
     /// Parses and validates configuration text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_path_buf(), message: toml_error(text, &e) })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            message: toml_error(text, &e, &config_keys()),
+        })?;
         config.check().map_err(|message| ConfigError::Invalid {
             path: origin.to_path_buf(),
             line: line_of(text, &message),
@@ -490,7 +508,7 @@ mod tests {
                 let documented = row.split('|').nth(2).unwrap().trim().trim_matches('`');
                 // The cache's default depends on the user; the table shows root's.
                 let root_cache = toml::Value::from(crate::policy::engine::ROOT_CACHE_DIR);
-                let value = if (table, *key) == ("engine", "cache-dir") {
+                let value = if (table, key) == ("engine", "cache-dir") {
                     Some(&root_cache)
                 } else {
                     values.and_then(|t| t.get(key))

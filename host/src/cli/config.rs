@@ -150,7 +150,7 @@ mod tests {
             ("[logging]\nlevel = \"loud\"\n", &[], &["[logging] level", "line 2"]),
             ("[engine]\npoolng = true\n", &[], &["line 2", "poolng", "pooling"]),
             ("[nope]\n", &[], &["line 1", "nope", "plugin"]),
-            ("plugin = 3\n", &[], &["line 1, column 10", "expected a table"]),
+            ("plugin = 3\n", &[], &["line 1, column 10, key plugin", "expected a table"]),
             ("[plugin\n", &[], &["line 1"]),
             (
                 "[policies]\ndir = \"$POLICIES\"\n",

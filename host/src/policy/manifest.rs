@@ -144,6 +144,24 @@ pub fn policy_stem(file_name: &str, ext: &str) -> Option<String> {
     ok.then(|| stem.to_string())
 }
 
+/// The keys of a settings file (named in its errors; never their values).
+const POLICY_KEYS: &[&str] = &[
+    "on-error",
+    "on-conflict",
+    "mode",
+    "settings",
+    "limits",
+    "sha256",
+    "fuel",
+    "timeout-ms",
+    "memory-mib",
+    "table-elements",
+    "instances",
+    "tables",
+    "memories",
+    "state-kib",
+];
+
 /// Most bytes of a settings file.
 const MAX_SETTINGS_BYTES: u64 = 1 << 20;
 
@@ -181,7 +199,7 @@ pub fn read_spec(
             toml::from_str::<PolicyFile>(&text).map_err(|e| SpecError::Settings {
                 policy: name.into(),
                 path: path.to_path_buf(),
-                reason: super::clip::guest_text(&crate::config::toml_error(&text, &e), 512),
+                reason: super::clip::guest_text(&crate::config::toml_error(&text, &e, POLICY_KEYS), 512),
             })?
         }
     };
