@@ -267,11 +267,77 @@ fn check_log_filter(filter: &str) -> Result<(), String> {
 
 /// serde names Rust types in its messages; an operator reads TOML.
 fn plain_types(message: &str) -> String {
-    [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]
+    let message = [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]
         .iter()
         .fold(message.to_string(), |m, (rust, toml)| {
             m.replace(&format!("expected {rust}"), &format!("expected {toml}"))
-        })
+        });
+    match message.split_once("expected struct ") {
+        Some((before, _)) => format!("{before}expected a table"),
+        None => message,
+    }
+}
+
+/// A TOML error as the operator should see it: the line, the column, the
+/// key of that line if it is one of `known` (a name the host defines, so
+/// never data), and the parser's reason; never the text of the file. The
+/// parser's own rendering quotes the offending line, and serde's reasons
+/// quote the offending value (`invalid type: string "..."`): a policy's
+/// `settings` may hold a secret, which would end up in the log, in
+/// `/status` and in the output of `config check`. Only known keys are
+/// named because what looks like a key may be a line inside a multi-line
+/// string.
+pub fn toml_error(text: &str, error: &toml::de::Error, known: &[&str]) -> String {
+    let reason = without_values(&plain_types(error.message()));
+    let Some(at) = error.span().map(|s| s.start.min(text.len())) else { return reason };
+    let before = &text.as_bytes()[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    // Characters, or bytes if the span is not on a character boundary.
+    let column = text.get(line_start..at).map_or(at - line_start, |s| s.chars().count()) + 1;
+    let key = text
+        .get(line_start..)
+        .and_then(|rest| rest.split('\n').next()?.split_once('='))
+        .map(|(key, _)| key.trim().replace('_', "-"))
+        .filter(|key| known.contains(&key.as_str()));
+    match key {
+        Some(key) => format!("line {line}, column {column}, key {key}: {reason}"),
+        None => format!("line {line}, column {column}: {reason}"),
+    }
+}
+
+/// Every key and table name of the configuration file.
+fn config_keys() -> Vec<&'static str> {
+    TABLES.iter().flat_map(|(table, keys)| keys.iter().copied().chain(table.split('.'))).collect()
+}
+
+/// serde's reasons without the value they quote: `invalid type: string
+/// "...", expected ...` becomes `invalid type: a string, expected ...`,
+/// and `unknown variant `...``, `unknown variant`.
+fn without_values(reason: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = reason.strip_prefix(prefix) {
+            let what = [
+                ("string", "a string"),
+                ("integer", "an integer"),
+                ("floating point", "a floating-point number"),
+                ("boolean", "a boolean"),
+                ("character", "a character"),
+            ]
+            .iter()
+            .find(|(kind, _)| rest.starts_with(kind))
+            .map(|(_, plain)| *plain);
+            if let Some(what) = what {
+                let expected = rest.rfind(", expected ").map_or("", |i| &rest[i..]);
+                return format!("{prefix}{what}{expected}");
+            }
+        }
+    }
+    if let Some(rest) = reason.strip_prefix("unknown variant `") {
+        let expected = rest.rfind("`, expected ").map_or("", |i| &rest[i + 1..]);
+        return format!("unknown variant{expected}");
+    }
+    reason.to_string()
 }
 
 impl Config {
@@ -284,8 +350,10 @@ impl Config {
 
     /// Parses and validates configuration text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_path_buf(), message: plain_types(&e.to_string()) })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            message: toml_error(text, &e, &config_keys()),
+        })?;
         config.check().map_err(|message| ConfigError::Invalid {
             path: origin.to_path_buf(),
             line: line_of(text, &message),
@@ -385,6 +453,27 @@ mod tests {
         assert!(e.contains("register-timeout-ms"), "{e}");
     }
 
+    /// A syntax or type error says where it is and why, never what the line
+    /// says: Config::load names the file, line and column.
+    #[test]
+    fn toml_errors_locate_without_echoing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nri-wasm.toml");
+        std::fs::write(&path, "[plugin]\nname = \"x\"\n[runtime]\nsocket = \"/run/hunter2-secret.sock\n").unwrap();
+        let e = Config::load(&path).unwrap_err().to_string();
+        assert!(e.contains("nri-wasm.toml") && e.contains("line 4, column"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        for (text, at, why) in [
+            ("[runtime]\nregister-timeout-ms = \"hunter2\"\n", "line 2, column 23", "invalid type: a string, expected"),
+            ("[logging]\nformat = \"hunter2\"\n", "line 2, column 10", "unknown variant, expected `text` or `json`"),
+            ("[logging]\n  level = 'é' 'hunter2'\n", "line 2, column 15", ""),
+            ("[plugin]\nindex = 3.5\n", "line 2, column 9", "invalid type: a floating-point number, expected"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(at) && e.contains(why) && !e.contains("hunter2") && !e.contains("3.5"), "{text:?}: {e}");
+        }
+    }
+
     #[test]
     fn the_readme_example_is_a_valid_configuration() {
         let readme = include_str!("../../README.md");
@@ -417,7 +506,14 @@ mod tests {
                     .find(|l| l.starts_with(&format!("| `{key}` |")))
                     .unwrap_or_else(|| panic!("[{table}] {key} is not documented"));
                 let documented = row.split('|').nth(2).unwrap().trim().trim_matches('`');
-                match values.and_then(|t| t.get(key)) {
+                // The cache's default depends on the user; the table shows root's.
+                let root_cache = toml::Value::from(crate::policy::engine::ROOT_CACHE_DIR);
+                let value = if (table, key) == ("engine", "cache-dir") {
+                    Some(&root_cache)
+                } else {
+                    values.and_then(|t| t.get(key))
+                };
+                match value {
                     Some(value) => assert_eq!(documented, value.to_string(), "[{table}] {key}: documented default"),
                     None => assert_eq!(documented, "none", "[{table}] {key} has no default"),
                 }
@@ -456,6 +552,17 @@ mod tests {
         let e = parse("[engine]\npoolng = true\n").unwrap_err().to_string();
         assert!(e.contains("poolng"), "{e}");
         assert_eq!(parse("[engine]\nwarm-policies = 16\n").unwrap().engine.warm_policies, 16);
+        // The compile cache: on by default, in the same place whether or not
+        // [engine] is there; "" turns it off, and reads back as off.
+        let default = crate::policy::engine::default_cache_dir();
+        assert!(default.is_some(), "a user with a home has a default cache");
+        assert_eq!(parse("").unwrap().engine.cache_dir, default);
+        assert_eq!(parse("[engine]\npooling = true\n").unwrap().engine.cache_dir, default);
+        let off = parse("[engine]\ncache-dir = \"\"\n").unwrap();
+        assert_eq!(off.engine.cache_dir, None);
+        assert_eq!(parse(&off.to_toml()).unwrap().engine.cache_dir, None, "{}", off.to_toml());
+        let e = parse("[engine]\ncache-dir = \"cache\"\n").unwrap_err().to_string();
+        assert!(e.contains("cache-dir") && e.contains("absolute") && e.contains("line 2"), "{e}");
         let e = parse("[engine]\nwarm-policies = 0\n").unwrap_err().to_string();
         assert!(e.contains("warm-policies"), "{e}");
     }

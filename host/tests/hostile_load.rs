@@ -75,11 +75,14 @@ fn policy(dir: &Path, name: &str, wasm: &str, toml: &str) {
     std::fs::write(dir.join(format!("{name}.toml")), toml).unwrap();
 }
 
+/// The host's configuration; `extra` adds keys to `[engine]`. No compile
+/// cache: every load compiles, as the attacks need, and the default cache
+/// directory of the machine is left alone.
 fn config(dir: &Path, socket: &Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("config.toml");
     let text = format!(
         "[runtime]\nsocket = {socket:?}\nreconnect-initial-ms = 50\nreconnect-max-ms = 200\n\
-         [metrics]\naddress = \"\"\n[policies]\ndir = {:?}\n{extra}",
+         [metrics]\naddress = \"\"\n[policies]\ndir = {:?}\n[engine]\ncache-dir = \"\"\n{extra}",
         dir.join("policies")
     );
     std::fs::write(&path, text).unwrap();
@@ -220,7 +223,7 @@ async fn a_compiler_bomb_is_refused_within_bounds() {
     policy(&policies, "50-annotate", guests::ANNOTATE, "settings = \"after\"\non-error = \"fail\"\n");
     let socket = dir.path().join("nri.sock");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
-    let extra = "[engine]\ncompile-memory-mib = 256\ncompile-timeout-ms = 120000\nmax-component-mib = 6\n";
+    let extra = "compile-memory-mib = 256\ncompile-timeout-ms = 120000\nmax-component-mib = 6\n";
     let mut host = Host::start(&config(dir.path(), &socket, extra));
     // The bomb is mandatory: creation fails while it loads, then with why it did not.
     let conn = connect(&sim).await;

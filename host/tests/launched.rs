@@ -9,12 +9,22 @@ use std::time::Duration;
 use nri_sim::workload::Workload;
 use nri_sim::{PluginConn, RuntimeProfile};
 
+/// A configuration without a compile cache, so that the test leaves the
+/// machine's default cache directory alone (the only key it sets).
+fn no_cache_config(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, "[engine]\ncache-dir = \"\"\n").unwrap();
+    path
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_launched_plugin_uses_the_inherited_socket_and_exits_when_it_closes() {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let theirs_fd = theirs.as_raw_fd();
+    let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nri-wasm"));
     cmd.env_clear()
+        .env("NRI_WASM_CONFIG", no_cache_config(&dir))
         .env("NRI_PLUGIN_SOCKET", "3")
         .env("NRI_PLUGIN_NAME", "launched")
         .env("NRI_PLUGIN_IDX", "07")
@@ -59,8 +69,10 @@ async fn runtime_launched_plugin_uses_the_inherited_socket_and_exits_when_it_clo
 
 #[test]
 fn a_non_socket_fd_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
         .env_clear()
+        .env("NRI_WASM_CONFIG", no_cache_config(&dir))
         .env("NRI_PLUGIN_SOCKET", "0")
         .stdin(Stdio::null())
         .output()

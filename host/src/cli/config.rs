@@ -150,7 +150,7 @@ mod tests {
             ("[logging]\nlevel = \"loud\"\n", &[], &["[logging] level", "line 2"]),
             ("[engine]\npoolng = true\n", &[], &["line 2", "poolng", "pooling"]),
             ("[nope]\n", &[], &["line 1", "nope", "plugin"]),
-            ("plugin = 3\n", &[], &["line 1", "plugin"]),
+            ("plugin = 3\n", &[], &["line 1, column 10, key plugin", "expected a table"]),
             ("[plugin\n", &[], &["line 1"]),
             (
                 "[policies]\ndir = \"$POLICIES\"\n",
@@ -172,6 +172,24 @@ mod tests {
                 assert!(err.contains(w), "{text:?}: {w:?} missing from the error:\n{err}");
             }
         }
+    }
+
+    /// A syntax error in the configuration or in a policy's settings file
+    /// names the file, the line and the column, and never prints the line:
+    /// it may hold a secret.
+    #[test]
+    fn syntax_errors_point_at_the_line_without_printing_it() {
+        let (code, out, err) = run("[plugin]\nname = \"hunter2-secret\n", &[]);
+        assert_eq!(code, 1);
+        assert!(err.contains("config.toml") && err.contains("line 2, column"), "{err}");
+        assert!(!err.contains("hunter2") && !out.contains("hunter2"), "{err}{out}");
+        let (code, out, err) = run(
+            "[policies]\ndir = \"$POLICIES\"\n",
+            &[("10-a.wasm", "x"), ("10-a.toml", "mode = \"audit\"\nsettings = { token = \"hunter2-secret }\n")],
+        );
+        assert_eq!(code, 1);
+        assert!(err.contains("10-a.toml") && err.contains("line 2, column"), "{err}");
+        assert!(!err.contains("hunter2") && !out.contains("hunter2"), "{err}{out}");
     }
 
     #[test]

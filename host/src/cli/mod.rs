@@ -217,7 +217,12 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
     unsafe { transport::claim_inherited(|k| std::env::var(k).ok()) }?;
     let format = cli.log_format.unwrap_or(LogFormat::Text);
     match cli.command {
-        None => serve(&cli.log, cli.log_format, RunArgs::default()),
+        // Launched by the runtime, without arguments: the environment may
+        // still name a configuration file, as it may for `run`.
+        None => {
+            let config = std::env::var_os("NRI_WASM_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
+            serve(&cli.log, cli.log_format, RunArgs { config, ..RunArgs::default() })
+        }
         Some(Command::Run(args)) => serve(&cli.log, cli.log_format, args),
         #[cfg(feature = "demo")]
         Some(Command::Demo(args)) => {

@@ -63,6 +63,9 @@ pub struct EngineSettings {
     /// Directory for compiled policies, so that a restart or reload does not
     /// compile unchanged components again. Must be owned by the host's user
     /// and writable by no one else: its files are loaded as native code.
+    /// On by default ([`default_cache_dir`]); `""` in the file (`None`)
+    /// turns it off.
+    #[serde(deserialize_with = "cache_dir::read", serialize_with = "cache_dir::write")]
     pub cache_dir: Option<PathBuf>,
     /// Largest size of the cache directory; unused entries past it are removed.
     pub cache_max_mib: u64,
@@ -85,10 +88,56 @@ pub struct EngineSettings {
     pub compile_memory_mib: u64,
 }
 
+/// The compile cache of a host running as root: regenerable data, so under
+/// `/var/cache`, created with mode 0700.
+pub const ROOT_CACHE_DIR: &str = "/var/cache/nri-wasm";
+
+/// Where compiled policies are cached unless `[engine] cache-dir` says
+/// otherwise: [`ROOT_CACHE_DIR`] for root; for another user, private to
+/// that user, `$XDG_CACHE_HOME/nri-wasm` or `~/.cache/nri-wasm`; none if
+/// that user has no home.
+///
+/// On by default because a host that restarts (a node reboot, an upgrade
+/// of the DaemonSet, a crash) would otherwise compile every policy again,
+/// which takes seconds to minutes while mandatory policies refuse
+/// containers. The directory is trusted only if it is owned by the host's
+/// user and writable by no one else (`cache.rs`), so a default under a
+/// shared location cannot be planted by someone else.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(PathBuf::from(ROOT_CACHE_DIR));
+    }
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        _ => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
+    };
+    base.is_absolute().then(|| base.join("nri-wasm"))
+}
+
+/// `cache-dir` in the file: a path, or `""` for none.
+mod cache_dir {
+    use std::path::PathBuf;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+        let path = PathBuf::deserialize(d)?;
+        Ok((!path.as_os_str().is_empty()).then_some(path))
+    }
+
+    pub fn write<S: Serializer>(dir: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        match dir {
+            Some(dir) => s.serialize_str(&dir.to_string_lossy()),
+            None => s.serialize_str(""),
+        }
+    }
+}
+
 impl Default for EngineSettings {
     fn default() -> Self {
         Self {
-            cache_dir: None,
+            cache_dir: default_cache_dir(),
             cache_max_mib: 1024,
             pooling: true,
             max_concurrent_calls: 4,
@@ -117,6 +166,12 @@ impl EngineSettings {
             if !(min..=max).contains(&value) {
                 return Err(format!("[engine] {key} {value} must be in {min}..={max}"));
             }
+        }
+        if let Some(dir) = self.cache_dir.as_ref().filter(|d| !d.is_absolute()) {
+            return Err(format!(
+                "[engine] cache-dir {:?} must be an absolute path, or \"\" to compile every policy afresh",
+                dir.display().to_string()
+            ));
         }
         if defaults.memory_mib > self.max_memory_mib {
             return Err(format!(

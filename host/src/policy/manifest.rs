@@ -6,6 +6,7 @@
 //! reported with its path and the offending key, and only that policy is
 //! left out: one mistake must not take the other policies down.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -109,6 +110,10 @@ pub enum SpecError {
     Directory { dir: PathBuf, reason: String },
     #[error("{path}: file name must be NN-name.wasm (two digits, a dash, then [a-zA-Z0-9_.+-])")]
     BadName { path: PathBuf },
+    /// A name that is not UTF-8 cannot be a policy's or a settings file's
+    /// name; it is shown escaped, and the file is left alone.
+    #[error("{}/{name}: file name is not UTF-8 (shown escaped); the file is ignored", dir.display())]
+    NotUtf8 { dir: PathBuf, name: String },
     #[error("{path}: settings file has no policy {wasm} beside it")]
     Orphan { path: PathBuf, wasm: PathBuf },
     /// The policy's settings file cannot be used. Its `on-error` is then
@@ -138,6 +143,24 @@ pub fn policy_stem(file_name: &str, ext: &str) -> Option<String> {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.+-".contains(c));
     ok.then(|| stem.to_string())
 }
+
+/// The keys of a settings file (named in its errors; never their values).
+const POLICY_KEYS: &[&str] = &[
+    "on-error",
+    "on-conflict",
+    "mode",
+    "settings",
+    "limits",
+    "sha256",
+    "fuel",
+    "timeout-ms",
+    "memory-mib",
+    "table-elements",
+    "instances",
+    "tables",
+    "memories",
+    "state-kib",
+];
 
 /// Most bytes of a settings file.
 const MAX_SETTINGS_BYTES: u64 = 1 << 20;
@@ -171,10 +194,12 @@ pub fn read_spec(
         None => PolicyFile::default(),
         Some(path) => {
             let text = read_settings(name, path)?;
+            // Where the file is wrong, never what it says: its settings
+            // may hold a secret.
             toml::from_str::<PolicyFile>(&text).map_err(|e| SpecError::Settings {
                 policy: name.into(),
                 path: path.to_path_buf(),
-                reason: super::clip::guest_text(&e.to_string(), 512),
+                reason: super::clip::guest_text(&crate::config::toml_error(&text, &e, POLICY_KEYS), 512),
             })?
         }
     };
@@ -204,10 +229,24 @@ pub fn read_spec(
     })
 }
 
+/// A file name that is not UTF-8, printable: valid parts as they are, control
+/// characters escaped, every other byte as `\xNN`.
+fn escaped(name: &std::ffi::OsStr) -> String {
+    let mut out = String::new();
+    for chunk in name.as_bytes().utf8_chunks() {
+        out.extend(chunk.valid().chars().flat_map(|c| c.escape_debug()));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 /// Finds every policy in `dir`, in chain order. Returns the usable specs and
 /// the problems found; a problem leaves out only the policy it concerns.
-/// Hidden entries (a ConfigMap volume's `..data`) are skipped; anything else
-/// named like a policy is a policy, whatever kind of file it is (the load
+/// Hidden entries (a ConfigMap volume's `..data`) are skipped; a name that
+/// is not UTF-8 is reported (someone meant something by that file); anything
+/// else named like a policy is a policy, whatever kind of file it is (the load
 /// says what is wrong with it).
 pub fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
     let mut specs = Vec::new();
@@ -219,11 +258,17 @@ pub fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
             return (specs, errors);
         }
     };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| !n.starts_with('.'))
-        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let file_name = entry.file_name();
+        if file_name.as_bytes().starts_with(b".") {
+            continue;
+        }
+        match file_name.into_string() {
+            Ok(name) => names.push(name),
+            Err(raw) => errors.push(SpecError::NotUtf8 { dir: dir.to_path_buf(), name: escaped(&raw) }),
+        }
+    }
     names.sort();
     for file_name in &names {
         let path = dir.join(file_name);
@@ -323,6 +368,47 @@ mod tests {
         let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["10-dir", "20-zero"], "the load reports what they are");
         assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_reported_escaped() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("10-ok.wasm"), "").unwrap();
+        let bad = std::ffi::OsStr::from_bytes(b"20-caf\xe9\n.wasm");
+        std::fs::write(dir.path().join(bad), "").unwrap();
+        std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(b".hidden-\xff")), "").unwrap();
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        assert_eq!(specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["10-ok"]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let msg = errors[0].to_string();
+        assert!(msg.contains(r"20-caf\xe9\n.wasm") && msg.contains("not UTF-8"), "{msg}");
+        assert!(!msg.contains('\n'), "the name's newline is escaped: {msg}");
+        assert_eq!(errors[0].policy(), None);
+    }
+
+    /// A broken line of a settings file is located, never echoed: the
+    /// settings may be a secret.
+    #[test]
+    fn a_broken_settings_file_is_located_without_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |n: &str, s: &str| std::fs::write(dir.path().join(n), s).unwrap();
+        w("10-x.wasm", "");
+        w("10-x.toml", "on-error = \"fail\"\nsettings = \"hunter2-token\n");
+        w("20-y.wasm", "");
+        w("20-y.toml", "[limits]\nfuel = \"hunter3-token\"\n");
+        w("30-z.wasm", "");
+        w("30-z.toml", "mode = \"hunter4-token\"\n");
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        assert!(specs.is_empty());
+        let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(msgs.len(), 3, "{msgs:?}");
+        for (m, at) in msgs.iter().zip(["line 2, column", "line 2, column 8", "line 1, column 8"]) {
+            assert!(!m.contains("hunter"), "the settings file's text is echoed: {m}");
+            assert!(m.contains(at), "{at:?} missing: {m}");
+        }
+        assert!(msgs[1].contains("invalid type: a string, expected"), "{}", msgs[1]);
+        assert!(msgs[2].contains("unknown variant, expected"), "{}", msgs[2]);
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! The stream never refuses a write: WASI's own memory pipe reports a full
 //! buffer as a closed stream, which a Rust guest turns into a panic, so a
 //! chatty policy would be failed for logging too much.
+//!
+//! Each line a guest wrote (and each line it hands to `host.log`) becomes a
+//! host log record with a fixed message and the guest's text in a field
+//! (`guest_output`, `guest_log`). With the guest's text as the message, a
+//! line such as `ERROR nri_wasm::nri: registration refused` would read, in
+//! a text log, as the host's own record; as a field it is quoted and
+//! escaped after the policy's name.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -16,8 +23,42 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+
+use super::clip;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+
+/// Which of a guest's streams a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Logs one line a guest wrote to stdout (info) or stderr (warn): the
+/// message is fixed, the line is the `guest_output` field, clipped to one
+/// escaped line.
+pub fn log_output(policy: &str, event: &str, stream: Stream, line: &str) {
+    let text = clip::guest_text(line, clip::MAX_LOG_LINE_BYTES);
+    let text = text.as_str();
+    match stream {
+        Stream::Stdout => tracing::info!(policy, event, stream = "stdout", guest_output = text, "policy output"),
+        Stream::Stderr => tracing::warn!(policy, event, stream = "stderr", guest_output = text, "policy output"),
+    }
+}
+
+/// Logs one line a guest handed to `host.log` at its level: the message
+/// is fixed, the line is the `guest_log` field, clipped to one escaped line.
+pub fn log_message(policy: &str, level: tracing::Level, line: &str) {
+    let text = clip::guest_text(line, clip::MAX_LOG_LINE_BYTES);
+    let text = text.as_str();
+    match level {
+        tracing::Level::ERROR => tracing::error!(policy, guest_log = text, "policy log"),
+        tracing::Level::WARN => tracing::warn!(policy, guest_log = text, "policy log"),
+        tracing::Level::INFO => tracing::info!(policy, guest_log = text, "policy log"),
+        _ => tracing::debug!(policy, guest_log = text, "policy log"),
+    }
+}
 
 /// Most bytes a guest may hand over in one write.
 const WRITE_PERMIT: usize = 64 << 10;
@@ -126,6 +167,71 @@ impl tokio::io::AsyncWrite for GuestOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Log records written while `work` runs, in the text format (no
+    /// colours) or as JSON.
+    fn captured(json: bool, work: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = {
+            let sink = sink.clone();
+            move || sink.clone()
+        };
+        let builder =
+            tracing_subscriber::fmt().with_writer(writer).with_ansi(false).with_max_level(tracing::Level::DEBUG);
+        if json {
+            tracing::subscriber::with_default(builder.json().finish(), work);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), work);
+        }
+        let bytes = sink.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// A guest's line cannot pass for a host record: the record's message
+    /// is fixed and the text is a quoted, escaped field.
+    #[test]
+    fn guest_lines_are_a_field_of_a_fixed_message() {
+        let forged = "ERROR nri_wasm::nri: registration refused\nINFO forged second record";
+        let text = captured(false, || {
+            log_output("10-chatty", "CreateContainer", Stream::Stdout, forged);
+            log_output("10-chatty", "CreateContainer", Stream::Stderr, forged);
+            log_message("10-chatty", tracing::Level::ERROR, forged);
+        });
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        for (line, (level, message, field)) in lines.iter().zip([
+            ("INFO", "policy output", "guest_output"),
+            ("WARN", "policy output", "guest_output"),
+            ("ERROR", "policy log", "guest_log"),
+        ]) {
+            let after_target = line.split_once("nri_wasm::policy::output: ").map(|(_, rest)| rest).unwrap_or("");
+            assert!(line.contains(level) && after_target.starts_with(message), "{line}");
+            assert!(
+                line.contains(&format!(r#"{field}="ERROR nri_wasm::nri: registration refused\\nINFO forged"#)),
+                "{line}"
+            );
+            assert!(line.contains(r#"policy="10-chatty""#), "{line}");
+        }
+        let json = captured(true, || log_output("10-chatty", "CreateContainer", Stream::Stdout, forged));
+        let record: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(record["fields"]["message"], "policy output", "{json}");
+        assert_eq!(
+            record["fields"]["guest_output"], "ERROR nri_wasm::nri: registration refused\\nINFO forged second record",
+            "{json}"
+        );
+        assert_eq!(record["fields"]["stream"], "stdout");
+    }
 
     #[test]
     fn output_past_the_capacity_is_counted_and_dropped_never_refused() {

@@ -23,7 +23,8 @@ const CONTAINER: &str = "nri-wasm";
 const METRICS_PORT: i32 = 9580;
 const METRICS_ADDRESS: &str = "0.0.0.0:9580";
 const SOCKET_DIR: &str = "/var/run/nri";
-const CACHE_DIR: &str = "/var/lib/nri-wasm/cache";
+/// The host's default compile cache as root (the container's uid).
+const CACHE_DIR: &str = nri_wasm::policy::engine::ROOT_CACHE_DIR;
 const STATE_DIR: &str = "/var/lib/nri-wasm/state";
 const CONFIG_TABLES: &[&str] = &["plugin", "runtime", "policies", "engine", "chain", "metrics", "logging"];
 

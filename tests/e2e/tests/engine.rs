@@ -252,8 +252,12 @@ fn garbage_and_wrong_worlds_are_refused() {
 fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserved() {
     // A million concurrent calls of 4 GiB memories: far more address space
     // than any machine has.
-    let settings =
-        EngineSettings { max_concurrent_calls: 1_000_000, max_memory_mib: 4096, ..EngineSettings::default() };
+    let settings = EngineSettings {
+        max_concurrent_calls: 1_000_000,
+        max_memory_mib: 4096,
+        cache_dir: None,
+        ..EngineSettings::default()
+    };
     let engine = PolicyEngine::new(&settings).expect("the engine still starts");
     assert!(matches!(engine.allocator(), Allocator::OnDemand(why) if !why.is_empty()), "{:?}", engine.allocator());
     let f = facts();
@@ -264,5 +268,6 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
         .unwrap()
         .is_ok());
     // The default settings get the pool.
-    assert_eq!(PolicyEngine::new(&EngineSettings::default()).unwrap().allocator(), &Allocator::Pooling);
+    let defaults = EngineSettings { cache_dir: None, ..EngineSettings::default() };
+    assert_eq!(PolicyEngine::new(&defaults).unwrap().allocator(), &Allocator::Pooling);
 }

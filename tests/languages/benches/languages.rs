@@ -39,7 +39,7 @@ const SETTINGS: &str = r#"{
 
 /// An engine without a cache, to time compiling.
 fn uncached_engine() -> Arc<PolicyEngine> {
-    let settings = EngineSettings { compile_timeout_ms: 600_000, ..EngineSettings::default() };
+    let settings = EngineSettings { cache_dir: None, compile_timeout_ms: 600_000, ..EngineSettings::default() };
     Arc::new(PolicyEngine::new(&settings).expect("engine"))
 }
 
