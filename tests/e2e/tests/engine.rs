@@ -64,8 +64,13 @@ fn compiled_components_are_cached_and_reused() {
     let s = spec("10-noop", guests::NOOP, "", Limits::default());
     let first = PolicyEngine::new(&settings).unwrap();
     first.load(&s, &f).unwrap();
-    let cached: Vec<_> = std::fs::read_dir(dir.path().join("cache")).unwrap().collect();
-    assert_eq!(cached.len(), 1, "one artifact per component");
+    // Beside each artifact (`.cwasm`) the cache keeps the subscription the
+    // policy's `configure` returned (`.sub`, see `policy/known.rs`).
+    let artifacts = || -> Vec<std::path::PathBuf> {
+        let entries = std::fs::read_dir(dir.path().join("cache")).unwrap();
+        entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "cwasm")).collect()
+    };
+    assert_eq!(artifacts().len(), 1, "one artifact per component");
     // A new engine (a restart) loads from the cache and works.
     let second = PolicyEngine::new(&settings).unwrap();
     let p = second.load(&s, &f).unwrap();
@@ -73,8 +78,7 @@ fn compiled_components_are_cached_and_reused() {
     assert!(r.outcome.unwrap().is_ok());
     // A corrupt artifact is ignored, not trusted.
     drop((p, second, first));
-    let entry = std::fs::read_dir(dir.path().join("cache")).unwrap().next().unwrap().unwrap().path();
-    std::fs::write(&entry, b"garbage").unwrap();
+    std::fs::write(&artifacts()[0], b"garbage").unwrap();
     PolicyEngine::new(&settings).unwrap().load(&s, &f).unwrap();
 }
 
