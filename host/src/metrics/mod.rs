@@ -97,7 +97,8 @@ pub struct PolicyStatus {
     /// next commit saves it again.
     #[serde(default)]
     pub state_unsaved: bool,
-    /// Why the last save (or the read of its state file) failed, if it did.
+    /// Why the last save failed, if it did; otherwise why its state file
+    /// was not read when it was installed, if it was not.
     #[serde(default)]
     pub state_error: String,
 }
@@ -107,7 +108,8 @@ impl PolicyStatus {
         if let Some(h) = health {
             self.state_save_failures = h.failures;
             self.state_unsaved = h.unsaved;
-            self.state_error = h.last_error.clone().unwrap_or_default();
+            // A failing save first: it is what is at risk now.
+            self.state_error = h.last_error.clone().or_else(|| h.load_error.clone()).unwrap_or_default();
         }
         self
     }

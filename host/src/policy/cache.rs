@@ -567,6 +567,9 @@ mod tests {
         assert_ne!(A.key(), other_engine.key(), "the engine is part of the name");
     }
 
+    /// What a tampered entry must be rejected for.
+    type Expect = fn(&Rejected) -> bool;
+
     /// Writes `bytes` as the entry of `binding`, as an attacker with the
     /// host's uid would.
     fn plant(cache: &Cache, binding: &Binding, bytes: &[u8]) {
@@ -592,7 +595,7 @@ mod tests {
         assert!(cache.get("10-a", &A).is_none());
         assert!(!cache.path(&A.key()).exists(), "a rejected entry is removed");
 
-        let mut cases: Vec<(&str, Vec<u8>, fn(&Rejected) -> bool)> = vec![
+        let mut cases: Vec<(&str, Vec<u8>, Expect)> = vec![
             ("empty", Vec::new(), |e| matches!(e, Rejected::Short(0))),
             ("truncated header", a[..50].to_vec(), |e| matches!(e, Rejected::Short(50))),
             ("truncated code", a[..a.len() - 1].to_vec(), |e| matches!(e, Rejected::Length { .. })),

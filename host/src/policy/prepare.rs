@@ -5,7 +5,8 @@
 //!    larger than `max-component-mib`; its SHA-256 against a pin if the
 //!    operator set one; owner and mode if `strict-permissions` is on;
 //! 2. inspect (`inspect.rs`): header, component, imports, exports, structure;
-//! 3. compile within bounds (`compile.rs`), or take it from the cache;
+//! 3. compile within bounds (`compile.rs`), or take it from the cache if an
+//!    entry there is authenticated and bound to exactly these bytes (`cache.rs`);
 //! 4. link against the host's interfaces and check the world's types;
 //! 5. run `configure` with the policy's settings: its subscription.
 //!

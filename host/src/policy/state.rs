@@ -216,8 +216,11 @@ pub fn max_file_bytes(state_bytes: usize) -> u64 {
 pub struct SaveHealth {
     /// Saves that failed since the host started.
     pub failures: u64,
-    /// The error of the last failed save or read, if the last attempt failed.
+    /// The error of the last save, if it failed.
     pub last_error: Option<String>,
+    /// Why its state file was not read when the policy was installed, if
+    /// it was not (the policy started empty; the file was moved aside).
+    pub load_error: Option<String>,
     /// Committed state that is not on disk yet.
     pub unsaved: bool,
 }
@@ -230,6 +233,7 @@ struct Slot {
     persisted: u64,
     failures: u64,
     last_error: Option<String>,
+    load_error: Option<String>,
 }
 
 /// Writes the bytes of a state file; a seam for tests (a full volume).
@@ -372,7 +376,7 @@ impl StateStore {
         let mut slots = self.slots.lock().expect("state lock");
         let slot = slots.entry(policy.to_string()).or_insert_with(|| Slot {
             committed: read,
-            last_error: error,
+            load_error: error,
             ..Slot::default()
         });
         slot.committed.clone()
@@ -501,6 +505,7 @@ impl StateStore {
                 let health = SaveHealth {
                     failures: slot.failures,
                     last_error: slot.last_error.clone(),
+                    load_error: slot.load_error.clone(),
                     unsaved: self.dir.is_some() && slot.persisted < slot.version,
                 };
                 (name.clone(), health)
@@ -684,7 +689,7 @@ mod tests {
         for (policy, what) in [("10-zero", "a symbolic link"), ("20-link", "a symbolic link"), ("30-fifo", "a FIFO")] {
             store.preload(policy);
             assert!(store.snapshot(policy).is_empty(), "{policy}");
-            let error = store.health()[policy].last_error.clone().unwrap();
+            let error = store.health()[policy].load_error.clone().unwrap();
             assert!(
                 error.contains(policy) && error.contains(&format!("{policy}.json")) && error.contains(what),
                 "{error}"
@@ -709,7 +714,7 @@ mod tests {
         // state-kib 1: at most 12 KiB and 2 bytes of file.
         store.preload_limited("10-big", 1024);
         assert!(store.snapshot("10-big").is_empty());
-        let error = store.health()["10-big"].last_error.clone().unwrap();
+        let error = store.health()["10-big"].load_error.clone().unwrap();
         assert!(
             error.contains("10-big.json") && error.contains(&format!("{} bytes", big.len())) && error.contains("12290"),
             "{error}"
