@@ -90,7 +90,7 @@ impl Host {
         while Instant::now() < deadline {
             let found = self.log.lock().unwrap().iter().find_map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                (v["fields"]["message"].as_str()? == message).then_some(v)
+                (field(&v, "message") == message).then_some(v)
             });
             if let Some(v) = found {
                 return v;
@@ -102,12 +102,17 @@ impl Host {
 
     fn endpoint(&self) -> SocketAddr {
         let v = self.record("metrics and health endpoint listening");
-        v["fields"]["address"].as_str().unwrap().parse().unwrap()
+        field(&v, "address").parse().unwrap()
     }
 
     fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).map_or(0, |d| d.count())
     }
+}
+
+/// A field of a JSON log record (flattened or under `fields`).
+fn field<'a>(record: &'a serde_json::Value, name: &str) -> &'a str {
+    record.get(name).or_else(|| record["fields"].get(name)).and_then(|v| v.as_str()).unwrap_or_default()
 }
 
 fn config(dir: &Path, socket: &Path) -> PathBuf {
@@ -174,6 +179,7 @@ async fn probe_rounds(addr: SocketAddr, rounds: usize, ready: u16) {
     .unwrap();
     for (path, want, result) in results {
         let (code, took) = result.unwrap_or_else(|e| panic!("{path} was not answered: {e}"));
+        eprintln!("{path}: {code} in {took:?}");
         assert_eq!(code, want, "{path}");
         assert!(took < PROBE_LIMIT, "{path} took {took:?} (the limit is {PROBE_LIMIT:?})");
     }
@@ -331,7 +337,41 @@ async fn health_probes_answer_within_a_second_when_the_host_is_out_of_descriptor
     // The limit that fired is the descriptors': accept failed, was logged
     // once, and the host shed idle connections to go on.
     let failed = host.record("metrics endpoint: accepting connections failed (idle ones are shed, or it backs off)");
-    let error = failed["fields"]["error"].as_str().unwrap_or_default();
+    let error = field(&failed, "error");
     assert!(error.contains("Too many open files"), "{failed}");
     assert!(attack.shed.load(Ordering::Relaxed) > 0, "no idle connection was shed");
+}
+
+/// What an operator reads about a broken settings file (`/status`, the
+/// log) locates the mistake and never repeats the file's text, which may
+/// hold a secret; a policy file whose name is not UTF-8 is reported, not
+/// skipped in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_settings_file_and_a_name_that_is_not_utf8_are_reported_without_the_text() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let config = config(dir.path(), &socket);
+    let policies = dir.path().join("policies");
+    std::fs::write(policies.join("10-x.wasm"), b"not loaded: its settings fail first").unwrap();
+    std::fs::write(policies.join("10-x.toml"), "mode = \"audit\"\nsettings = \"hunter2-token\n").unwrap();
+    std::fs::write(policies.join(std::ffi::OsStr::from_bytes(b"20-caf\xe9.wasm")), b"").unwrap();
+    let host = Host::start(&config, None);
+    let addr = host.endpoint();
+    let mut reason = String::new();
+    for _ in 0..300 {
+        let (_, body) = nri_wasm::metrics::get(addr, "/status").await.unwrap();
+        let status: nri_wasm::metrics::HostStatus = serde_json::from_str(&body).unwrap();
+        if let Some(p) = status.policies.iter().find(|p| p.name == "10-x" && p.status == "failed") {
+            reason = p.reason.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reason.contains("10-x.toml") && reason.contains("line 2, column"), "/status: {reason:?}");
+    assert!(!reason.contains("hunter2"), "/status repeats the settings: {reason}");
+    let problem = host.record("policy directory problem");
+    assert!(field(&problem, "error").contains(r"20-caf\xe9.wasm: file name is not UTF-8"), "{problem}");
+    let log = host.log.lock().unwrap().join("\n");
+    assert!(log.contains("line 2, column") && !log.contains("hunter2"), "the log repeats the settings: {log}");
 }
