@@ -24,6 +24,8 @@ use nri_wasm_components::guests;
 struct Host {
     child: Child,
     log: Option<std::thread::JoinHandle<String>>,
+    /// What the host has logged so far.
+    so_far: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Drop for Host {
@@ -47,13 +49,33 @@ impl Host {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start nri-wasm");
-        let mut stderr = child.stderr.take().expect("piped stderr");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let so_far = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let shared = so_far.clone();
         let log = std::thread::spawn(move || {
-            let mut text = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut stderr, &mut text);
-            String::from_utf8_lossy(&text).into_owned()
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut text = shared.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+            shared.lock().unwrap().clone()
         });
-        Self { child, log: Some(log) }
+        Self { child, log: Some(log), so_far }
+    }
+
+    /// Waits (at most two minutes) until the host has logged a line with
+    /// every one of `parts`: policies load one by one, and a create may
+    /// succeed while a policy that may be ignored is still loading.
+    async fn logged(&self, parts: &[&str]) {
+        for _ in 0..1200 {
+            let seen = self.so_far.lock().unwrap().lines().any(|l| parts.iter().all(|p| l.contains(p)));
+            if seen {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the host did not log {parts:?} within two minutes");
     }
 
     fn is_running(&mut self) -> bool {
@@ -154,6 +176,9 @@ async fn policies_that_write_panic_sleep_or_exit_while_loading_do_not_stop_the_h
     assert_eq!(annotation(&reply, "example.com/hostile"), Some("init-print"), "10-print loaded: {reply:?}");
     assert_eq!(annotation(&reply, "example.com/after"), Some("log-shipper"), "{reply:?}");
     assert!(host.is_running(), "the host is still up");
+    for policy in ["20-panic", "30-sleep", "40-exit"] {
+        host.logged(&[policy, "policy left out"]).await;
+    }
     let log = host.stop();
     for (policy, says) in [
         ("20-panic", "configure panics on purpose"),

@@ -358,14 +358,13 @@ impl Reloader {
         let current = self.dispatcher.chain();
         // The placeholder chain of the start already looked each one up.
         let known: HashMap<&str, &Pending> = current.pending().iter().map(|p| (p.name.as_str(), p)).collect();
-        let mut pending: Vec<Pending> = match specs.iter().all(|s| known.contains_key(s.name.as_str())) {
-            true => specs.iter().filter_map(|s| known.get(s.name.as_str()).map(|p| (*p).clone())).collect(),
-            false => {
-                let engine = self.engine.clone();
-                let owned = specs.to_vec();
-                let looked_up = self.engine.handle().spawn_blocking(move || loader::pending(&engine, &owned)).await;
-                looked_up.unwrap_or_else(|_| loader::pending(&self.engine, specs))
-            }
+        let mut pending: Vec<Pending> = if specs.iter().all(|s| known.contains_key(s.name.as_str())) {
+            specs.iter().filter_map(|s| known.get(s.name.as_str()).map(|p| (*p).clone())).collect()
+        } else {
+            let engine = self.engine.clone();
+            let owned = specs.to_vec();
+            let looked_up = self.engine.handle().spawn_blocking(move || loader::pending(&engine, &owned)).await;
+            looked_up.unwrap_or_else(|_| loader::pending(&self.engine, specs))
         };
         let mut order: Vec<usize> = (0..specs.len()).collect();
         order.sort_by_key(|&i| pending[i].expected.is_none());

@@ -234,6 +234,11 @@ async fn cold_then_warm() {
         .count();
     assert_eq!(records, 2, "one subscription record per policy version");
 
+    // A runtime of its own: the stopped host may have begun connecting
+    // to the first one again before it stopped.
+    drop(sim);
+    let socket = dir.path().join("nri-warm.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
     let host = Host::start(&policies, &cache, &socket);
     let warm = first_creates(&sim).await;
     check(&warm, &host);
