@@ -529,6 +529,17 @@ fn replay_policies(dir: &Path) {
     install(dir, pod_metadata_env::POLICY, examples::POD_METADATA_ENV, Some(pod_metadata_env::SETTINGS), LOOSE);
 }
 
+/// The host's `/metrics`, if it answers.
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 /// What the runtime saw of an event.
 type Live = (&'static str, Result<Option<pb::CreateContainerResponse>, String>);
 
@@ -553,7 +564,10 @@ async fn a_recording_replays_to_the_outcomes_of_the_live_run() {
     replay_policies(&policies);
     let config = dir.path().join("config.toml");
     let cache = toml::Value::String(nri_wasm_components::COMPONENT_CACHE.into());
-    std::fs::write(&config, format!("[engine]\ncache-dir = {cache}\n[metrics]\naddress = \"\"\n")).unwrap();
+    // The metrics endpoint tells the test when every policy is loaded.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(&config, format!("[engine]\ncache-dir = {cache}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n"))
+        .unwrap();
     let socket = dir.path().join("nri.sock");
     let recording = dir.path().join("requests.jsonl");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
@@ -578,8 +592,21 @@ async fn a_recording_replays_to_the_outcomes_of_the_live_run() {
     let mut first = tokio::time::timeout(Duration::from_secs(60), sim.accept()).await.expect("connects").unwrap();
     first.configure().await.unwrap();
     first.close().await;
-    // Until the policies are loaded the host subscribes to less; it
-    // reconnects with the full subscription once they are.
+    // Events that reach a policy still loading go on without it (its
+    // on-error is "ignore"): the live run starts once all three are loaded,
+    // as the metrics endpoint says. Until their subscriptions are known the
+    // host may subscribe to less; it reconnects with the full subscription.
+    let loaded = tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(120) {
+            if scrape(port).is_some_and(|m| m.lines().any(|l| l == "nri_wasm_policies{status=\"loaded\"} 3")) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    });
+    assert!(loaded.await.unwrap(), "the three policies load");
     let conn = loop {
         let mut conn = tokio::time::timeout(Duration::from_secs(60), sim.accept()).await.expect("connects").unwrap();
         conn.configure().await.unwrap();

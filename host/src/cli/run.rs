@@ -136,10 +136,12 @@ pub fn policy_host_observed(
         Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
     });
     let facts = Facts::unconfigured(Facts::node_from_system(), &topology);
-    let states = match &config.policies.state_dir {
+    let states = Arc::new(match &config.policies.state_dir {
         Some(dir) => StateStore::in_dir(dir.clone()),
         None => StateStore::in_memory(),
-    };
+    });
+    // Failed saves show in /metrics and /status, per policy.
+    metrics.watch_states(states.clone());
     let options =
         DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
     let specs = match &config.policies.dir {
@@ -160,7 +162,7 @@ pub fn policy_host_observed(
         facts.clone(),
         config.engine.max_concurrent_calls as usize,
     )
-    .with_states(Arc::new(states))
+    .with_states(states)
     .with_metrics(metrics.clone())
     .pending();
     let dispatcher = match observer {

@@ -342,10 +342,9 @@ impl Metrics {
                 })
                 .set(1);
         }
-        let (pending, failed) = match loading {
-            true => (chain.unloadable().len() as i64, 0),
-            false => (0, chain.unloadable().len() as i64),
-        };
+        // Policies of the start set still loading are the chain's pending
+        // entries; those that could not load, its unloadable ones.
+        let (pending, failed) = (chain.pending().len() as i64, chain.unloadable().len() as i64);
         self.policies.get_or_create(&StatusLabel { status: "loaded".into() }).set(chain.len() as i64);
         self.policies.get_or_create(&StatusLabel { status: "failed".into() }).set(failed);
         self.policies.get_or_create(&StatusLabel { status: "loading".into() }).set(pending);

@@ -187,6 +187,12 @@ fn distrust(meta: &std::fs::Metadata, uid: u32) -> Option<String> {
     None
 }
 
+/// Creates `path` for writing: a new file (never one an attacker put
+/// there first, never through a symlink), mode 0600.
+pub(crate) fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::options().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
 /// What kind of non-file `ft` is.
 pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
@@ -304,12 +310,7 @@ fn load_or_create_key(path: &Path, uid: u32) -> Result<[u8; KEY_BYTES], String> 
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(temp_name(&name));
         let written = (|| {
-            let mut file = std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
+            let mut file = create_private(&tmp)?;
             file.write_all(&random_key()?)?;
             file.sync_all()?;
             match std::fs::hard_link(&tmp, path) {
@@ -446,12 +447,7 @@ impl Cache {
         let tag = self.mac(&header, artifact).finalize().into_bytes();
         let tmp = self.dir.join(temp_name(&key));
         let result = (|| {
-            let mut file = std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
+            let mut file = create_private(&tmp)?;
             file.write_all(&header)?;
             file.write_all(&tag)?;
             file.write_all(artifact)?;

@@ -297,10 +297,19 @@ impl PolicyDispatcher {
 
     /// [`Self::install`] of a chain someone else holds too (metrics).
     pub async fn install_shared(&self, chain: Arc<Chain>) -> bool {
-        let names: Vec<String> =
-            chain.entries().iter().filter(|e| e.policy.imports().state).map(|e| e.policy.name().to_string()).collect();
+        // Each state file is read only up to what its policy's `state-kib`
+        // can encode to.
+        let names: Vec<(String, usize)> = chain
+            .entries()
+            .iter()
+            .filter(|e| e.policy.imports().state)
+            .map(|e| (e.policy.name().to_string(), e.policy.spec.limits.state_bytes()))
+            .collect();
         let states = self.states.clone();
-        let preload = self.engine.handle().spawn_blocking(move || names.iter().for_each(|n| states.preload(n)));
+        let preload = self
+            .engine
+            .handle()
+            .spawn_blocking(move || names.iter().for_each(|(n, limit)| states.preload_limited(n, *limit)));
         if let Err(e) = preload.await {
             tracing::error!(error = %e, "policy state not preloaded");
         }

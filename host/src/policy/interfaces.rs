@@ -23,7 +23,6 @@
 
 use super::bindings::event::{self as api, ContainerMeta, PodMeta};
 use super::bindings::{host, node, state, wit};
-use super::clip;
 use super::event::CallEvent;
 use super::store::CallState;
 use crate::node::view::{ContainerQuery, Expired, WorkClock, COPY_UNITS};
@@ -35,14 +34,13 @@ impl host::Host for CallState {
         if !self.logs.take(message.len()) {
             return;
         }
-        let policy = &*self.policy;
-        let line = clip::guest_text(&message, clip::MAX_LOG_LINE_BYTES);
-        match level {
-            wit::LogLevel::Debug => tracing::debug!(policy, "{line}"),
-            wit::LogLevel::Info => tracing::info!(policy, "{line}"),
-            wit::LogLevel::Warn => tracing::warn!(policy, "{line}"),
-            wit::LogLevel::Error => tracing::error!(policy, "{line}"),
-        }
+        let level = match level {
+            wit::LogLevel::Debug => tracing::Level::DEBUG,
+            wit::LogLevel::Info => tracing::Level::INFO,
+            wit::LogLevel::Warn => tracing::Level::WARN,
+            wit::LogLevel::Error => tracing::Level::ERROR,
+        };
+        super::output::log_message(&self.policy, level, &message);
     }
 
     fn settings(&mut self) -> String {

@@ -14,7 +14,7 @@
 //! policy, the file and the step.
 
 use std::io::Read as _;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,23 +132,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What kind of file system object a non-file is, for the error.
-fn what_it_is(ft: std::fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
 /// Reads a policy file: a regular file (symlinks followed), at most `max`
 /// bytes, checked through the open descriptor so that it cannot be swapped
 /// for something else between the check and the read.
@@ -167,7 +150,7 @@ pub fn read_policy_file(spec: &PolicySpec, max: u64) -> Result<Vec<u8>, LoadErro
         return Err(LoadError::NotAFile {
             policy: spec.name.clone(),
             path: path.display().to_string(),
-            what: what_it_is(meta.file_type()).into(),
+            what: super::cache::kind_of(meta.file_type()).into(),
         });
     }
     if spec.strict_permissions {

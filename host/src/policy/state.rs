@@ -561,15 +561,9 @@ fn write_atomically(
     bytes: &[u8],
     disk: &dyn StateWriter,
 ) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     let tmp = dir.join(format!(".{policy}.json.tmp.{}.{}", std::process::id(), super::cache::unique_suffix()));
     let result = (|| {
-        let mut f = std::fs::File::options()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
+        let mut f = super::cache::create_private(&tmp)?;
         disk.write(&mut f, bytes)?;
         f.sync_all()?;
         drop(f);

@@ -279,10 +279,10 @@ pub fn drain_output(state: &CallState, event: &str) -> Option<String> {
     };
     let (stdout, stderr) = (text(wasi.stdout.contents()), text(wasi.stderr.contents()));
     for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
-        tracing::info!(policy, event, stream = "stdout", "{}", clip::guest_text(line, clip::MAX_LOG_LINE_BYTES));
+        super::output::log_output(policy, event, super::output::Stream::Stdout, line);
     }
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
-        tracing::warn!(policy, event, stream = "stderr", "{}", clip::guest_text(line, clip::MAX_LOG_LINE_BYTES));
+        super::output::log_output(policy, event, super::output::Stream::Stderr, line);
     }
     let tail = stderr.trim();
     if tail.is_empty() {

@@ -326,7 +326,7 @@ async fn a_huge_log_line_is_clipped_and_a_forged_one_escaped() {
     assert!(log.contains("more bytes cut]"), "the cut is marked");
     let log = run_attack(Attack { settings: "log-forge", limits: Limits::default(), expect, runs: 5 }).await;
     assert!(!log.lines().any(|l| l.starts_with("2026-01-01T00:00:00Z ERROR")), "a forged line: {log}");
-    assert!(log.contains("harmless\\n2026-01-01") && !log.contains('\u{1b}'), "{log}");
+    assert!(log.contains(r"harmless\\n2026-01-01") && !log.contains('\u{1b}'), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
