@@ -326,7 +326,7 @@ fn a_looping_policy_leaves_the_later_ones_their_share() {
             ],
             ChainSettings::default(),
         );
-        // A budget of 1 s for 10 s + 100 ms of limits: shares of 990 and 9.9 ms.
+        // A budget of 1 s for 10 s + 100 ms of limits: shares of 900 and 100 ms (each limit capped at one level).
         match (on_error, create(&chain, Duration::from_secs(1), &request())) {
             (OnError::Ignore, Ok(Evaluated { value: resp, steps, .. })) => {
                 assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
