@@ -355,3 +355,23 @@ pub mod guests {
     pub use nri_wasm_components::examples::{COLOCATION_QOS, EXCLUSIVE_CPUS};
     pub use nri_wasm_components::guests::*;
 }
+
+/// A CreateContainer of a small container, as a policy call reads it.
+pub fn create_event() -> nri_wasm::policy::event::CallEvent {
+    let pod =
+        pb::PodSandbox { id: "pod".into(), name: "pod".into(), namespace: "default".into(), ..Default::default() };
+    let container = pb::Container {
+        id: "ctr".into(),
+        pod_sandbox_id: "pod".into(),
+        name: "app".into(),
+        state: pb::ContainerState::CONTAINER_CREATED.into(),
+        args: vec!["/app".into()],
+        env: vec!["PATH=/bin".into()],
+        ..Default::default()
+    };
+    nri_wasm::policy::event::CallEvent::container(
+        nri_wasm::policy::bindings::wit::EventKind::CreateContainer,
+        Arc::new(pod),
+        Arc::new(container),
+    )
+}

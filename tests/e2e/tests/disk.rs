@@ -22,17 +22,15 @@ use std::time::Duration;
 
 use nri_sim::{PluginConn, RuntimeProfile};
 use nri_wasm::metrics::Metrics;
-use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
-use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::prepare::{sha256_hex, CompiledPolicy};
 use nri_wasm::policy::state::{StateStore, StateWriter};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::guests;
+use nri_wasm_e2e::{create_event, guests};
 
 /// A policy pinned to the file it is loaded from, as an operator pins it.
 fn pinned(name: &str, wasm: &str, settings: &str) -> PolicySpec {
@@ -54,19 +52,6 @@ fn specs() -> [PolicySpec; 2] {
 
 fn facts() -> Arc<Facts> {
     Arc::new(nri_wasm_e2e::test_facts())
-}
-
-fn create_event() -> CallEvent {
-    let pod =
-        pb::PodSandbox { id: "pod".into(), name: "pod".into(), namespace: "default".into(), ..Default::default() };
-    let container = pb::Container {
-        id: "ctr".into(),
-        pod_sandbox_id: "pod".into(),
-        name: "app".into(),
-        state: pb::ContainerState::CONTAINER_CREATED.into(),
-        ..Default::default()
-    };
-    CallEvent::container(wit::EventKind::CreateContainer, Arc::new(pod), Arc::new(container))
 }
 
 fn settings(cache: &Path) -> EngineSettings {

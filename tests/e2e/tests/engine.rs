@@ -9,11 +9,9 @@ use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::{
     Allocator, CallEnv, CallError, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine,
 };
-use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
-use nri_wasm_api::api as pb;
-use nri_wasm_e2e::guests;
+use nri_wasm_e2e::{create_event, guests};
 
 fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
     PolicySpec {
@@ -35,21 +33,6 @@ fn facts() -> Arc<Facts> {
         node: Facts::node_from_system(),
         topology: (&nri_wasm_e2e::test_topology()).into(),
     })
-}
-
-fn create_event() -> CallEvent {
-    let pod =
-        pb::PodSandbox { id: "pod".into(), name: "pod".into(), namespace: "default".into(), ..Default::default() };
-    let container = pb::Container {
-        id: "ctr".into(),
-        pod_sandbox_id: "pod".into(),
-        name: "app".into(),
-        state: pb::ContainerState::CONTAINER_CREATED.into(),
-        args: vec!["/app".into()],
-        env: vec!["PATH=/bin".into()],
-        ..Default::default()
-    };
-    CallEvent::container(wit::EventKind::CreateContainer, Arc::new(pod), Arc::new(container))
 }
 
 fn engine() -> PolicyEngine {
