@@ -6,7 +6,13 @@
 //! - **start-up**: 20 policies, one of them a 10 MiB+ component, from an
 //!   empty compile cache (cold) and from the cache the cold start filled
 //!   (warm): the time from starting the process until the runtime has
-//!   configured it with the loaded chain's subscription;
+//!   configured it with the loaded chain's subscription. Twice: with Rust
+//!   components only (the baseline), and with one of them replaced by the
+//!   JavaScript example (`example-policies/js/deny-host-sockets`, QuickJS),
+//!   built as `tests/languages` builds it: `guest-sdk/js/build.sh` with the
+//!   tools `guest-sdk/install-tools.sh` installed (`NRI_WASM_GUEST_TOOLS`,
+//!   or `guest-tools` in the target directory). Without the tools the
+//!   JavaScript case is skipped, with a message that says why;
 //! - **resident memory** with 20 small policies after 2,000 containers;
 //! - **growth**: resident memory after 10 % and after 100 % of 1,000,000
 //!   events (the life of 250,000 containers, one policy subscribed to every
@@ -33,6 +39,47 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     exe.parent().and_then(Path::parent).expect("target profile directory").join(name)
+}
+
+/// The target directory (the profile directory's parent).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.ancestors().nth(3).expect("target directory").to_path_buf()
+}
+
+/// The JavaScript example policy, built from source as `tests/languages`
+/// builds it (the SDK's build script, the QuickJS engine, the tools of
+/// `guest-sdk/install-tools.sh`), and its policy file; why not, if it
+/// cannot be built here.
+fn js_policy() -> Result<(Vec<u8>, String), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let source = root.join("example-policies/js/deny-host-sockets");
+    let tools =
+        std::env::var_os("NRI_WASM_GUEST_TOOLS").map(PathBuf::from).unwrap_or_else(|| target_dir().join("guest-tools"));
+    if !tools.is_dir() {
+        return Err(format!(
+            "no language tools in {} (guest-sdk/install-tools.sh installs them; NRI_WASM_GUEST_TOOLS names another place)",
+            tools.display()
+        ));
+    }
+    let out = target_dir().join("bench-guests/js-deny-host-sockets.wasm");
+    let built = Command::new("bash")
+        .arg(root.join("guest-sdk/js/build.sh"))
+        .args(["--engine", "quickjs"])
+        .arg(&source)
+        .arg(&out)
+        .env("NRI_WASM_GUEST_TOOLS", &tools)
+        .output()
+        .map_err(|e| format!("cannot run guest-sdk/js/build.sh: {e}"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "guest-sdk/js/build.sh failed: {}",
+            String::from_utf8_lossy(&built.stderr).trim().lines().last().unwrap_or("no message")
+        ));
+    }
+    let bytes = std::fs::read(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let file = std::fs::read_to_string(source.join("policy.toml")).map_err(|e| format!("policy.toml: {e}"))?;
+    Ok((bytes, file))
 }
 
 /// A policy directory's content: file stem, component bytes, policy file.
@@ -143,8 +190,11 @@ async fn start(policies: &Policies, cache: &Path, wanted: pb::Event) -> (Host, D
     };
     let conn = loop {
         let mut conn = tokio::time::timeout(Duration::from_secs(300), sim.accept()).await.unwrap().unwrap();
-        conn.configure().await.unwrap();
-        conn.synchronize(&[], &[], 0).await.unwrap();
+        // A host that registered before it knew every subscription may
+        // close this connection at any step to register again.
+        if conn.configure().await.is_err() || conn.synchronize(&[], &[], 0).await.is_err() {
+            continue;
+        }
         tokio::select! {
             _ = ready() => {}
             _ = conn.closed() => continue,
@@ -160,6 +210,16 @@ async fn start(policies: &Policies, cache: &Path, wanted: pb::Event) -> (Host, D
         }
     };
     let (conn, ready) = conn;
+    // Every policy loaded (a policy that failed would make the start look
+    // faster than it is).
+    let (_, body) = nri_wasm::metrics::get(endpoint, "/status").await.expect("/status");
+    let status: nri_wasm::metrics::HostStatus = serde_json::from_str(&body).expect("/status is JSON");
+    let not_loaded: Vec<String> =
+        status.policies.iter().filter(|p| p.status != "loaded").map(|p| format!("{}: {}", p.name, p.reason)).collect();
+    assert!(
+        not_loaded.is_empty() && status.policies.len() == policies.len(),
+        "not every policy loaded: {not_loaded:?}"
+    );
     let host = Host { child, runtime: SimRuntime::new(conn, NodeModel::shared()), _sim: sim, _dir: dir };
     (host, ready)
 }
@@ -216,33 +276,59 @@ fn main() {
     let idle_starts = env("NRI_WASM_OPS_IDLE_STARTS").unwrap_or(if full { 5 } else { 1 }).max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        // Start-up, cold and warm.
+        // Start-up, cold and warm: Rust only, and with a JavaScript policy
+        // in place of one of the annotate guests, alternately, so that both
+        // see the same machine.
         let with_big = policies(true);
-        let size: usize = with_big.iter().map(|(_, b, _)| b.len()).sum();
-        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        let js = if starts > 0 { js_policy() } else { Err("no start-up measured".into()) };
+        let with_js = js.as_ref().ok().map(|(bytes, file)| {
+            let mut set = with_big.clone();
+            let at = set.iter().position(|(n, _, _)| n == "annotate-4").expect("annotate-4 is in the set");
+            set[at] = ("js-deny-host-sockets".into(), bytes.clone(), file.clone());
+            set
+        });
+        if let Err(why) = &js {
+            eprintln!("JavaScript start-up skipped: {why}");
+        }
+        let mut times: [(Vec<Duration>, Vec<Duration>); 2] = Default::default();
         for _ in 0..starts {
-            let cache = tempfile::tempdir().unwrap();
-            let (host, t) = start(&with_big, cache.path(), pb::Event::CREATE_CONTAINER).await;
-            cold.push(t);
-            drop(host);
-            let (host, t) = start(&with_big, cache.path(), pb::Event::CREATE_CONTAINER).await;
-            warm.push(t);
-            drop(host);
+            for (set, (cold, warm)) in std::iter::once(&with_big).chain(with_js.as_ref()).zip(&mut times) {
+                let cache = tempfile::tempdir().unwrap();
+                let (host, t) = start(set, cache.path(), pb::Event::CREATE_CONTAINER).await;
+                cold.push(t);
+                drop(host);
+                let (host, t) = start(set, cache.path(), pb::Event::CREATE_CONTAINER).await;
+                warm.push(t);
+                drop(host);
+            }
         }
         eprintln!();
-        if starts > 0 {
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let mut baseline_warm = None;
+        for (set, (cold, warm)) in std::iter::once(&with_big).chain(with_js.as_ref()).zip(times) {
+            if cold.is_empty() {
+                continue;
+            }
             let (cold, warm) = (median(cold), median(warm));
+            let size: usize = set.iter().map(|(_, b, _)| b.len()).sum();
+            let js = set.iter().find(|(n, _, _)| n.starts_with("js-"));
             eprintln!(
-                "start-up with 20 policies ({:.1} MiB, the largest {:.1} MiB), process start to configured with them, median of {starts}:",
-                size as f64 / (1 << 20) as f64,
-                with_big.iter().map(|(_, b, _)| b.len()).max().unwrap() as f64 / (1 << 20) as f64
+                "start-up with 20 policies ({:.1} MiB, the largest {:.1} MiB{}), process start to configured with them, median of {starts}:",
+                mib(size),
+                mib(set.iter().map(|(_, b, _)| b.len()).max().unwrap()),
+                js.map(|(_, b, _)| format!("; one JavaScript, {:.1} MiB", mib(b.len()))).unwrap_or(", Rust only".into())
             );
             eprintln!(
-                "  cold (empty cache) {:.0} ms, warm (from the cache) {:.0} ms: warm = {:.3} x cold",
-                cold.as_secs_f64() * 1e3,
-                warm.as_secs_f64() * 1e3,
-                warm.as_secs_f64() / cold.as_secs_f64()
+                "  cold (empty cache) {:.0} ms, warm (from the cache) {:.0} ms: warm = {:.3} x cold{}",
+                ms(cold),
+                ms(warm),
+                warm.as_secs_f64() / cold.as_secs_f64(),
+                baseline_warm
+                    .map(|b: Duration| format!(", {:.2} x the Rust-only warm start", warm.as_secs_f64() / b.as_secs_f64()))
+                    .unwrap_or_default()
             );
+            baseline_warm.get_or_insert(warm);
         }
 
         // Resident memory with 20 small policies: idle after each of

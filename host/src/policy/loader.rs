@@ -116,13 +116,22 @@ pub async fn load_one(
         record_failure(engine, spec, error).await;
     }
     if let Ok(policy) = &result {
+        // Where a slow start went, step by step (`compile_ms` is the cache's
+        // read and check when `cached`).
+        let t = policy.timings();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
             policy = policy.name(),
             events = %policy.events(),
             on_error = ?spec.on_error,
             mode = ?spec.mode,
-            cached = policy.timings().cached,
+            cached = t.cached,
             load_ms = started.elapsed().as_millis() as u64,
+            read_ms = ms(t.read),
+            inspect_ms = ms(t.inspect),
+            compile_ms = ms(t.compile),
+            link_ms = ms(t.link),
+            configure_ms = ms(t.configure),
             "policy loaded"
         );
     }
