@@ -58,7 +58,7 @@ impl RuntimeKind {
 /// What the suite needs of a runtime. A runtime keeps its containers
 /// running across [`Runtime::stop`] and [`Runtime::start`], as a real
 /// runtime restart does.
-pub trait Runtime: std::fmt::Debug + Send {
+pub trait Runtime: std::fmt::Debug + Send + Sync {
     fn kind(&self) -> RuntimeKind;
     /// The CRI endpoint, `unix:///...`.
     fn cri_endpoint(&self) -> String;
