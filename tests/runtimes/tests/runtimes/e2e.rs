@@ -110,8 +110,14 @@ fn adjustments_reach_the_spec_and_the_running_container() {
         );
     }
 
+    // A CRI mount too, so the container is not the bare minimum.
+    let data = node.dir().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("hello"), "from the host").unwrap();
     let pod = node.crictl.run_pod(&billing_pod("billing")).unwrap();
-    let id = node.crictl.create_and_start(&pod, &Container::sleeper("worker")).unwrap();
+    let worker = Container::sleeper("worker").mount(&data.to_string_lossy(), "/srv/data", true);
+    let id = node.crictl.create_and_start(&pod, &worker).unwrap();
+    assert_eq!(node.crictl.exec(&id, &["cat", "/srv/data/hello"]).unwrap(), "from the host");
 
     let spec = node.crictl.spec(&id).unwrap();
     for (name, value) in
@@ -463,16 +469,14 @@ fn updates_the_host_sends_on_its_own_reach_the_running_containers_cgroup() {
     let squeeze = ("40-squeeze", wasm(nri_wasm_components::guests::SQUEEZE), "settings = \"30000\"\n".to_string());
     let host = host_with(&node, &[squeeze]);
     let pod = node.crictl.run_pod(&Pod::new("batch")).unwrap();
-    let mut target = Container::sleeper("crunch").cpu(100_000, 50_000);
-    target.labels.insert("example.com/squeeze".into(), "target".into());
+    let target = Container::sleeper("crunch").cpu(100_000, 50_000).label("example.com/squeeze", "target");
     let target = node.crictl.create_and_start(&pod, &target).unwrap();
     let quota = || cgroup_file(&node, &target, "cpu", "cpu.cfs_quota_us");
     assert_eq!(quota(), "50000", "the target's own quota");
     let unsolicited = "requested container updates";
     let before = node.runtime_log().count(unsolicited);
 
-    let mut trigger = Container::sleeper("serve");
-    trigger.labels.insert("example.com/squeeze".into(), "trigger".into());
+    let trigger = Container::sleeper("serve").label("example.com/squeeze", "trigger");
     let web = node.crictl.run_pod(&Pod::new("web")).unwrap();
     node.crictl.create_and_start(&web, &trigger).unwrap();
     wait_for("the target's quota set to 30000", Duration::from_secs(60), || (quota() == "30000").then_some(()))
