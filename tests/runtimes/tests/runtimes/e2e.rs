@@ -528,13 +528,11 @@ fn updates_in_replies_reach_other_containers_cgroups() {
 }
 
 /// colocation-qos throttles offline containers when a latency-critical one
-/// starts, with UpdateContainers (StartContainer has no reply). Each update
-/// carries the CPU quota and the cgroup v2 `memory.high`; on a cgroup v1
-/// node runc refuses the whole update ("cannot use unified on cgroup v1"),
-/// the runtime ignores the failure (the update is marked ignore-failure),
-/// and the container is never throttled.
+/// starts, with UpdateContainers (StartContainer has no reply), and restores
+/// them when it stops. With its policy.toml (no `memory-high`, a cgroup v2
+/// file that runc refuses on a cgroup v1 node, and the whole update with
+/// it) this works on either cgroup version.
 #[test]
-#[ignore = "fails on cgroup v1 (this machine): colocation-qos's update carries memory.high, which runc refuses on v1, so the CPU quota is not applied either"]
 fn colocation_qos_throttles_a_running_offline_container() {
     let node = node();
     let qos = (
