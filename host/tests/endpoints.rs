@@ -12,6 +12,10 @@
 //!   fails with EMFILE, and the host sheds idle connections instead of
 //!   spinning or leaving the probes in the kernel's queue.
 //!
+//! Both are counted where an operator can see them without the log:
+//! `nri_wasm_http_connections_shed_total` and
+//! `nri_wasm_http_accept_errors_total` on `/metrics`.
+//!
 //! Each probe is timed on a thread of its own with blocking sockets, so
 //! that the measure is the host's answer, not the test's own scheduler
 //! under the flood it makes. What could make a probe slower is bounded by
@@ -273,6 +277,17 @@ async fn until_ready(addr: SocketAddr) {
     panic!("the host never became ready");
 }
 
+/// The value of the counter `name` on the host's `/metrics`.
+async fn counter(addr: SocketAddr, name: &str) -> u64 {
+    let (code, text) = nri_wasm::metrics::get(addr, "/metrics").await.expect("/metrics answers");
+    assert_eq!(code, 200, "/metrics: {text}");
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+}
+
 async fn stop(attack: &Arc<Attack>, tasks: Vec<tokio::task::JoinHandle<()>>) {
     attack.stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -311,6 +326,10 @@ async fn health_probes_answer_within_a_second_under_a_thousand_idle_connections_
     assert!(answered > 0, "the flood was never answered");
     let log = host.log.lock().unwrap().join("\n");
     assert!(log.contains("connections past the cap shed"), "the shedding is logged: {log}");
+    // And counted: every connection the attackers saw shed, at least.
+    let counted = counter(addr, "nri_wasm_http_connections_shed_total").await;
+    assert!(counted >= shed, "the host counted {counted} shed connections; the attackers saw {shed}");
+    assert_eq!(counter(addr, "nri_wasm_http_accept_errors_total").await, 0, "descriptors to spare: no accept failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,7 +358,13 @@ async fn health_probes_answer_within_a_second_when_the_host_is_out_of_descriptor
     let failed = host.record("metrics endpoint: accepting connections failed (idle ones are shed, or it backs off)");
     let error = field(&failed, "error");
     assert!(error.contains("Too many open files"), "{failed}");
-    assert!(attack.shed.load(Ordering::Relaxed) > 0, "no idle connection was shed");
+    let shed = attack.shed.load(Ordering::Relaxed);
+    assert!(shed > 0, "no idle connection was shed");
+    // And counted, though logged only once every 10 s.
+    let failures = counter(addr, "nri_wasm_http_accept_errors_total").await;
+    assert!(failures >= 1, "accept failed, and the counter says {failures}");
+    let counted = counter(addr, "nri_wasm_http_connections_shed_total").await;
+    assert!(counted >= shed, "the host counted {counted} shed connections; the attackers saw {shed}");
 }
 
 /// What an operator reads about a broken settings file (`/status`, the

@@ -32,7 +32,11 @@
 //!   would spin: the loop sheds the oldest idle connection to free a
 //!   descriptor and tries again, and with nothing left to shed backs off
 //!   (5 ms doubling to 250 ms, reset by the next accept). Errors are
-//!   counted and logged at most every 10 s.
+//!   logged at most every 10 s.
+//!
+//! Every shed connection and every failed accept is counted
+//! (`nri_wasm_http_connections_shed_total`,
+//! `nri_wasm_http_accept_errors_total`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -197,7 +201,9 @@ async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, stop: Cancell
                 // connection (its task closes it when it runs) and try
                 // again; with nothing left to shed, back off.
                 failed.note(Some(&e));
+                metrics.http_accept_error();
                 if lock(&table).shed_oldest() {
+                    metrics.http_shed();
                     tokio::task::yield_now().await;
                     continue;
                 }
@@ -214,6 +220,7 @@ async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, stop: Cancell
             while t.held.len() >= MAX_CONNECTIONS {
                 t.shed_oldest();
                 shed.note(None);
+                metrics.http_shed();
             }
             let id = t.next;
             t.next += 1;
@@ -443,6 +450,13 @@ mod tests {
         // Shed: closed with nothing written (a head timeout would have
         // written a 408 first, and comes much later).
         assert_eq!(read_all(first).await, "", "the oldest idle connection was shed without an answer");
+        let (_, text) = get(addr, "/metrics").await.unwrap();
+        let shed: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("nri_wasm_http_connections_shed_total "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no shed counter in\n{text}"));
+        assert!(shed >= 8, "{shed} shed connections counted, at least 8 were");
         stop.cancel();
     }
 }

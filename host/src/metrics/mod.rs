@@ -7,7 +7,10 @@
 //! ([`crate::policy::chain::Observer`]), events and the chain's time by the
 //! dispatcher, registration and reconnects from the supervisor's status,
 //! loaded policies and reloads by the loader, failed saves of policy state
-//! from the state store when it is read (at every scrape and `/status`).
+//! from the state store when it is read (at every scrape and `/status`),
+//! connections the endpoint shed or failed to accept by the endpoint
+//! itself (an operator sees an attack on the port, or a descriptor limit
+//! too low, in a number, not only in a log line every 10 s).
 //! The HTTP server is deliberately
 //! small (`http.rs`): GET only, a bounded request head, a deadline per
 //! connection, one response per connection.
@@ -142,6 +145,8 @@ pub struct Metrics {
     reloads: Family<ResultLabel, Counter>,
     state_save_failures: Family<PolicyLabel, Counter>,
     state_unsaved: Family<PolicyLabel, Gauge>,
+    http_shed: Counter,
+    http_accept_errors: Counter,
     /// The policies' state, whose saves the metrics and `/status` report.
     states: Mutex<Option<Arc<StateStore>>>,
     chain_loaded: AtomicBool,
@@ -186,6 +191,8 @@ impl Metrics {
         let reloads = Family::<ResultLabel, Counter>::default();
         let state_save_failures = Family::<PolicyLabel, Counter>::default();
         let state_unsaved = Family::<PolicyLabel, Gauge>::default();
+        let http_shed = Counter::default();
+        let http_accept_errors = Counter::default();
         registry.register("nri_wasm_policy_calls", "Policy calls by policy, event and outcome", calls.clone());
         registry.register_with_unit(
             "nri_wasm_policy_call_duration",
@@ -229,6 +236,17 @@ impl Metrics {
             "1 while a policy has committed state that its last save could not write to disk",
             state_unsaved.clone(),
         );
+        registry.register(
+            "nri_wasm_http_connections_shed",
+            "Connections to this endpoint closed unanswered because more than 256 were open (the oldest idle first)",
+            http_shed.clone(),
+        );
+        registry.register(
+            "nri_wasm_http_accept_errors",
+            "Connections to this endpoint the host failed to accept (out of descriptors or memory); it shed an idle \
+             connection or backed off",
+            http_accept_errors.clone(),
+        );
         Self {
             registry,
             calls,
@@ -245,6 +263,8 @@ impl Metrics {
             reloads,
             state_save_failures,
             state_unsaved,
+            http_shed,
+            http_accept_errors,
             states: Mutex::new(None),
             chain_loaded: AtomicBool::new(false),
             chain: Mutex::new(None),
@@ -307,6 +327,16 @@ impl Metrics {
     /// An event's answer is out, `total` after its request arrived.
     pub fn answer(&self, event: &str, total: Duration) {
         self.answer_duration.get_or_create(&EventLabel { event: event.into() }).observe(total.as_secs_f64());
+    }
+
+    /// The endpoint shed a connection past its cap.
+    pub(crate) fn http_shed(&self) {
+        self.http_shed.inc();
+    }
+
+    /// The endpoint failed to accept a connection.
+    pub(crate) fn http_accept_error(&self) {
+        self.http_accept_errors.inc();
     }
 
     /// An answer ran out of the answer budget.

@@ -38,8 +38,9 @@ use std::time::{Duration, SystemTime};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-/// Unused entries older than this are removed when the cache is pruned.
-const UNUSED_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Unused entries (and subscription records, `known.rs`) older than this
+/// are removed when the cache is pruned.
+pub(crate) const UNUSED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Temporary files older than this are left over from a crash.
 const STALE_TMP: Duration = Duration::from_secs(3600);
 const EXTENSION: &str = "cwasm";

@@ -20,6 +20,19 @@
 //! run, off the path of events; an event's chain runs in the task that
 //! received it (`dispatcher.rs`).
 //!
+//! Loads are bounded step by step, never as a whole, so that a slow step
+//! of one policy holds back no other policy's load:
+//! - compiling (CPU and memory: a child process of up to
+//!   `compile-memory-mib`) takes one of [`MAX_CONCURRENT_COMPILES`]
+//!   permits, for the compile only ([`PolicyEngine::compile`]);
+//! - `configure` takes one of [`MAX_CONCURRENT_CONFIGURES`] instance slots
+//!   of the pool, until its instance is dropped (at its time limit at the
+//!   latest), and its guest code yields to the other loads every
+//!   [`CONFIGURE_YIELD_FUEL`] units of fuel: the loader polls every load of
+//!   a directory from one task, where a `configure` that computes without
+//!   a pause would otherwise stop every other load until its deadline;
+//! - reading files, checking the cache and linking take no permit.
+//!
 //! Callers that are not async themselves (tests, the CLI) use the blocking
 //! wrappers [`PolicyEngine::load`] and [`PolicyEngine::call`].
 
@@ -34,7 +47,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use super::bindings::wit;
 use super::compile::{CompileBounds, Compiler};
-use super::errors::{classify, Attempt};
+use super::errors::{classify, timeout, Attempt};
 use super::event::CallEvent;
 use super::inspect::PoolShape;
 use super::state::{StateSnapshot, StateTxn, StateWrites};
@@ -49,8 +62,19 @@ pub use super::prepare::{CompiledPolicy, Imports};
 
 /// Memory (and table) bytes a pool slot keeps resident between calls.
 const KEEP_RESIDENT: usize = 2 << 20;
-/// Policies loaded at the same time (each runs `configure` in the pool).
-pub const MAX_CONCURRENT_LOADS: u32 = 2;
+/// Components compiled at the same time (each may take a child process of
+/// `[engine] compile-memory-mib`).
+pub const MAX_CONCURRENT_COMPILES: u32 = 2;
+/// `configure` calls under way at the same time (each holds an instance of
+/// the pool, beside the event calls'). A `configure` that runs to its time
+/// limit holds one for that long; the others load through the rest.
+pub const MAX_CONCURRENT_CONFIGURES: u32 = 4;
+/// Fuel a `configure` runs between two yields to the other loads (about a
+/// millisecond of guest code).
+pub const CONFIGURE_YIELD_FUEL: u64 = 1_000_000;
+/// Threads that read policy files and records at the same time, beside the
+/// compiles' (a file on a stalled mount holds one until it answers).
+const READ_THREADS: usize = 8;
 /// Most core instances, memories and tables per component in the pool.
 const POOL_CORE_INSTANCES: u32 = 16;
 const POOL_MEMORIES: u32 = 4;
@@ -235,8 +259,11 @@ pub struct PolicyEngine {
     watchdog: Watchdog,
     /// Where guest code runs; shut down without blocking when dropped.
     runtime: Option<tokio::runtime::Runtime>,
-    /// Bounds the loads under way (each instantiates once in the pool).
-    pub(crate) loads: tokio::sync::Semaphore,
+    /// Bounds the compiles under way.
+    compiles: tokio::sync::Semaphore,
+    /// Bounds the `configure` calls under way (each instantiates once in
+    /// the pool).
+    configures: tokio::sync::Semaphore,
     /// The state of every policy that does not import `state` (shared, so
     /// that their calls allocate none).
     no_state: Arc<StateSnapshot>,
@@ -245,6 +272,19 @@ pub struct PolicyEngine {
     /// copy of its code and metadata instead of holding one per policy.
     pub(crate) in_use:
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<wasmtime::component::Component>>>,
+    /// The subscription record (`known.rs`) of each policy's version this
+    /// host last loaded, refused or found at start, by policy name: what
+    /// [`Self::prune_cache`] keeps.
+    records: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// What [`PolicyEngine::prune_cache`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Compiled forms and temporary files.
+    pub entries: usize,
+    /// Subscription records.
+    pub records: usize,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -292,8 +332,9 @@ impl PolicyEngine {
     pub fn new(settings: &EngineSettings) -> Result<Self, EngineError> {
         let (engine, allocator) = if settings.pooling {
             let mut config = codegen_config();
-            // Instances alive at once: one per call under way, one per load.
-            let instances = settings.max_concurrent_calls.max(1) + MAX_CONCURRENT_LOADS;
+            // Instances alive at once: one per call under way, one per
+            // `configure` under way.
+            let instances = settings.max_concurrent_calls.max(1) + MAX_CONCURRENT_CONFIGURES;
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(instances)
                 .total_core_instances(instances * POOL_CORE_INSTANCES)
@@ -342,7 +383,7 @@ impl PolicyEngine {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads((settings.max_concurrent_calls.max(1) as usize).min(cores))
-            .max_blocking_threads(MAX_CONCURRENT_LOADS as usize + 2)
+            .max_blocking_threads(MAX_CONCURRENT_COMPILES as usize + READ_THREADS)
             .thread_name("nri-wasm-policy")
             // Time for deadlines and WASI clocks; I/O for the compiling
             // child process's pipes.
@@ -368,9 +409,11 @@ impl PolicyEngine {
             cache,
             watchdog,
             runtime: Some(runtime),
-            loads: tokio::sync::Semaphore::new(MAX_CONCURRENT_LOADS as usize),
+            compiles: tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES as usize),
+            configures: tokio::sync::Semaphore::new(MAX_CONCURRENT_CONFIGURES as usize),
             no_state: Arc::default(),
             in_use: Default::default(),
+            records: Default::default(),
         })
     }
 
@@ -396,12 +439,49 @@ impl PolicyEngine {
         &self.linker
     }
 
-    pub(crate) fn compiler(&self) -> &Compiler {
-        &self.compiler
+    /// Compiles `component` within the engine's bounds, holding one of the
+    /// [`MAX_CONCURRENT_COMPILES`] permits for the compile only.
+    pub(crate) async fn compile(&self, component: Arc<[u8]>) -> Result<Vec<u8>, super::compile::CompileError> {
+        let _permit = self.compiles.acquire().await.expect("the compile semaphore is never closed");
+        self.compiler.compile(&self.engine, component, self.settings.compile_bounds()).await
     }
 
     pub fn cache(&self) -> Option<&super::cache::Cache> {
         self.cache.as_ref()
+    }
+
+    /// Remembers `record` (a file name) as the subscription record of the
+    /// current version of `policy`.
+    pub(crate) fn keep_record(&self, policy: &str, record: String) {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).insert(policy.to_string(), record);
+    }
+
+    /// Prunes the compile cache once the chain changed: compiled forms no
+    /// loaded policy uses (once a day old, or past `cache-max-mib`), and the
+    /// subscription records of versions gone from the directory, `policies`
+    /// (the names in it now), once a day old (`known.rs`). Reads the
+    /// directory: run it off the event path.
+    pub fn prune_cache(&self, policies: &[String]) -> Pruned {
+        let Some(cache) = &self.cache else { return Pruned::default() };
+        let used: std::collections::HashSet<String> = {
+            let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+            in_use.iter().filter(|(_, w)| w.strong_count() > 0).map(|(k, _)| k.clone()).collect()
+        };
+        let records: std::collections::HashSet<String> = {
+            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+            records.retain(|name, _| policies.contains(name));
+            records.values().cloned().collect()
+        };
+        let pruned = Pruned { entries: cache.prune(&used), records: super::known::prune(cache.dir(), &records) };
+        if pruned != Pruned::default() {
+            tracing::info!(
+                dir = %cache.dir().display(),
+                entries = pruned.entries,
+                records = pruned.records,
+                "compile cache pruned"
+            );
+        }
+        pruned
     }
 
     /// What one component may create, as the pool is sized.
@@ -450,9 +530,13 @@ impl PolicyEngine {
     ) -> Result<Vec<wit::EventKind>, CallError> {
         let env = CallEnv::detached(facts.clone());
         let limits = &policy.spec.limits;
+        // An instance slot of the pool; the policy's time starts once it has one.
+        let _slot = self.configures.acquire().await.expect("the configure semaphore is never closed");
         let deadline = Instant::now() + limits.timeout();
         let state = self.state_for(policy, &env);
         let mut store = new_store(&self.engine, policy, &env, state, None, None, deadline);
+        // Other loads are polled from the same task: let them run.
+        store.fuel_async_yield_interval(Some(CONFIGURE_YIELD_FUEL)).expect("fuel and async are enabled");
         let _armed = self.watchdog.arm(deadline);
         let settings = policy.spec.settings.clone();
         let run = async {
@@ -471,8 +555,12 @@ impl PolicyEngine {
             applied_ms: limits.timeout_ms,
             refused: store.data().limiter.refused(),
             stderr,
+            host_call: store.data().stopped_in(),
         };
         match result {
+            // A host function stopped at the deadline: whatever the guest
+            // made of its empty answer is not used.
+            Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
             Ok(Ok(kinds)) => Ok(kinds),
             Ok(Err(reason)) => Err(CallError::Init {
                 policy: policy.name.to_string(),
@@ -516,20 +604,23 @@ impl PolicyEngine {
         let result = cut_at(deadline, run).await;
         let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         let stderr = drain_output(store.data(), name);
+        let attempt = Attempt {
+            policy: &policy.name,
+            event: name,
+            limits,
+            applied_ms: limit.as_millis() as u64,
+            refused: store.data().limiter.refused(),
+            stderr,
+            host_call: store.data().stopped_in(),
+        };
         let outcome = match result {
+            // A host function stopped at the deadline and answered empty:
+            // a reply built on that answer is not used, even if the guest
+            // returned before the epoch reached it.
+            Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
             Ok(Ok(reply)) => Ok(Ok(reply)),
             Ok(Err(reason)) => Ok(Err(super::clip::reason(&reason))),
-            Err(e) => {
-                let attempt = Attempt {
-                    policy: &policy.name,
-                    event: name,
-                    limits,
-                    applied_ms: limit.as_millis() as u64,
-                    refused: store.data().limiter.refused(),
-                    stderr,
-                };
-                Err(classify(&e, &attempt))
-            }
+            Err(e) => Err(classify(&e, &attempt)),
         };
         let writes = match &outcome {
             Ok(Ok(_)) => store.data_mut().state.take_writes(),

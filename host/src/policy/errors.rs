@@ -86,9 +86,16 @@ pub enum CallError {
     #[error("policy {policy} on {event}: fuel limit of {limit} exhausted")]
     OutOfFuel { policy: String, event: String, limit: u64 },
     /// `limit_ms` is the limit the call had; when the chain's budget cut
-    /// the policy's own `timeout-ms`, `configured_ms` says so.
-    #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded{}", cut_note(*limit_ms, *configured_ms))]
-    Timeout { policy: String, event: String, limit_ms: u64, configured_ms: u64 },
+    /// the policy's own `timeout-ms`, `configured_ms` says so. `host_call`
+    /// names the host function (`node.containers`) that was working for
+    /// the policy when the deadline came, if one was: the time went to the
+    /// host's work on the policy's request, not to the guest's own code.
+    #[error(
+        "policy {policy} on {event}: time limit of {limit_ms} ms exceeded{}{}",
+        inside(*host_call),
+        cut_note(*limit_ms, *configured_ms)
+    )]
+    Timeout { policy: String, event: String, limit_ms: u64, configured_ms: u64, host_call: Option<&'static str> },
     #[error("policy {policy} on {event}: memory limit of {limit_mib} MiB exceeded")]
     MemoryLimit { policy: String, event: String, limit_mib: u64 },
     #[error("policy {policy} on {event}: table limit of {limit} elements exceeded")]
@@ -105,6 +112,10 @@ pub enum CallError {
     Trap { policy: String, event: String, trap: String },
     #[error("policy {policy} on {event}: configure rejected its settings: {reason}")]
     Init { policy: String, event: String, reason: String },
+}
+
+fn inside(host_call: Option<&'static str>) -> String {
+    host_call.map(|f| format!(" inside host call {f}")).unwrap_or_default()
 }
 
 fn cut_note(limit_ms: u64, configured_ms: u64) -> String {
@@ -155,6 +166,8 @@ pub(crate) struct Attempt<'a> {
     pub refused: Option<Refusal>,
     /// The end of what the guest wrote to stderr.
     pub stderr: Option<String>,
+    /// The host function that stopped at the call's deadline, if one did.
+    pub host_call: Option<&'static str>,
 }
 
 /// Turns a failed call into the limit or trap it was, from the host's own
@@ -171,9 +184,7 @@ pub(crate) fn classify(err: &wasmtime::Error, a: &Attempt<'_>) -> CallError {
     if let Some(trap) = err.downcast_ref::<Trap>() {
         match trap {
             Trap::OutOfFuel => return CallError::OutOfFuel { policy, event, limit: a.limits.fuel },
-            Trap::Interrupt => {
-                return CallError::Timeout { policy, event, limit_ms: a.applied_ms, configured_ms: a.limits.timeout_ms }
-            }
+            Trap::Interrupt => return timeout(a),
             Trap::StackOverflow => return CallError::StackOverflow { policy, event },
             _ => {}
         }
@@ -195,6 +206,17 @@ pub(crate) fn classify(err: &wasmtime::Error, a: &Attempt<'_>) -> CallError {
         None => text,
     };
     CallError::Trap { policy, event, trap }
+}
+
+/// The call ran out of time; `a.host_call` says where.
+pub(crate) fn timeout(a: &Attempt<'_>) -> CallError {
+    CallError::Timeout {
+        policy: a.policy.to_string(),
+        event: a.event.to_string(),
+        limit_ms: a.applied_ms,
+        configured_ms: a.limits.timeout_ms,
+        host_call: a.host_call,
+    }
 }
 
 /// An error as one bounded line: its causes joined, the wasm backtrace
@@ -223,6 +245,7 @@ mod tests {
             event: "CreateContainer".into(),
             limit_ms: 480,
             configured_ms: 10_000,
+            host_call: None,
         };
         assert_eq!(
             e.to_string(),
@@ -233,8 +256,25 @@ mod tests {
             event: "CreateContainer".into(),
             limit_ms: 100,
             configured_ms: 100,
+            host_call: None,
         };
         assert_eq!(e.to_string(), "policy 10-p on CreateContainer: time limit of 100 ms exceeded");
+    }
+
+    #[test]
+    fn a_timeout_inside_a_host_call_names_the_function() {
+        let e = CallError::Timeout {
+            policy: "10-p".into(),
+            event: "CreateContainer".into(),
+            limit_ms: 480,
+            configured_ms: 10_000,
+            host_call: Some("node.containers"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "policy 10-p on CreateContainer: time limit of 480 ms exceeded inside host call node.containers \
+             (its timeout-ms is 10000; the chain's budget left it 480)"
+        );
     }
 
     #[test]

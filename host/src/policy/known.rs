@@ -23,13 +23,25 @@
 //! A version that failed to load is recorded too, as subscribing to
 //! nothing: a file that takes the compiler a minute to refuse must not make
 //! every start wait for it before registering.
+//!
+//! Records are pruned with the compiled forms ([`prune`], after every
+//! reload that changed the chain): the engine remembers, per policy name,
+//! the record of the version it last loaded, refused or found at start,
+//! and a record that is none of these for a policy still in the directory
+//! (its file was removed, or a newer file or new settings superseded it) is
+//! removed once it has not been read or written for a day, as an unused
+//! compiled form is. The day's grace keeps what a host sharing the
+//! directory (two hosts during a rolling restart, tests) still uses.
 
+use std::collections::HashSet;
 use std::io::Read as _;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
+use super::engine::PolicyEngine;
 use super::manifest::PolicySpec;
 use super::prepare::{sha256_hex, CompiledPolicy};
 use crate::nri::version::EventMask;
@@ -97,26 +109,36 @@ fn record_path(dir: &Path, digest: &str, settings: &str) -> PathBuf {
     dir.join(format!("{key}.{EXTENSION}"))
 }
 
-/// Records what `policy` subscribed to, in `dir` (the compile cache's).
-/// Failing to write is logged: the next start only waits a little longer.
-pub fn record(dir: Option<&Path>, policy: &CompiledPolicy) {
-    let Some(dir) = dir else { return };
-    write(dir, policy.name(), policy.digest(), &policy.settings, Subscription::of(policy));
+/// The file name of a record (what [`prune`] keeps).
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Records what `policy` subscribed to, in the engine's compile cache
+/// directory, and keeps it as the policy's current record. Failing to
+/// write is logged: the next start only waits a little longer.
+pub fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
+    let Some(dir) = engine.cache().map(super::cache::Cache::dir) else { return };
+    let path = write(dir, policy.name(), policy.digest(), &policy.settings, Subscription::of(policy));
+    engine.keep_record(policy.name(), file_name(&path));
 }
 
 /// Records that the policy of `spec`, as its file is now, failed to load:
 /// it subscribes to nothing. A mandatory one still fails container creation
-/// while it is not loaded, which needs no subscription of its own.
-pub fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) {
-    if let Ok(bytes) = super::prepare::read_policy_file(spec, max_bytes) {
-        write(dir, &spec.name, &sha256_hex(&bytes), &spec.settings, Subscription::default());
-    }
+/// while it is not loaded, which needs no subscription of its own. Returns
+/// the record's file name (the policy's current record), if the file could
+/// be read.
+pub fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) -> Option<String> {
+    let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
+    let path = write(dir, &spec.name, &sha256_hex(&bytes), &spec.settings, Subscription::default());
+    Some(file_name(&path))
 }
 
-fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: Subscription) {
+/// Writes the record (unless it already says this) and returns its path.
+fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: Subscription) -> PathBuf {
     let path = record_path(dir, digest, settings);
     if read_record(&path) == Some(subscription) {
-        return;
+        return path;
     }
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -131,15 +153,40 @@ fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: S
         let _ = std::fs::remove_file(&tmp);
         tracing::warn!(policy, path = %path.display(), error = %e, "subscription not recorded");
     }
+    path
 }
 
 /// The recorded subscription of the policy of `spec` as its file is now,
-/// if there is a record the host may trust. Reads the policy file (at most
-/// `max_bytes`, as the load would).
-pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<Subscription> {
+/// if there is a record the host may trust, with the record's file name.
+/// Reads the policy file (at most `max_bytes`, as the load would).
+pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(Subscription, String)> {
     let dir = dir?;
     let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
-    read_record(&record_path(dir, &sha256_hex(&bytes), &spec.settings))
+    let path = record_path(dir, &sha256_hex(&bytes), &spec.settings);
+    read_record(&path).map(|s| (s, file_name(&path)))
+}
+
+/// Removes the records in `dir` that are not in `keep` (file names) and
+/// were not read or written for [`super::cache::UNUSED_TTL`]. Returns how
+/// many were removed. Temporary files left by a crash are the compile
+/// cache's to remove (`Cache::prune`).
+pub fn prune(dir: &Path, keep: &HashSet<String>) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let now = SystemTime::now();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(&format!(".{EXTENSION}")) || keep.contains(&name) {
+            continue;
+        }
+        // The entry itself, never what a link points to.
+        let Ok(meta) = entry.metadata() else { continue };
+        let age = meta.modified().ok().and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+        if age > super::cache::UNUSED_TTL && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// A record, if the file is one the host may trust and reads as one.
@@ -168,10 +215,15 @@ fn read_record(path: &Path) -> Option<Subscription> {
         return None;
     }
     let mut text = String::new();
-    file.take(MAX_RECORD_BYTES).read_to_string(&mut text).ok()?;
+    (&file).take(MAX_RECORD_BYTES).read_to_string(&mut text).ok()?;
     let decoded = Subscription::decode(&text);
-    if decoded.is_none() {
-        tracing::warn!(path = %path.display(), "ignoring a subscription record that does not read as one");
+    match decoded {
+        // Used: not pruned for another day (through the descriptor: no
+        // path is followed again).
+        Some(_) => {
+            let _ = file.set_modified(SystemTime::now());
+        }
+        None => tracing::warn!(path = %path.display(), "ignoring a subscription record that does not read as one"),
     }
     decoded
 }
@@ -234,6 +286,40 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert_eq!(read_record(&fifo), None);
+    }
+
+    /// Writes a record for `digest` and `settings` and dates it `age` back.
+    fn aged(dir: &Path, digest: &str, settings: &str, age: std::time::Duration) -> String {
+        let path = write(dir, "10-p", digest, settings, sample());
+        std::fs::File::options().append(true).open(&path).unwrap().set_modified(SystemTime::now() - age).unwrap();
+        file_name(&path)
+    }
+
+    #[test]
+    fn pruning_removes_old_records_no_policy_uses() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = super::super::cache::UNUSED_TTL;
+        let two_days = day * 2;
+        let current = aged(dir.path(), "aa", "s", two_days);
+        let superseded = aged(dir.path(), "ab", "s", two_days);
+        let old_settings = aged(dir.path(), "aa", "old", two_days);
+        let recent = aged(dir.path(), "ac", "s", std::time::Duration::from_secs(60));
+        // Files that are not records, old as well: left alone.
+        let other = dir.path().join("entry.cwasm");
+        std::fs::write(&other, b"x").unwrap();
+        std::fs::File::options().append(true).open(&other).unwrap().set_modified(SystemTime::now() - two_days).unwrap();
+        let keep: HashSet<String> = [current.clone()].into();
+        assert_eq!(prune(dir.path(), &keep), 2);
+        let left = |name: &str| dir.path().join(name).exists();
+        assert!(left(&current), "the current record stays, however old");
+        assert!(!left(&superseded) && !left(&old_settings), "superseded records a day old go");
+        assert!(left(&recent), "a record used within the day stays");
+        assert!(other.exists(), "only records are pruned");
+        // Reading a record makes it recent again.
+        assert_eq!(read_record(&dir.path().join(&recent)), Some(sample()));
+        let stale = aged(dir.path(), "ad", "s", two_days);
+        assert_eq!(read_record(&dir.path().join(&stale)), Some(sample()));
+        assert_eq!(prune(dir.path(), &keep), 0, "a record just read is not pruned");
     }
 
     #[test]

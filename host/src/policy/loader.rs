@@ -138,10 +138,11 @@ async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadEr
     }
     let Some(dir) = engine.cache().map(|c| c.dir().to_path_buf()) else { return };
     let max = engine.settings().max_component_mib << 20;
-    let spec = spec.clone();
-    let recorded = tokio::task::spawn_blocking(move || super::known::record_failed(&dir, &spec, max)).await;
-    if let Err(e) = recorded {
-        tracing::warn!(error = %e, "failed load not recorded");
+    let owned = spec.clone();
+    match tokio::task::spawn_blocking(move || super::known::record_failed(&dir, &owned, max)).await {
+        Ok(Some(record)) => engine.keep_record(&spec.name, record),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "failed load not recorded"),
     }
 }
 
@@ -154,11 +155,13 @@ pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
     let since = std::time::Instant::now();
     specs
         .iter()
-        .map(|spec| Pending {
-            name: spec.name.clone(),
-            mandatory: mandatory(spec),
-            since,
-            expected: super::known::lookup(dir, spec, max),
+        .map(|spec| {
+            let found = super::known::lookup(dir, spec, max);
+            let expected = found.map(|(subscription, record)| {
+                engine.keep_record(&spec.name, record);
+                subscription
+            });
+            Pending { name: spec.name.clone(), mandatory: mandatory(spec), since, expected }
         })
         .collect()
 }

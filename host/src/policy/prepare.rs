@@ -207,7 +207,6 @@ impl PolicyEngine {
         facts: &Arc<Facts>,
     ) -> Result<CompiledPolicy, LoadError> {
         let name = spec.name.as_str();
-        let _permit = self.loads.acquire().await.expect("the load semaphore is never closed");
         let mut timings = LoadTimings::default();
         let max_memory = self.settings().max_memory_mib;
         if spec.limits.memory_mib > max_memory {
@@ -280,7 +279,7 @@ impl PolicyEngine {
         compiled.timings.configure = step.elapsed();
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
-        super::known::record(self.cache().map(super::cache::Cache::dir), &compiled);
+        super::known::record(self, &compiled);
         Ok(compiled)
     }
 
@@ -339,11 +338,7 @@ impl PolicyEngine {
                 }
             }
         }
-        let artifact = self
-            .compiler()
-            .compile(self.engine(), binary, self.settings().compile_bounds())
-            .await
-            .map_err(|e| compile_err(e.to_string()))?;
+        let artifact = self.compile(binary).await.map_err(|e| compile_err(e.to_string()))?;
         if let Some(cache) = self.cache() {
             if let Err(e) = cache.put(binding, &artifact) {
                 tracing::warn!(policy, dir = %cache.dir().display(), error = %e, "cannot cache a compiled component");

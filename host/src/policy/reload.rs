@@ -336,6 +336,9 @@ impl Reloader {
         self.metrics.chain_installed(&chain, false);
         report.resubscribe = self.dispatcher.install_shared(chain).await;
         report.installed = true;
+        // What the chain no longer uses: compiled forms, subscription records.
+        let engine = self.engine.clone();
+        let _ = tokio::task::spawn_blocking(move || engine.prune_cache(&seen)).await;
         report
     }
 }

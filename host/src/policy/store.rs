@@ -19,7 +19,10 @@
 //! function whose work grows with the node or with its arguments charges a
 //! [`WorkClock`] made from the call's deadline ([`CallState::clock`]), and
 //! one that reaches the deadline gives up ([`CallState::gave_up`]), which
-//! ends the call as the policy's timeout.
+//! ends the call as the policy's timeout. The store remembers which
+//! function gave up, so that the error the runtime gets says where the
+//! policy's time went ("... exceeded inside host call node.containers"),
+//! not only the host's log.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,6 +84,8 @@ pub struct CallState {
     started: Instant,
     /// The engine, to end the call at once when a host function gives up.
     engine: wasmtime::Engine,
+    /// The first host function that stopped at the deadline.
+    stopped_in: std::cell::Cell<Option<&'static str>>,
     pub(crate) logs: LogBudget,
 }
 
@@ -122,6 +127,9 @@ impl CallState {
     /// does not depend on that thread having run yet. Other calls' stores
     /// check their own deadlines and go on.)
     pub(crate) fn gave_up(&self, function: &'static str, expired: Expired) {
+        if self.stopped_in.get().is_none() {
+            self.stopped_in.set(Some(function));
+        }
         let limit_ms = self.deadline.saturating_duration_since(self.started).as_millis() as u64;
         let event = self.event.as_ref().map_or("configure", CallEvent::name);
         tracing::warn!(
@@ -133,6 +141,12 @@ impl CallState {
             "host call stopped at the policy's time limit of {limit_ms} ms"
         );
         self.engine.increment_epoch();
+    }
+
+    /// The host function that stopped at the call's deadline, if one did:
+    /// the call then ends as a timeout, whatever the guest did after.
+    pub(crate) fn stopped_in(&self) -> Option<&'static str> {
+        self.stopped_in.get()
     }
 
     /// The trap that ends a call whose deadline passed in a host function
@@ -233,6 +247,7 @@ pub fn new_store(
         deadline,
         started: Instant::now(),
         engine: engine.clone(),
+        stopped_in: std::cell::Cell::new(None),
         logs: LogBudget::default(),
     };
     let mut store = Store::new(engine, data);

@@ -402,7 +402,7 @@ fn the_pod_is_locked_down_as_documented() {
     let request_mib = quantity_mib(&requests["memory"].0).unwrap();
     assert!(request_mib >= 64 && request_mib <= limit_mib, "request {request_mib} MiB, limit {limit_mib} MiB");
     let conf = host_config();
-    let loads = u64::from(nri_wasm::policy::engine::MAX_CONCURRENT_LOADS);
+    let loads = u64::from(nri_wasm::policy::engine::MAX_CONCURRENT_COMPILES);
     let compiling = loads * conf.engine.compile_memory_mib;
     let host = 64 + u64::from(conf.engine.max_concurrent_calls) * conf.policies.limits().memory_mib;
     assert!(

@@ -10,6 +10,11 @@
 //! checks that every policy behaves as its own source and was compiled
 //! again rather than loaded.
 //!
+//! Pruning: the cache keeps a subscription record per version of a policy
+//! it loaded (`policy/known.rs`) beside the compiled forms; records and
+//! compiled forms of versions gone from the directory are removed after a
+//! reload, once a day old, and the current ones stay however old.
+//!
 //! State: a FIFO named like a state file must not stop the chain from
 //! loading and answering, and a save that fails (a full volume) must be
 //! counted and shown, keep the state in memory and save it at the next
@@ -346,4 +351,90 @@ async fn a_full_volume_is_counted_shown_and_loses_nothing() {
     let p = served.metrics.status().policies.into_iter().find(|p| p.name == "20-count").unwrap();
     assert_eq!((p.state_save_failures, p.state_unsaved, p.state_error.as_str()), (10, false, ""));
     served.stop().await;
+}
+
+// ---------------------------------------------------------------- pruning
+
+/// The files of `cache` ending in `.ext`, by name.
+fn files_of(cache: &Path, ext: &str) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(&format!(".{ext}")) && !n.starts_with('.'))
+        .collect()
+}
+
+/// Dates every file of `cache` two days back: older than what pruning spares.
+fn age_everything(cache: &Path) {
+    let past = std::time::SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
+    for e in std::fs::read_dir(cache).unwrap() {
+        let file = std::fs::File::options().append(true).open(e.unwrap().path()).unwrap();
+        file.set_modified(past).unwrap();
+    }
+}
+
+#[test]
+fn records_and_compiled_forms_of_versions_gone_from_the_directory_are_pruned() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let install = |name: &str, wasm: &str, settings: &str| {
+            std::fs::copy(wasm, policies.join(format!("{name}.wasm"))).unwrap();
+            std::fs::write(policies.join(format!("{name}.toml")), format!("settings = \"{settings}\"\n")).unwrap();
+        };
+        install("10-a", guests::ANNOTATE, "one");
+        install("20-b", guests::REALISTIC, "1");
+        let mut config = nri_wasm::config::Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = settings(&cache);
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(
+            &config,
+            nri_wasm::policy::compile::Compiler::InProcess,
+            Arc::new(Metrics::new()),
+        )
+        .unwrap();
+        host.reloader.reloads().wait_for(|(n, _)| *n >= 1).await.unwrap();
+        let first = files_of(&cache, "sub");
+        assert_eq!(first.len(), 2, "one record per policy: {first:?}");
+        let compiled = files_of(&cache, "cwasm");
+        assert_eq!(compiled.len(), 2, "{compiled:?}");
+
+        // New settings for 10-a (a new record, the same compiled form), and
+        // 20-b removed: nothing goes yet, everything is younger than a day.
+        install("10-a", guests::ANNOTATE, "two");
+        let r = host.reloader.reload().await;
+        assert_eq!(r.replaced, ["10-a"], "{r:?}");
+        let second = files_of(&cache, "sub");
+        let current_a: Vec<&String> = second.difference(&first).collect();
+        assert_eq!(current_a.len(), 1, "10-a's new version has a record of its own: {second:?}");
+        let current_a = current_a[0].clone();
+        std::fs::remove_file(policies.join("20-b.wasm")).unwrap();
+        std::fs::remove_file(policies.join("20-b.toml")).unwrap();
+        let r = host.reloader.reload().await;
+        assert_eq!(r.removed, ["20-b"], "{r:?}");
+        assert_eq!(files_of(&cache, "sub"), second, "a day's grace");
+        assert_eq!(files_of(&cache, "cwasm"), compiled, "a day's grace");
+
+        // A day later, the next change prunes: the superseded record of
+        // 10-a, the removed 20-b's record and compiled form go; 10-a's
+        // current record and compiled form stay, however old.
+        age_everything(&cache);
+        install("30-c", guests::NOOP, "c");
+        let r = host.reloader.reload().await;
+        assert_eq!(r.added, ["30-c"], "{r:?}");
+        let third = files_of(&cache, "sub");
+        let new: Vec<&String> = third.difference(&second).collect();
+        assert_eq!(new.len(), 1, "30-c's record: {third:?}");
+        let expected: std::collections::BTreeSet<String> = [current_a, new[0].clone()].into();
+        assert_eq!(third, expected, "only the records of the policies in the directory, as they are now");
+        let after = files_of(&cache, "cwasm");
+        assert_eq!(after.len(), 2, "annotate's and noop's compiled forms, not realistic's: {after:?}");
+        assert_eq!(after.intersection(&compiled).count(), 1, "annotate's stays: {after:?} {compiled:?}");
+    });
+    runtime.shutdown_background();
 }

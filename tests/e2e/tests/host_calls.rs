@@ -13,9 +13,10 @@
 //! the runtime's request timeout of 2 s. For every case, in both `on-error`
 //! modes: the runtime gets its answer (it did not drop the plugin), with
 //! `ignore` the later policy's change arrives, and with `fail` the event
-//! fails with an error naming the attacker and its time limit. Outcomes are
-//! asserted, not durations: the simulated runtime's own request timeout is
-//! the judge of "in time".
+//! fails with an error naming the attacker and its time limit, and, when
+//! the time ran out inside a host function, that function (never another).
+//! Outcomes are asserted, not durations: the simulated runtime's own
+//! request timeout is the judge of "in time".
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -102,6 +103,29 @@ async fn serve(chain: Chain) -> Node {
     Node { h, conn, dispatcher }
 }
 
+/// The host function a `host-call:` case calls (for the event reads, the
+/// prefix of the dozen it calls), if it is one that stops at the deadline.
+fn host_function(case: &str) -> Option<&'static str> {
+    Some(match case {
+        c if c.starts_with("containers-") => "node.containers",
+        c if c.starts_with("ids-") => "node.container-ids",
+        "pods" => "node.pods",
+        "pod-label" => "event.pod-label",
+        "pod-annotation" => "event.pod-annotation",
+        "container-label" => "event.container-label",
+        "container-annotation" => "event.container-annotation",
+        "container-env-var" => "event.container-env-var",
+        "event-reads" => "event.",
+        _ => return None,
+    })
+}
+
+/// The host function a timeout's message says the time ran out in.
+fn named_host_call(message: &str) -> Option<&str> {
+    let rest = message.split_once("inside host call ")?.1;
+    rest.split(|c: char| c.is_whitespace() || c == ';' || c == ')').next()
+}
+
 /// Runs each case in both modes on one synchronised node, and checks every
 /// answer.
 async fn attack(cases: &[&str]) {
@@ -127,6 +151,15 @@ async fn attack(cases: &[&str]) {
                         let message = status.message();
                         for part in ["20-hostile", "CreateContainer", "new-container", "time limit of 500 ms"] {
                             assert!(message.contains(part), "{label} run {run}: {part:?} missing from {message:?}");
+                        }
+                        // Where the time ran out, if in a host function: the
+                        // one the case calls.
+                        if let Some(named) = named_host_call(message) {
+                            let called = host_function(case);
+                            assert!(
+                                called.is_some_and(|f| named.starts_with(f)),
+                                "{label} run {run}: names {named}, the case calls {called:?}: {message:?}"
+                            );
                         }
                     }
                     (_, other) => panic!("{label} run {run}: the runtime got {other:?}"),
@@ -198,6 +231,42 @@ async fn event_lookups_of_a_key_at_the_transfer_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_reads_over_and_over() {
     attack(&["event-reads"]).await;
+}
+
+/// The error the runtime gets says where the policy's time went: inside
+/// `node.container-ids`, which the attacker calls without a pause with a
+/// filter of 16 million states (tens of milliseconds of the host's work per
+/// call, against microseconds of its own code between calls), not only
+/// "time limit exceeded", which an operator would read as a loop in the
+/// policy. The deadline may still fall between two calls, in the guest's
+/// own code (that error names no function, and is right); a few creates
+/// make sure one is seen inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_inside_a_host_call_names_the_function_to_the_runtime() {
+    const TRIES: usize = 5;
+    let _serial = SERIAL.lock().await;
+    let node_ = serve(chain_of(vec![attacker("ids-states", OnError::Fail), after()])).await;
+    let w = node();
+    let mut ctr = w.containers[0].clone();
+    ctr.id = "new-container".into();
+    let mut messages = Vec::new();
+    for _ in 0..TRIES {
+        let message = match node_.conn.create_container(&w.pods[0], &ctr).await {
+            Err(SimError::Failed { status, .. }) => status.message().to_string(),
+            other => panic!("the runtime got {other:?}"),
+        };
+        assert!(message.contains("20-hostile") && message.contains("time limit of 500 ms exceeded"), "{message}");
+        if let Some(named) = named_host_call(&message) {
+            eprintln!("the runtime got: {message}");
+            assert_eq!(named, "node.container-ids", "{message}");
+            assert!(message.contains("time limit of 500 ms exceeded inside host call node.container-ids"), "{message}");
+            break;
+        }
+        messages.push(message);
+    }
+    assert!(messages.len() < TRIES, "no error named the host function: {messages:#?}");
+    node_.conn.close().await;
+    node_.h.shutdown().await;
 }
 
 // ---------------------------------------------------------------- time plan
