@@ -4,7 +4,10 @@
 //!
 //! Pods are host-network (there is no CNI here), without a hostname (runc
 //! 1.1.5 refuses one on a host-network pod), under the node's own cgroup
-//! parent (so that the node can find and stop every process it started).
+//! parent (so that the node can find and stop every process it started),
+//! with a PID namespace per container (`pid: CONTAINER`, the kubelet's
+//! default): a pod-wide one makes CRI-O run an infra container with an
+//! `oom_score_adj` this VM may not set (src/crio.rs).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -167,7 +170,7 @@ impl Crictl {
             "log_directory": self.dir.join("logs").join(format!("{}-{n}", pod.name)),
             "linux": {
                 "cgroup_parent": self.cgroup_parent,
-                "security_context": { "namespace_options": { "network": 2 } },
+                "security_context": { "namespace_options": { "network": 2, "pid": 1 } },
             },
         });
         let path = self.write_json("pod", &config)?;
@@ -194,7 +197,10 @@ impl Crictl {
             "labels": c.labels,
             "annotations": c.annotations,
             "log_path": format!("{}-{}.log", c.name, self.next()),
-            "linux": { "resources": resources },
+            "linux": {
+                "resources": resources,
+                "security_context": { "namespace_options": { "network": 2, "pid": 1 } },
+            },
         });
         let path = self.write_json("container", &config)?;
         let (cp, pp) = (path.to_string_lossy().into_owned(), pod.config.to_string_lossy().into_owned());
@@ -236,6 +242,10 @@ impl Crictl {
 
     /// Stops and removes every pod (and their containers).
     pub fn remove_all_pods(&self) -> Result<(), Error> {
+        // Containers first: `rm --force` stops them at once, where CRI-O's
+        // StopPodSandbox gives each the whole CRI deadline to exit (a
+        // `sleep` as pid 1 ignores SIGTERM).
+        let _ = self.run(&["rm", "--force", "--all"]);
         self.run(&["rmp", "--force", "--all"]).map(drop)
     }
 }

@@ -81,7 +81,8 @@ impl Crio {
         let skopeo = debian_binary("skopeo", &["/usr/bin/skopeo"])?;
         let dir = node_dir.join("crio");
         for sub in DIRS {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|e| Error::io(format!("creating the node's crio/{sub}"), e))?;
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| Error::io(format!("creating the node's crio/{sub}"), e))?;
         }
         // Images come only from the archives: accept them unsigned.
         std::fs::write(dir.join("policy.json"), br#"{"default":[{"type":"insecureAcceptAnything"}]}"#)
@@ -230,7 +231,11 @@ impl Runtime for Crio {
             socket.exists().then_some(true)
         })?;
         if !ready {
-            return Err(Error::Command { command: "crio".into(), status: "exited at start".into(), stderr: log.tail(30) });
+            return Err(Error::Command {
+                command: "crio".into(),
+                status: "exited at start".into(),
+                stderr: log.tail(30),
+            });
         }
         self.process = Some(proc);
         Ok(())
