@@ -189,12 +189,16 @@ impl Crictl {
         if let Some(m) = c.memory_limit {
             resources.insert("memory_limit_in_bytes".into(), json!(m));
         }
+        // The kubelet labels each container with its name, and CRI-O gives
+        // NRI plugins the name from that label (not from the metadata).
+        let mut labels = c.labels.clone();
+        labels.entry("io.kubernetes.container.name".into()).or_insert_with(|| c.name.clone());
         let config = json!({
             "metadata": { "name": c.name, "attempt": 0 },
             "image": { "image": images::BUSYBOX },
             "command": c.command,
             "envs": c.env.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>(),
-            "labels": c.labels,
+            "labels": labels,
             "annotations": c.annotations,
             "log_path": format!("{}-{}.log", c.name, self.next()),
             "linux": {
