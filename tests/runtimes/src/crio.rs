@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use serde_json::{json, Value};
+
 use crate::images::{self, Images};
 use crate::log::Log;
 use crate::process::{self, Process};
@@ -36,6 +38,43 @@ use crate::{require, wait_for, Error};
 
 /// The pinned CRI-O (install-crio.sh); it speaks NRI v0.11.0.
 pub const VERSION: &str = "1.36.3";
+
+/// Annotations CRI-O writes into every container's spec whose values
+/// change from one create to the next even when nothing else does: the
+/// creation time, the rootfs, and three that carry the CRI attempt number.
+pub const PER_CREATE_ANNOTATIONS: &[&str] = &[
+    "io.kubernetes.cri-o.Created",
+    "io.kubernetes.cri-o.MountPoint",
+    "io.kubernetes.cri-o.LogPath",
+    "io.kubernetes.cri-o.Metadata",
+    "io.kubernetes.cri-o.Name",
+];
+
+/// Replaces, in an OCI spec CRI-O made, what differs between two creates of
+/// the same container (the [`PER_CREATE_ANNOTATIONS`], `root.path`, and the
+/// paths of the namespaces it pinned) with placeholders, so that two specs
+/// compare equal exactly when the runtime and its plugins made the same
+/// container. Ids, pids and the node's directory are the caller's to
+/// replace: they are not CRI-O's alone.
+pub fn normalize_spec(spec: &mut Value) {
+    if let Some(annotations) = spec.get_mut("annotations").and_then(Value::as_object_mut) {
+        for key in PER_CREATE_ANNOTATIONS {
+            if let Some(v) = annotations.get_mut(*key) {
+                *v = json!(format!("<{key}>"));
+            }
+        }
+    }
+    if let Some(path) = spec.pointer_mut("/root/path") {
+        *path = json!("<rootfs>");
+    }
+    if let Some(namespaces) = spec.pointer_mut("/linux/namespaces").and_then(Value::as_array_mut) {
+        for ns in namespaces {
+            if let Some(path) = ns.get_mut("path") {
+                *path = json!("<pinned namespace>");
+            }
+        }
+    }
+}
 
 /// What install.sh must be given to install CRI-O.
 const INSTALL_ARGS: &str = " --crio";
@@ -254,5 +293,46 @@ impl Runtime for Crio {
         for pid in process::pids_with_cmdline(&needle) {
             process::signal(pid, libc::SIGKILL);
         }
+    }
+}
+
+#[cfg(all(test, feature = "runtimes"))]
+mod tests {
+    use super::*;
+
+    /// Two specs of one container from two creates, as CRI-O makes them
+    /// (trimmed): only the per-create values differ.
+    fn spec(created: &str, rootfs: &str, ns: &str, attempt: u32, env: &str) -> Value {
+        json!({
+            "annotations": {
+                "io.kubernetes.cri-o.Created": created,
+                "io.kubernetes.cri-o.MountPoint": rootfs,
+                "io.kubernetes.cri-o.LogPath": format!("/logs/c-{attempt}.log"),
+                "io.kubernetes.cri-o.Metadata": format!("{{\"name\":\"c\",\"attempt\":{attempt}}}"),
+                "io.kubernetes.cri-o.Name": format!("k8s_c_p_default_uid_{attempt}"),
+                "example.com/from-a-plugin": "1",
+            },
+            "root": { "path": rootfs },
+            "process": { "env": [env] },
+            "linux": { "namespaces": [
+                { "type": "pid" },
+                { "type": "ipc", "path": format!("/ns/ipcns/{ns}") },
+            ] },
+        })
+    }
+
+    #[test]
+    fn per_create_values_compare_equal_and_the_rest_does_not() {
+        let mut a = spec("2026-01-01T00:00:00Z", "/vfs/dir/aaa", "u1", 0, "A=1");
+        let mut b = spec("2026-01-01T00:00:05Z", "/vfs/dir/bbb", "u2", 1, "A=1");
+        let mut c = spec("2026-01-01T00:00:09Z", "/vfs/dir/ccc", "u3", 2, "A=2");
+        assert_ne!(a, b);
+        for s in [&mut a, &mut b, &mut c] {
+            normalize_spec(s);
+        }
+        assert_eq!(a, b, "only per-create values differed");
+        assert_ne!(a, c, "a plugin's different env must still show");
+        assert_eq!(a["annotations"]["example.com/from-a-plugin"], "1");
+        assert_eq!(a["linux"]["namespaces"][0], json!({ "type": "pid" }), "a namespace without a path stays as it is");
     }
 }
