@@ -4,7 +4,10 @@
 //!
 //! Pods are host-network (there is no CNI here), without a hostname (runc
 //! 1.1.5 refuses one on a host-network pod), under the node's own cgroup
-//! parent (so that the node can find and stop every process it started).
+//! parent (so that the node can find and stop every process it started),
+//! with a PID namespace per container (`pid: CONTAINER`, the kubelet's
+//! default): a pod-wide one makes CRI-O run an infra container with an
+//! `oom_score_adj` this VM may not set (src/crio.rs).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -189,7 +192,7 @@ impl Crictl {
             "log_directory": self.dir.join("logs").join(format!("{}-{n}", pod.name)),
             "linux": {
                 "cgroup_parent": self.cgroup_parent,
-                "security_context": { "namespace_options": { "network": 2 } },
+                "security_context": { "namespace_options": { "network": 2, "pid": 1 } },
             },
         });
         let path = self.write_json("pod", &config)?;
@@ -208,15 +211,22 @@ impl Crictl {
         if let Some(m) = c.memory_limit {
             resources.insert("memory_limit_in_bytes".into(), json!(m));
         }
+        // The kubelet labels each container with its name, and CRI-O gives
+        // NRI plugins the name from that label (not from the metadata).
+        let mut labels = c.labels.clone();
+        labels.entry("io.kubernetes.container.name".into()).or_insert_with(|| c.name.clone());
         let mut config = json!({
             "metadata": { "name": c.name, "attempt": 0 },
             "image": { "image": images::BUSYBOX },
             "command": c.command,
             "envs": c.env.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>(),
-            "labels": c.labels,
+            "labels": labels,
             "annotations": c.annotations,
             "log_path": format!("{}-{}.log", c.name, self.next()),
-            "linux": { "resources": resources },
+            "linux": {
+                "resources": resources,
+                "security_context": { "namespace_options": { "network": 2, "pid": 1 } },
+            },
             "mounts": c.mounts.iter().map(|(host, container, readonly)| {
                 json!({ "host_path": host, "container_path": container, "readonly": readonly })
             }).collect::<Vec<_>>(),
@@ -264,6 +274,10 @@ impl Crictl {
 
     /// Stops and removes every pod (and their containers).
     pub fn remove_all_pods(&self) -> Result<(), Error> {
+        // Containers first: `rm --force` stops them at once, where CRI-O's
+        // StopPodSandbox gives each the whole CRI deadline to exit (a
+        // `sleep` as pid 1 ignores SIGTERM).
+        let _ = self.run(&["rm", "--force", "--all"]);
         self.run(&["rmp", "--force", "--all"]).map(drop)
     }
 }

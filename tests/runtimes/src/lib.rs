@@ -14,6 +14,7 @@
 //!   every test starts;
 //! - [`containerd`]: containerd's configuration per version, start, restart;
 //! - [`crictl`]: pods and containers through the CRI, the OCI spec back;
+//! - [`crio`]: CRI-O's configuration, start, restart, images in its storage;
 //! - [`host`]: the nri-wasm host as a process, its policy directory;
 //! - [`images`]: the pause and busybox images as OCI archives;
 //! - [`log`]: what the runtime logged;
@@ -21,6 +22,7 @@
 
 pub mod containerd;
 pub mod crictl;
+pub mod crio;
 pub mod host;
 pub mod images;
 pub mod log;

@@ -107,11 +107,7 @@ impl Node {
             RuntimeKind::Containerd23 | RuntimeKind::Containerd17 => {
                 Box::new(containerd::Containerd::new(kind, &runtimes, dir.path(), &images)?)
             }
-            RuntimeKind::Crio => {
-                return Err(Error::Unsupported(
-                    "NRI_WASM_RUNTIME=crio: this harness has no CRI-O driver yet (src/crio.rs)".into(),
-                ))
-            }
+            RuntimeKind::Crio => Box::new(crate::crio::Crio::new(&runtimes, dir.path(), &images)?),
         };
         let crictl = Crictl::new(&runtimes, dir.path(), &runtime.cri_endpoint(), &cgroup_parent)?;
         let mut node = Node { crictl, runtime, cgroup_parent, dir };
