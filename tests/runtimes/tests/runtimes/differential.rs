@@ -67,11 +67,15 @@ struct Case {
     /// A running container named `victim` is created first (after the
     /// plugins are there), and its spec is compared too.
     victim: bool,
+    /// Paths of the compared value (`/container/annotations/<key>`) where
+    /// the runtime is known to decide by Go map order; results may differ
+    /// there, and only there.
+    racy: &'static [&'static str],
 }
 
 impl Case {
     fn new(name: &'static str, plugins: Vec<Adjustments>) -> Self {
-        Case { name, plugins, cri: Cri::default(), native_runs: 1, victim: false }
+        Case { name, plugins, cri: Cri::default(), native_runs: 1, victim: false, racy: &[] }
     }
 }
 
@@ -258,81 +262,123 @@ fn toml_string(s: &str) -> String {
     serde_json::to_string(s).expect("json string")
 }
 
-/// Where two JSON values differ: one line per differing path.
-fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+/// Where two JSON values differ: one line per differing path, the values
+/// labelled `labels`.
+fn differences(labels: (&str, &str), path: &str, a: &Value, b: &Value, out: &mut Vec<(String, String)>) {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
             for k in keys {
                 let (va, vb) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
-                differences(&format!("{path}/{k}"), va, vb, out);
+                differences(labels, &format!("{path}/{k}"), va, vb, out);
             }
         }
         (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
             for (i, (va, vb)) in x.iter().zip(y).enumerate() {
-                differences(&format!("{path}/{i}"), va, vb, out);
+                differences(labels, &format!("{path}/{i}"), va, vb, out);
             }
         }
-        _ if a != b => out.push(format!("{path}: native {a} | wasm {b}")),
+        _ if a != b => out.push((path.to_string(), format!("{path}: {} {a} | {} {b}", labels.0, labels.1))),
         _ => {}
     }
 }
 
 fn diff(native: &Outcome, wasm: &Outcome) -> String {
-    match (native, wasm) {
-        (Outcome::Created(a), Outcome::Created(b)) => {
+    diff_labelled(("native", "wasm"), native, wasm)
+}
+
+fn diff_labelled(labels: (&str, &str), a: &Outcome, b: &Outcome) -> String {
+    match (a, b) {
+        (Outcome::Created(x), Outcome::Created(y)) => {
             let mut out = Vec::new();
-            differences("", a, b, &mut out);
-            out.join("\n")
+            differences(labels, "", x, y, &mut out);
+            out.into_iter().map(|(_, line)| line).collect::<Vec<_>>().join("\n")
         }
-        _ => format!("native {}\nwasm {}", native.describe(), wasm.describe()),
+        _ => format!("{} {}\n{} {}", labels.0, a.describe(), labels.1, b.describe()),
+    }
+}
+
+/// The distinct outcomes among `all`, each with how often it was seen.
+fn variants(all: &[Outcome]) -> Vec<(&Outcome, usize)> {
+    let mut out: Vec<(&Outcome, usize)> = Vec::new();
+    for o in all {
+        match out.iter_mut().find(|(v, _)| *v == o) {
+            Some((_, n)) => *n += 1,
+            None => out.push((o, 1)),
+        }
+    }
+    out
+}
+
+/// The paths at which two created outcomes differ.
+fn differing_paths(a: &Outcome, b: &Outcome) -> Vec<String> {
+    match (a, b) {
+        (Outcome::Created(x), Outcome::Created(y)) => {
+            let mut out = Vec::new();
+            differences(("", ""), "", x, y, &mut out);
+            out.into_iter().map(|(path, _)| path).collect()
+        }
+        _ => vec!["<created or failed>".into()],
     }
 }
 
 /// Runs `case` both ways and compares; the verdict is printed either way.
 fn check(case: Case) -> Outcome {
     let natives = run_native(&case);
-    let wasms = run_wasm(&case, case.native_runs.clamp(1, 3));
-    let mut variants: Vec<&Outcome> = Vec::new();
-    for o in &natives {
-        if !variants.contains(&o) {
-            variants.push(o);
+    let wasms = run_wasm(&case, case.native_runs);
+    let (nv, wv) = (variants(&natives), variants(&wasms));
+    if nv.len() == 1 && wv.len() == 1 {
+        let (native, wasm) = (nv[0].0, wv[0].0);
+        match (native, wasm) {
+            (Outcome::Failed(n), Outcome::Failed(w)) => {
+                eprintln!("case {}: failed both ways\n  native: {n}\n  wasm:   {w}", case.name);
+            }
+            _ => {
+                assert!(native == wasm, "case {}: native and wasm differ:\n{}", case.name, diff(native, wasm));
+                eprintln!("case {}: equal", case.name);
+            }
         }
-    }
-    let wasm = &wasms[0];
-    for (i, w) in wasms.iter().enumerate().skip(1) {
-        assert_eq!(w, wasm, "case {}: the host gave different results in runs 0 and {i}:\n{}", case.name, diff(wasm, w));
-    }
-    if variants.len() > 1 {
-        eprintln!(
-            "case {}: runtime-nondeterministic: {} native creates gave {} variants; the first differs from the others by:",
-            case.name,
-            natives.len(),
-            variants.len()
-        );
-        for v in &variants[1..] {
-            eprintln!("{}", diff(variants[0], v));
-        }
-        assert!(
-            variants.contains(&wasm),
-            "case {}: the host's result is none of the {} native variants; against the first:\n{}",
-            case.name,
-            variants.len(),
-            diff(variants[0], wasm)
-        );
         return wasm.clone();
     }
-    let native = variants[0];
-    match (native, wasm) {
-        (Outcome::Failed(n), Outcome::Failed(w)) => {
-            eprintln!("case {}: failed both ways\n  native: {n}\n  wasm:   {w}", case.name);
-        }
-        _ => {
-            assert!(native == wasm, "case {}: native and wasm differ:\n{}", case.name, diff(native, wasm));
-            eprintln!("case {}: equal", case.name);
+    // The runtime did not agree with itself (on either side): report the
+    // variants, and require that they differ only where the case says the
+    // runtime's map order decides.
+    let counts = |v: &[(&Outcome, usize)]| v.iter().map(|(_, n)| n.to_string()).collect::<Vec<_>>().join("+");
+    eprintln!(
+        "case {}: runtime-nondeterministic: native {} creates gave {} variants ({}), wasm {} creates gave {} ({})",
+        case.name,
+        natives.len(),
+        nv.len(),
+        counts(&nv),
+        wasms.len(),
+        wv.len(),
+        counts(&wv)
+    );
+    let mut all: Vec<&Outcome> = Vec::new();
+    for (o, _) in nv.iter().chain(&wv) {
+        if !all.contains(o) {
+            all.push(o);
         }
     }
-    wasm.clone()
+    let seen = |v: &[(&Outcome, usize)], o: &Outcome| v.iter().find(|(x, _)| *x == o).map_or(0, |(_, n)| *n);
+    for (i, o) in all.iter().enumerate() {
+        eprintln!("  variant {i}: native {}/{}, wasm {}/{}", seen(&nv, o), natives.len(), seen(&wv, o), wasms.len());
+        if i == 0 {
+            continue;
+        }
+        eprintln!("{}", diff_labelled(("variant 0", &format!("variant {i}")), all[0], o));
+        for path in differing_paths(all[0], o) {
+            assert!(
+                case.racy.contains(&path.as_str()),
+                "case {}: results differ at {path}, which is not where the runtime is known to be \
+                 nondeterministic ({:?}):\n{}",
+                case.name,
+                case.racy,
+                diff_labelled(("variant 0", &format!("variant {i}")), all[0], o)
+            );
+        }
+    }
+    wv[0].0.clone()
 }
 
 fn adj() -> Adjustments {
@@ -381,7 +427,11 @@ fn env_removal() {
 
 #[test]
 fn env_removal_of_a_cri_variable() {
-    check(Case::new("env-removal-of-cri", vec![adj().env_remove("FROM_CRI"), adj().env_set("OTHER", "1")]));
+    // Known on containerd 2.3.4: a plugin's removal of a variable the CRI
+    // config set leaves it in the spec. Equal means the host does the same.
+    let o = check(Case::new("env-removal-of-cri", vec![adj().env_remove("FROM_CRI"), adj().env_set("OTHER", "1")]));
+    let kept = env_of(&o).iter().any(|e| e.starts_with("FROM_CRI="));
+    eprintln!("case env-removal-of-cri: FROM_CRI {} the spec", if kept { "stays in" } else { "is gone from" });
 }
 
 #[test]
@@ -413,6 +463,7 @@ fn annotation_removed_then_readded_by_a_later_plugin() {
         ],
     );
     case.native_runs = 12;
+    case.racy = &["/container/annotations/example.com/x"];
     check(case);
 }
 
@@ -423,6 +474,7 @@ fn annotation_of_the_cri_removed_then_readded() {
         vec![adj().annotation_remove("example.com/from-cri"), adj().annotation_set("example.com/from-cri", "p1")],
     );
     case.native_runs = 12;
+    case.racy = &["/container/annotations/example.com/from-cri"];
     check(case);
 }
 
@@ -441,7 +493,10 @@ fn mounts_over_a_cri_mount_and_nested() {
 fn mount_removal() {
     check(Case::new(
         "mount-removal",
-        vec![adj().mount_add("/added", "/usr/lib", &["ro", "rbind"]), adj().mount_remove("/added").mount_remove("/data")],
+        vec![
+            adj().mount_add("/added", "/usr/lib", &["ro", "rbind"]),
+            adj().mount_remove("/added").mount_remove("/data"),
+        ],
     ));
 }
 
@@ -449,10 +504,7 @@ fn mount_removal() {
 fn memory_cpu_pids_resources() {
     let o = check(Case::new(
         "resources",
-        vec![
-            adj().memory_limit(200 << 20).cpu_shares(512),
-            adj().cpu_quota(50_000).cpu_period(100_000).pids_limit(64),
-        ],
+        vec![adj().memory_limit(200 << 20).cpu_shares(512), adj().cpu_quota(50_000).cpu_period(100_000).pids_limit(64)],
     ));
     assert_eq!(spec_of(&o)["linux"]["resources"]["memory"]["limit"], 200 << 20);
 }
@@ -461,7 +513,10 @@ fn memory_cpu_pids_resources() {
 fn rlimits() {
     check(Case::new(
         "rlimits",
-        vec![adj().rlimit("RLIMIT_NOFILE", 1024, 4096), adj().rlimit("RLIMIT_NPROC", 100, 200).rlimit("RLIMIT_CORE", 0, 0)],
+        vec![
+            adj().rlimit("RLIMIT_NOFILE", 1024, 4096),
+            adj().rlimit("RLIMIT_NPROC", 100, 200).rlimit("RLIMIT_CORE", 0, 0),
+        ],
     ));
 }
 
@@ -500,5 +555,7 @@ fn update_of_another_container() {
         vec![adj().env_set("A", "1"), adj().update("victim", &[("memory-limit", 300 << 20), ("cpu-shares", 256)])],
     );
     case.victim = true;
-    check(case);
+    let o = check(case);
+    let Outcome::Created(v) = &o else { panic!("{}", o.describe()) };
+    assert_eq!(v["victim"]["linux"]["resources"]["memory"]["limit"], 300 << 20, "the victim's spec: {:#}", v["victim"]);
 }
