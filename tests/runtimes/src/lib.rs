@@ -17,6 +17,7 @@
 //! - [`host`]: the nri-wasm host as a process, its policy directory;
 //! - [`images`]: the pause and busybox images as OCI archives;
 //! - [`log`]: what the runtime logged;
+//! - [`native`]: the native reference NRI plugin, for the differential tests;
 //! - [`process`]: a child process stopped by its pid when dropped.
 
 pub mod containerd;
@@ -24,6 +25,7 @@ pub mod crictl;
 pub mod host;
 pub mod images;
 pub mod log;
+pub mod native;
 pub mod process;
 pub mod runtime;
 
