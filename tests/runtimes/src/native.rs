@@ -125,24 +125,31 @@ pub struct NativePlugin {
     process: Process,
     /// `NN-name`, as the runtime calls it.
     full_name: String,
+    runtime_log: Log,
+    /// How many times the runtime had synchronized a plugin of this name
+    /// before this one started.
+    synced_before: usize,
 }
 
 impl NativePlugin {
     /// Starts the plugin `bin` as `idx-name` on the runtime's `socket`, its
-    /// output in `<dir>/native-<idx>-<name>.log`.
+    /// output in `<dir>/native-<idx>-<name>.log`; `runtime_log` is where
+    /// [`NativePlugin::wait_synchronized`] looks.
     pub fn start(
         bin: &Path,
         dir: &Path,
         socket: &Path,
-        idx: &str,
-        name: &str,
+        (idx, name): (&str, &str),
         adjustments: &Adjustments,
+        runtime_log: &Log,
     ) -> Result<Self, Error> {
+        let full_name = format!("{idx}-{name}");
+        let synced_before = synced_count(runtime_log, &full_name);
         let mut cmd = Command::new(bin);
         cmd.arg("-idx").arg(idx).arg("-name").arg(name).arg("-socket").arg(socket).args(adjustments.args());
         let log = dir.join(format!("native-{idx}-{name}.log"));
         let process = Process::spawn(&format!("native plugin {idx}-{name}"), cmd, &log)?;
-        Ok(NativePlugin { process, full_name: format!("{idx}-{name}") })
+        Ok(NativePlugin { process, full_name, runtime_log: runtime_log.clone(), synced_before })
     }
 
     pub fn full_name(&self) -> &str {
@@ -153,37 +160,45 @@ impl NativePlugin {
         Log::new(self.process.log_path())
     }
 
-    /// Waits until the runtime has the plugin in its list (it logs
-    /// `plugin "NN-name" connected and synchronized`); fails at once, with
-    /// the plugin's output, if the plugin exits (backstop 60 s).
-    pub fn wait_synchronized(&mut self, runtime_log: &Log) -> Result<(), Error> {
-        let needle = format!("plugin \\\"{}\\\" connected and synchronized", self.full_name);
-        let plain = format!("plugin \"{}\" connected and synchronized", self.full_name);
+    /// Waits until the runtime has this start of the plugin in its list
+    /// (it logs `plugin "NN-name" connected and synchronized` once more
+    /// than before the start); fails at once, with the plugin's output, if
+    /// the plugin exits (backstop 60 s).
+    pub fn wait_synchronized(&mut self) -> Result<(), Error> {
         let log = self.log();
+        let (runtime_log, full_name, before) = (&self.runtime_log, &self.full_name, self.synced_before);
         let process = &mut self.process;
         let mut exited = false;
         let r = crate::wait_for(
-            &format!("native plugin {} synchronized by the runtime", self.full_name),
+            &format!("native plugin {full_name} synchronized by the runtime"),
             Duration::from_secs(60),
             || {
                 if !process.running() {
                     exited = true;
                     return Some(());
                 }
-                (runtime_log.count(&needle) + runtime_log.count(&plain) > 0).then_some(())
+                (synced_count(runtime_log, full_name) > before).then_some(())
             },
         );
         if exited {
             return Err(Error::Unsupported(format!(
-                "native plugin {} exited before it was synchronized: {}",
-                self.full_name,
+                "native plugin {full_name} exited before it was synchronized: {}",
                 log.tail(20)
             )));
         }
-        r
+        r.map_err(|e| Error::Unsupported(format!("{e}; the runtime's log ends with:\n{}", runtime_log.tail(20))))
     }
 
     pub fn stop(&mut self) {
         self.process.stop(Duration::from_secs(10));
     }
+}
+
+/// How many times the runtime's log says it synchronized plugin `full_name`
+/// (containerd and CRI-O log `plugin "NN-name" connected and synchronized`,
+/// the quotes escaped in logfmt).
+pub fn synced_count(runtime_log: &Log, full_name: &str) -> usize {
+    let escaped = format!("plugin \\\"{full_name}\\\" connected and synchronized");
+    let plain = format!("plugin \"{full_name}\" connected and synchronized");
+    runtime_log.count(&escaped) + runtime_log.count(&plain)
 }

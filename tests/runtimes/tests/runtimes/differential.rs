@@ -218,9 +218,11 @@ fn run_native(case: &Case) -> Vec<Outcome> {
     let mut plugins = Vec::new();
     for (i, adjustments) in case.plugins.iter().enumerate() {
         let idx = format!("{}", 10 + i);
-        let mut p = NativePlugin::start(&bin, node.dir(), &node.nri_socket(), &idx, &format!("p{i}"), adjustments)
-            .unwrap_or_else(|e| panic!("starting native plugin {i}: {e}"));
-        p.wait_synchronized(&node.runtime_log()).unwrap_or_else(|e| panic!("{e}: {}", node.runtime_log().tail(20)));
+        let name = format!("p{i}");
+        let mut p =
+            NativePlugin::start(&bin, node.dir(), &node.nri_socket(), (&idx, &name), adjustments, &node.runtime_log())
+                .unwrap_or_else(|e| panic!("starting native plugin {i}: {e}"));
+        p.wait_synchronized().unwrap_or_else(|e| panic!("{e}"));
         plugins.push(p);
     }
     let side = Side::new(&node);
