@@ -91,6 +91,7 @@ fn start(setup: Setup, node: &Node, round: usize) -> Plugins {
         // A directory per round and set-up; the compile cache is shared.
         let mut config = HostConfig::new(host_bin(), node.dir(), &node.nri_socket());
         config.policies = node.dir().join(format!("policies-{round}-{n}"));
+        std::fs::create_dir_all(&config.dir).unwrap_or_else(|e| panic!("creating {}: {e}", config.dir.display()));
         let policies = config.policy_dir();
         for i in 0..n {
             policies
@@ -144,10 +145,13 @@ fn line_time(line: &str) -> Option<f64> {
 
 /// The runtime's CreateContainer latency (ms) for container `name`, from its log.
 fn latency_ms(log: &str, name: &str) -> Option<f64> {
-    let tag = format!("&ContainerMetadata{{Name:{name},");
+    // containerd 2.x prints the metadata as `name:\"NAME\"` (escaped in
+    // logfmt), 1.7 as `&ContainerMetadata{Name:NAME,`.
+    let tags = [format!("name:\\\"{name}\\\""), format!("&ContainerMetadata{{Name:{name},")];
     let mut start = None;
     let mut end = None;
-    for line in log.lines().filter(|l| l.contains("CreateContainer within sandbox") && l.contains(&tag)) {
+    let lines = log.lines().filter(|l| l.contains("CreateContainer within sandbox"));
+    for line in lines.filter(|l| tags.iter().any(|t| l.contains(t.as_str()))) {
         if line.contains("returns container id") {
             end = line_time(line);
         } else {
@@ -189,7 +193,12 @@ fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize
     let log = node.runtime_log().text();
     let out = names
         .iter()
-        .map(|n| latency_ms(&log, n).unwrap_or_else(|| panic!("no CreateContainer lines for {n} in the runtime's log")))
+        .map(|n| {
+            latency_ms(&log, n).unwrap_or_else(|| {
+                let lines: Vec<&str> = log.lines().filter(|l| l.contains("CreateContainer")).rev().take(4).collect();
+                panic!("no CreateContainer lines for {n} in the runtime's log; its last ones: {lines:#?}")
+            })
+        })
         .collect();
     let mut args = vec!["rm"];
     args.extend(ids.iter().map(String::as_str));
