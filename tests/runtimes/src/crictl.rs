@@ -65,6 +65,11 @@ pub struct Container {
     /// CPU period and quota (microseconds), if any.
     pub cpu: Option<(i64, i64)>,
     pub memory_limit: Option<i64>,
+    /// CRI mounts: host path, container path, read-only.
+    pub mounts: Vec<(String, String, bool)>,
+    /// More fields of the CRI `ContainerConfig` (crictl's JSON names),
+    /// set over the ones above.
+    pub extra: serde_json::Map<String, Value>,
 }
 
 impl Container {
@@ -78,11 +83,28 @@ impl Container {
             annotations: BTreeMap::new(),
             cpu: None,
             memory_limit: None,
+            mounts: Vec::new(),
+            extra: serde_json::Map::new(),
         }
     }
 
     pub fn annotation(mut self, k: &str, v: &str) -> Self {
         self.annotations.insert(k.into(), v.into());
+        self
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.insert(k.into(), v.into());
+        self
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn mount(mut self, host: &str, container: &str, readonly: bool) -> Self {
+        self.mounts.push((host.into(), container.into(), readonly));
         self
     }
 
@@ -186,7 +208,7 @@ impl Crictl {
         if let Some(m) = c.memory_limit {
             resources.insert("memory_limit_in_bytes".into(), json!(m));
         }
-        let config = json!({
+        let mut config = json!({
             "metadata": { "name": c.name, "attempt": 0 },
             "image": { "image": images::BUSYBOX },
             "command": c.command,
@@ -195,7 +217,13 @@ impl Crictl {
             "annotations": c.annotations,
             "log_path": format!("{}-{}.log", c.name, self.next()),
             "linux": { "resources": resources },
+            "mounts": c.mounts.iter().map(|(host, container, readonly)| {
+                json!({ "host_path": host, "container_path": container, "readonly": readonly })
+            }).collect::<Vec<_>>(),
         });
+        if let Some(obj) = config.as_object_mut() {
+            obj.extend(c.extra.clone());
+        }
         let path = self.write_json("container", &config)?;
         let (cp, pp) = (path.to_string_lossy().into_owned(), pod.config.to_string_lossy().into_owned());
         self.run(&["create", "--no-pull", &pod.id, &cp, &pp])

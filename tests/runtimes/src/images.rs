@@ -152,7 +152,9 @@ fn build_if_stale(
         .map_err(io("writing index.json".into()))?;
     std::fs::write(layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
         .map_err(io("writing oci-layout".into()))?;
-    let tmp = archive.with_extension("tar.tmp");
+    // Built in the work directory and renamed into place: two tests that
+    // build at once each write a whole archive of the same content.
+    let tmp = work.path().join("archive.tar");
     let mut tar = Command::new("tar");
     tar.args(["--sort=name", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0", "-cf"])
         .arg(&tmp)

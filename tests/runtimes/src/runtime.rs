@@ -58,7 +58,7 @@ impl RuntimeKind {
 /// What the suite needs of a runtime. A runtime keeps its containers
 /// running across [`Runtime::stop`] and [`Runtime::start`], as a real
 /// runtime restart does.
-pub trait Runtime: std::fmt::Debug + Send {
+pub trait Runtime: std::fmt::Debug + Send + Sync {
     fn kind(&self) -> RuntimeKind;
     /// The CRI endpoint, `unix:///...`.
     fn cri_endpoint(&self) -> String;
@@ -97,6 +97,7 @@ impl Node {
     }
 
     pub fn start_kind(kind: RuntimeKind) -> Result<Node, Error> {
+        become_subreaper();
         let runtimes = crate::runtimes_dir();
         let images = images::ensure(&runtimes)?;
         let dir = crate::node_tempdir()?;
@@ -169,6 +170,50 @@ impl Drop for Node {
         self.runtime.stop_leftovers();
         kill_cgroup_tree(&self.cgroup_parent);
         unmount_under(self.dir.path());
+        reap_orphaned_monitors();
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants. A runtime's
+/// shims (and CRI-O's conmon) detach from the runtime by forking twice; on
+/// a machine whose PID 1 does not reap, they would stay as zombies after
+/// they end. As their subreaper, the test process reaps them itself.
+fn become_subreaper() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: prctl with integer arguments only.
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_CHILD_SUBREAPER,
+                1 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            );
+        }
+    });
+}
+
+/// Reaps the ended shims and monitors that were re-parented to this
+/// process, by pid: only zombies of those names, so that no other child
+/// of the test (a host, a runtime) is reaped behind its owner's back.
+fn reap_orphaned_monitors() {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // pid (comm) state ppid ...; comm may hold spaces, so split at its ')'.
+        let Some((head, tail)) = stat.rsplit_once(')') else { continue };
+        let comm = head.split_once('(').map(|(_, c)| c).unwrap_or("");
+        let mut fields = tail.split_whitespace();
+        let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse::<u32>().ok()));
+        let monitor = comm.starts_with("containerd-shim") || comm == "conmon";
+        if monitor && state == Some("Z") && ppid == Some(me) {
+            // SAFETY: waitpid on a zombie child of ours, by its pid.
+            unsafe {
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
     }
 }
 
