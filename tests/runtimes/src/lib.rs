@@ -18,6 +18,7 @@
 //! - [`host`]: the nri-wasm host as a process, its policy directory;
 //! - [`images`]: the pause and busybox images as OCI archives;
 //! - [`log`]: what the runtime logged;
+//! - [`native`]: the native reference NRI plugin, for the differential tests;
 //! - [`process`]: a child process stopped by its pid when dropped.
 
 pub mod containerd;
@@ -26,6 +27,7 @@ pub mod crio;
 pub mod host;
 pub mod images;
 pub mod log;
+pub mod native;
 pub mod process;
 pub mod runtime;
 

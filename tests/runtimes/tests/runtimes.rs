@@ -5,3 +5,6 @@
 
 #[path = "runtimes/e2e.rs"]
 mod e2e;
+
+#[path = "runtimes/differential.rs"]
+mod differential;
