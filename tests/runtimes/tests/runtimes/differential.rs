@@ -25,7 +25,7 @@ use nri_wasm_runtimes::crictl::{Pod, PodSandbox};
 use nri_wasm_runtimes::host::{Host, HostConfig};
 use nri_wasm_runtimes::images;
 use nri_wasm_runtimes::native::{self, Adjustments, NativePlugin};
-use nri_wasm_runtimes::runtime::Node;
+use nri_wasm_runtimes::runtime::{Node, RuntimeKind};
 use serde_json::{json, Value};
 
 fn host_bin() -> &'static Path {
@@ -126,7 +126,14 @@ impl<'a> Side<'a> {
             "annotations": cri.annotations.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "mounts": cri.mounts.iter().map(|(c, h)| json!({ "container_path": c, "host_path": h, "readonly": true })).collect::<Vec<_>>(),
             "log_path": format!("{name}-{attempt}.log"),
-            "linux": { "resources": resources },
+            // As the kubelet: CRI-O names the container to plugins from this
+            // label, and a PID namespace per container runs pods without the
+            // infra container this machine cannot start (crictl.rs).
+            "labels": { "io.kubernetes.container.name": name },
+            "linux": {
+                "resources": resources,
+                "security_context": { "namespace_options": { "network": 2, "pid": 1 } },
+            },
         });
         let path = self.node.dir().join(format!("differential-{name}-{attempt}.json"));
         std::fs::write(&path, serde_json::to_vec_pretty(&config).expect("json")).expect("writing the container config");
@@ -147,7 +154,11 @@ impl<'a> Side<'a> {
         ] {
             text = text.replace(value, placeholder);
         }
-        serde_json::from_str(&replace_pids(&text)).expect("normalised spec")
+        let mut spec: Value = serde_json::from_str(&replace_pids(&text)).expect("normalised spec");
+        if self.node.kind() == RuntimeKind::Crio {
+            nri_wasm_runtimes::crio::normalize_spec(&mut spec);
+        }
+        spec
     }
 
     /// One create of the case's container `c` (with attempt `attempt`).
