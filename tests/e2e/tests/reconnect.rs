@@ -168,10 +168,10 @@ async fn accept(sim: &Simulator) -> PluginConn {
 /// `drain`), then registers with the new subscription. The request in
 /// flight is held by a real policy whose call sleeps until its limit (5 s,
 /// then answered without it: `on-error = "ignore"`); the runtime's request
-/// timeout is 10 s. The new policy is compiled when it is dropped in: on a
-/// machine so busy that this takes longer than the 5 s, the answer comes
-/// first, and the test takes the policy out again (no compile) with
-/// another create in flight, up to three rounds.
+/// timeout is 10 s. The new policy may be compiled when it is dropped in:
+/// on a machine so busy that its load takes longer than the 5 s, the
+/// answer comes first, and the test takes the policy out again (nothing to
+/// load) with another create in flight, up to three rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_change_answers_the_request_in_flight_before_reconnecting() {
     nri_wasm_e2e::init_logging();
@@ -184,7 +184,8 @@ async fn a_subscription_change_answers_the_request_in_flight_before_reconnecting
     let mut config = Config::default();
     config.policies.dir = Some(policies.clone());
     config.policies.reload_debounce_ms = 50;
-    config.engine.cache_dir = Some(dir.path().join("cache"));
+    // The build's shared cache: compiled once for all the tests.
+    config.engine.cache_dir = Some(nri_wasm_components::COMPONENT_CACHE.into());
     config.chain.budget_fraction = 0.9;
     config.metrics.address = String::new();
     config.validate().unwrap();

@@ -273,7 +273,13 @@ async fn fifty_creates_after_a_cold_and_a_warm_start_with_every_cpu_busy() {
 async fn a_stuck_load_holds_back_only_itself(on_error: &str) {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
-    let cache = dir.path().join("cache");
+    // The build's shared compile cache: a cache of its own would compile
+    // the large hostile guest once per test, and the tests' compiles share
+    // one pool of threads, so that the cold start of the test above waited
+    // behind three of them on a busy machine (over two minutes). What is
+    // tested here does not depend on the cache: the stuck policy's
+    // subscription is never recorded (its `configure` never ends).
+    let cache = std::path::PathBuf::from(nri_wasm_components::COMPONENT_CACHE);
     std::fs::create_dir(&policies).unwrap();
     install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"fail\"\n");
     install(&policies, "20-second", guests::ANNOTATE, "settings = \"second\"\non-error = \"ignore\"\n");
@@ -318,14 +324,16 @@ async fn a_stuck_policy_holds_back_only_itself_with_every_cpu_busy() {
 }
 
 /// `[runtime] start-wait-ms`, with a policy whose `configure` sleeps for a
-/// minute (its subscription unknown all along: the cache is cold): the
-/// host registers once the wait is over, not before, and while that policy
-/// is still loading; the other policies' creates are answered. Returns how
-/// long after the start the host registered.
+/// minute (its subscription unknown all along: no load of it ever ends, so
+/// none recorded it): the host registers once the wait is over, not
+/// before, and while that policy is still loading; the other policies'
+/// creates are answered. Returns how long after the start the host
+/// registered. The build's shared compile cache spares the machine a
+/// compile of each policy per test.
 async fn registers_after_the_start_wait(start_wait_ms: u64) -> Duration {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
-    let cache = dir.path().join("cache");
+    let cache = Path::new(nri_wasm_components::COMPONENT_CACHE);
     std::fs::create_dir(&policies).unwrap();
     install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"ignore\"\n");
     let stuck = "settings = \"init-sleep\"\non-error = \"ignore\"\n[limits]\ntimeout-ms = 60000\n";
@@ -333,7 +341,7 @@ async fn registers_after_the_start_wait(start_wait_ms: u64) -> Duration {
     let socket = dir.path().join("nri.sock");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
     let started = std::time::Instant::now();
-    let host = Host::start_with(&policies, &cache, &socket, |c| c.runtime.start_wait_ms = start_wait_ms);
+    let host = Host::start_with(&policies, cache, &socket, |c| c.runtime.start_wait_ms = start_wait_ms);
     let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
         .await
         .expect("the host registers within two minutes")
