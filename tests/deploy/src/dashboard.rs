@@ -83,6 +83,8 @@ pub const METRICS: &[Metric] = &[
         labels: &[label("policy"), label("sha256"), label_of("mode", &["enforce", "audit"]), label("on_error")],
     },
     Metric { name: "nri_wasm_reloads_total", kind: Kind::Counter, labels: &[label_of("result", &["ok", "failed"])] },
+    Metric { name: "nri_wasm_http_connections_shed_total", kind: Kind::Counter, labels: &[] },
+    Metric { name: "nri_wasm_http_accept_errors_total", kind: Kind::Counter, labels: &[] },
 ];
 
 /// Labels Prometheus adds to every series of a target: its own, and what
