@@ -162,6 +162,9 @@ pub struct RuntimeConfig {
     /// Largest reconnect delay.
     #[serde(alias = "reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// Longest the host waits at start, before registering, for the
+    /// subscriptions of its policies to be known (both modes).
+    pub start_wait_ms: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -171,6 +174,7 @@ impl Default for RuntimeConfig {
             register_timeout_ms: 5_000,
             reconnect_initial_ms: 250,
             reconnect_max_ms: 30_000,
+            start_wait_ms: 3_000,
         }
     }
 }
@@ -187,7 +191,17 @@ impl RuntimeConfig {
     pub fn reconnect_max(&self) -> Duration {
         Duration::from_millis(self.reconnect_max_ms)
     }
+
+    pub fn start_wait(&self) -> Duration {
+        Duration::from_millis(self.start_wait_ms)
+    }
 }
+
+/// What `[runtime] start-wait-ms` must stay below: the time a runtime gives
+/// a plugin it launched to register (containerd's default; the runtime
+/// tells its own value only in Configure, after the registration). A
+/// launched plugin that has not registered by then is dropped.
+pub const RUNTIME_REGISTRATION_TIMEOUT: Duration = crate::nri::service::DEFAULT_REGISTRATION_TIMEOUT;
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -205,7 +219,7 @@ pub enum ConfigError {
 /// The tables of the file and the keys each may hold (for locating errors).
 const TABLES: &[(&str, &[&str])] = &[
     ("plugin", &["name", "index"]),
-    ("runtime", &["socket", "register-timeout-ms", "reconnect-initial-ms", "reconnect-max-ms"]),
+    ("runtime", &["socket", "register-timeout-ms", "reconnect-initial-ms", "reconnect-max-ms", "start-wait-ms"]),
     ("policies", &["dir", "state-dir", "strict-permissions", "watch", "reload-debounce-ms"]),
     (
         "policies.limits",
@@ -383,6 +397,14 @@ impl Config {
                 rt.reconnect_initial_ms, rt.reconnect_max_ms
             ));
         }
+        let registration_ms = RUNTIME_REGISTRATION_TIMEOUT.as_millis() as u64;
+        if rt.start_wait_ms >= registration_ms {
+            return Err(format!(
+                "[runtime] start-wait-ms {} must be below {registration_ms}, the runtime's registration timeout \
+                 (containerd's default): a plugin the runtime launched is dropped if it has not registered by then",
+                rt.start_wait_ms
+            ));
+        }
         if self.policies.reload_debounce_ms > 60_000 {
             return Err(format!(
                 "[policies] reload-debounce-ms {} must be at most 60000",
@@ -451,6 +473,31 @@ mod tests {
         assert!(e.contains("register-timeout-ms"), "{e}");
         let e = parse("[runtime]\nregister-timeout-ms = 0\n").unwrap_err().to_string();
         assert!(e.contains("register-timeout-ms"), "{e}");
+    }
+
+    /// The start wait is below the runtime's registration timeout; an error
+    /// names the key, its line, the value and the limit.
+    #[test]
+    fn start_wait_is_below_the_runtimes_registration_timeout() {
+        assert_eq!(parse("").unwrap().runtime.start_wait(), Duration::from_secs(3));
+        assert_eq!(parse("[runtime]\nstart-wait-ms = 0\n").unwrap().runtime.start_wait_ms, 0);
+        assert_eq!(parse("[runtime]\nstart-wait-ms = 4999\n").unwrap().runtime.start_wait_ms, 4999);
+        for value in [5000, 60_000] {
+            let e = parse(&format!("[plugin]\nname = \"x\"\n[runtime]\nstart-wait-ms = {value}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("line 4")
+                    && e.contains(&format!(
+                        "[runtime] start-wait-ms {value} must be below 5000, the runtime's registration timeout"
+                    )),
+                "{e}"
+            );
+        }
+        let mut c = Config::default();
+        c.runtime.start_wait_ms = 5000;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("start-wait-ms 5000") && e.contains("registration"), "{e}");
     }
 
     /// A syntax or type error says where it is and why, never what the line

@@ -14,13 +14,9 @@ use nri_wasm_components::guests;
 
 /// The host's binary, its log read as it is written.
 ///
-/// The log must be read while the host runs: the host writes it to stderr
-/// as it goes, and a pipe nobody reads fills up (64 KiB) and then blocks
-/// the host's next log line, on whatever thread writes it, the one that
-/// answers the runtime included. On a busy machine the policies load
-/// slowly, the test's retries make the host log a refusal each, and the
-/// pipe used to fill: the host then answered nothing ("plugin did not
-/// answer within 2s").
+/// The log is read while the host runs, so that the test sees every line:
+/// a pipe nobody reads fills up (64 KiB), and the host then drops records
+/// (its log queue never blocks an answer: `log_pipe.rs`).
 struct Host {
     child: Child,
     log: Option<std::thread::JoinHandle<String>>,

@@ -11,7 +11,7 @@
 pub const POLICY: &str = "70-colocation-qos";
 
 /// The settings of policy.toml.
-pub const SETTINGS: &str = "cpu-percent=20 memory-high=256M";
+pub const SETTINGS: &str = "cpu-percent=20";
 
 pub const CASES: &[Case] = &[
     Case {

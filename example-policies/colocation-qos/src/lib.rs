@@ -3,8 +3,9 @@
 //! Pods are classed by the pod label `qos.nri-wasm.io/class`:
 //! `latency-critical` (online) or `offline`. While at least one
 //! latency-critical container runs on the node, every offline container is
-//! throttled: its CPU quota is cut to a share of its period and its cgroup v2
-//! `memory.high` is set, so it is reclaimed first. When the last
+//! throttled: its CPU quota is cut to a share of its period and, when
+//! `memory-high` is set, its cgroup v2 `memory.high` too, so it is reclaimed
+//! first. When the last
 //! latency-critical container stops, the offline containers get their
 //! original settings back.
 //!
@@ -20,7 +21,9 @@
 //! `cpu-percent=20` (quota as a share of the period, 1 to 100; never below
 //! the kernel's 1 ms), `period=100000` (microseconds, 1000 to 1000000, used
 //! when a container has none), `memory-high=256M` (a `memory.high` value:
-//! `max` or bytes with an optional K, M, G, T suffix),
+//! `max` or bytes with an optional K, M, G, T suffix; not set by default:
+//! `memory.high` is a cgroup v2 file, and on a cgroup v1 node runc refuses
+//! an update that carries one, CPU quota and all),
 //! `label=qos.nri-wasm.io/class`. See README.md.
 //!
 //! State: `online/<id>` for every running latency-critical container, and
@@ -47,17 +50,14 @@ struct ColocationQos;
 struct Settings {
     cpu_percent: u64,
     period: u64,
-    memory_high: String,
+    /// `memory.high` while throttled; `None` leaves memory alone (cgroup v1).
+    memory_high: Option<String>,
     label: String,
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let mut s = Settings {
-        cpu_percent: 20,
-        period: DEFAULT_PERIOD,
-        memory_high: "256M".into(),
-        label: "qos.nri-wasm.io/class".into(),
-    };
+    let mut s =
+        Settings { cpu_percent: 20, period: DEFAULT_PERIOD, memory_high: None, label: "qos.nri-wasm.io/class".into() };
     for word in text.split_whitespace() {
         let (key, value) =
             word.split_once('=').ok_or_else(|| format!("invalid settings: {word:?} is not key=value"))?;
@@ -65,7 +65,7 @@ fn parse_settings(text: &str) -> Result<Settings, String> {
         match key {
             "cpu-percent" => s.cpu_percent = number(value)?,
             "period" => s.period = number(value)?,
-            "memory-high" => s.memory_high = value.into(),
+            "memory-high" => s.memory_high = Some(value.into()),
             "label" => s.label = value.into(),
             _ => {
                 return Err(format!(
@@ -83,10 +83,9 @@ fn parse_settings(text: &str) -> Result<Settings, String> {
             s.period
         ));
     }
-    if !memory_high_ok(&s.memory_high) {
+    if let Some(high) = s.memory_high.as_deref().filter(|h| !memory_high_ok(h)) {
         return Err(format!(
-            "invalid settings: memory-high {:?} is neither max nor a size such as 256M (bytes, or K, M, G, T)",
-            s.memory_high
+            "invalid settings: memory-high {high:?} is neither max nor a size such as 256M (bytes, or K, M, G, T)"
         ));
     }
     if s.label.is_empty() {
@@ -120,11 +119,7 @@ fn throttled_cpu(period: Option<u64>, s: &Settings) -> LinuxCpu {
 }
 
 fn throttled(period: Option<u64>, s: &Settings) -> LinuxResources {
-    LinuxResources {
-        cpu: Some(throttled_cpu(period, s)),
-        unified: vec![KeyValue { key: "memory.high".into(), value: s.memory_high.clone() }],
-        ..LinuxResources::default()
-    }
+    LinuxResources { cpu: Some(throttled_cpu(period, s)), unified: memory_high(s, false), ..LinuxResources::default() }
 }
 
 /// `quota,period` of a container's current CPU settings.
@@ -135,14 +130,23 @@ fn saved_cpu(c: &ContainerInfo) -> String {
     format!("{q},{p}")
 }
 
-fn restored(saved: &str) -> LinuxResources {
+/// The `memory.high` entry, only where the operator configured one: runc
+/// refuses any cgroup v2 file on a cgroup v1 node, and with it the whole
+/// update.
+/// `max` when restoring.
+fn memory_high(s: &Settings, restore: bool) -> Vec<KeyValue> {
+    let Some(high) = s.memory_high.as_deref() else { return Vec::new() };
+    vec![KeyValue { key: "memory.high".into(), value: if restore { "max" } else { high }.into() }]
+}
+
+fn restored(saved: &str, s: &Settings) -> LinuxResources {
     let (q, p) = saved.split_once(',').unwrap_or(("-", "-"));
     // No quota before: -1 is "unlimited" for the CPU controller.
     let quota = q.parse::<i64>().unwrap_or(-1);
     let period = p.parse::<u64>().unwrap_or(DEFAULT_PERIOD);
     LinuxResources {
         cpu: Some(LinuxCpu { quota: Some(quota), period: Some(period), ..LinuxCpu::default() }),
-        unified: vec![KeyValue { key: "memory.high".into(), value: "max".into() }],
+        unified: memory_high(s, true),
         ..LinuxResources::default()
     }
 }
@@ -174,13 +178,13 @@ fn throttle_all(s: &Settings) -> Result<Vec<ContainerUpdate>, String> {
 }
 
 /// Gives every throttled container its settings back.
-fn restore_all() -> Vec<ContainerUpdate> {
+fn restore_all(s: &Settings) -> Vec<ContainerUpdate> {
     let mut updates = Vec::new();
     for key in state::keys(SAVED) {
         let id = &key[SAVED.len()..];
         if let Some(saved) = state::get(&key) {
             if view::container(id).is_some() {
-                updates.push(ContainerUpdate::new(id, restored(&saved)).ignoring_failure());
+                updates.push(ContainerUpdate::new(id, restored(&saved, s)).ignoring_failure());
             }
         }
         state::remove(&key);
@@ -189,7 +193,7 @@ fn restore_all() -> Vec<ContainerUpdate> {
 }
 
 /// An online container is gone: restore if it was the last one.
-fn online_gone(id: &str) -> Vec<ContainerUpdate> {
+fn online_gone(id: &str, s: &Settings) -> Vec<ContainerUpdate> {
     let key = format!("{ONLINE}{id}");
     if state::get(&key).is_none() {
         return Vec::new();
@@ -199,7 +203,7 @@ fn online_gone(id: &str) -> Vec<ContainerUpdate> {
         return Vec::new();
     }
     log(LogLevel::Info, "last latency-critical container gone: restoring offline containers");
-    restore_all()
+    restore_all(s)
 }
 
 fn updates(update: Vec<ContainerUpdate>) -> Reply {
@@ -254,12 +258,12 @@ impl Policy for ColocationQos {
     }
 
     fn stop_container(e: &Event) -> Result<Reply, String> {
-        Ok(updates(online_gone(&e.container_meta().id)))
+        Ok(updates(online_gone(&e.container_meta().id, &settings_now())))
     }
 
     fn remove_container(e: &Event) -> Result<Reply, String> {
         state::remove(&format!("{SAVED}{}", e.container_meta().id));
-        Ok(updates(online_gone(&e.container_meta().id)))
+        Ok(updates(online_gone(&e.container_meta().id, &settings_now())))
     }
 
     fn synchronize() -> Result<Reply, String> {
@@ -274,7 +278,7 @@ impl Policy for ColocationQos {
         }
         let s = settings_now();
         if state::keys(ONLINE).is_empty() {
-            Ok(updates(restore_all()))
+            Ok(updates(restore_all(&s)))
         } else {
             Ok(updates(throttle_all(&s)?))
         }

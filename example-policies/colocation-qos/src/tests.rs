@@ -15,6 +15,9 @@ fn cases() {
 
 const CLASS: &str = "qos.nri-wasm.io/class";
 
+/// policy.toml's settings with the cgroup v2 `memory.high` on.
+const CGROUP_V2: &str = "cpu-percent=20 memory-high=256M";
+
 fn cpu(quota: i64, period: u64) -> LinuxResources {
     LinuxResources {
         cpu: Some(LinuxCpu { quota: Some(quota), period: Some(period), ..LinuxCpu::default() }),
@@ -26,7 +29,7 @@ fn cpu(quota: i64, period: u64) -> LinuxResources {
 /// a stopped one, and a container of an unclassed pod.
 fn node() -> TestHost {
     TestHost::new()
-        .with_settings(SETTINGS)
+        .with_settings(CGROUP_V2)
         .with_pod(PodInfo::new("off", "batch-0", "analytics").with_label(CLASS, "offline"))
         .with_pod(PodInfo::new("web", "web-0", "shop"))
         .with_container(
@@ -108,7 +111,7 @@ fn a_container_keeps_its_own_period_and_the_quota_never_drops_below_one_millisec
     let pod = PodSandbox::new("p", "batch-1", "analytics").with_label(CLASS, "offline");
     let own = Container::new("c", &pod, "c").with_resources(cpu(40_000, 50_000));
     let event = TestEvent::create_container(pod, own);
-    let mut host = TestHost::new().with_settings(SETTINGS).with_state("online/lc", "1");
+    let mut host = TestHost::new().with_settings(CGROUP_V2).with_state("online/lc", "1");
     let out = host.run::<ColocationQos>(&event);
     assert_eq!(
         out.lines(),
@@ -157,4 +160,16 @@ fn memory_high_sizes() {
     for bad in ["", "M", "256MiB", "-1", "1.5G", "maximum", "256 M"] {
         assert!(!memory_high_ok(bad), "{bad}");
     }
+}
+
+#[test]
+fn without_memory_high_only_the_cpu_is_throttled_and_restored() {
+    // policy.toml's settings: nothing a cgroup v1 node refuses.
+    let mut host = node().with_settings(SETTINGS);
+    let out = host.run::<ColocationQos>(&latency_critical(EventKind::StartContainer, "lc-1"));
+    let throttle = ["cpu.period=100000", "cpu.quota=20000"];
+    assert_eq!(out.lines(), sorted([update("off-new", &throttle), update("off-run", &throttle)].concat()));
+    let out = host.run::<ColocationQos>(&latency_critical(EventKind::StopContainer, "lc-1"));
+    assert!(out.lines().iter().all(|l| !l.contains("unified")), "{:?}", out.lines());
+    assert!(out.lines().iter().any(|l| l.contains("cpu.quota=50000")), "{:?}", out.lines());
 }

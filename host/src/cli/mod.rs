@@ -8,6 +8,8 @@
 //! - `demo.rs`: the example policies against the embedded runtime simulator;
 //! - `config.rs`: `config check`, the effective configuration or its errors;
 //! - `status.rs`: a running host's chain and counters, over its endpoint;
+//! - `log.rs`: the serving host's log writer, which never blocks the thread
+//!   that logs;
 //! - `author/`: the policy author's `check`, `eval` (and `eval --replay`)
 //!   and `new`.
 
@@ -15,6 +17,7 @@ pub mod author;
 mod config;
 #[cfg(feature = "demo")]
 mod demo;
+pub mod log;
 mod run;
 mod status;
 
@@ -173,12 +176,33 @@ pub enum Colour {
 const AUTHOR_LOG: &str = "error,nri_wasm::policy=off";
 
 /// Sets up logging: to stderr, `format`, `filter` unless `RUST_LOG` is set;
-/// colours only when stderr is a terminal.
+/// colours only when stderr is a terminal. Each record is written before
+/// the call that logs it returns: for the tools a person runs, whose log
+/// goes with their report. The serving host uses [`init_serve_logging`].
 pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    install_logging(filter, format, std::io::stderr)
+}
+
+/// Sets up logging as [`init_logging`] does, through a queue that a thread
+/// of its own writes to stderr (`log.rs`): a reader that stops reading
+/// costs log records, counted and reported, never an answer to the runtime.
+/// Hold the guard until exit: dropping it flushes the queue, for a bounded
+/// time.
+pub fn init_serve_logging(filter: &str, format: LogFormat) -> anyhow::Result<log::LogGuard> {
+    let (queue, guard) = log::queue(Box::new(std::io::stderr()), format, log::QUEUE_BYTES)
+        .map_err(|e| anyhow::anyhow!("cannot start the log writer thread: {e}"))?;
+    install_logging(filter, format, queue)?;
+    Ok(guard)
+}
+
+fn install_logging<W>(filter: &str, format: LogFormat, writer: W) -> anyhow::Result<()>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     use std::io::IsTerminal as _;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(filter))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
@@ -260,14 +284,25 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// `run`: the configuration first (its logging settings apply), then serve.
+/// An error after logging is set up is logged (in the log's format), not
+/// printed: stderr may be a pipe nobody reads, and the process must still
+/// exit once the log is flushed for [`log::FLUSH_WAIT`].
 fn serve(log: &Option<String>, format: Option<LogFormat>, args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let (config, options) = settings(&args, |k| std::env::var(k).ok())?;
     let filter = log.clone().unwrap_or_else(|| config.logging.level.clone());
-    init_logging(&filter, format.unwrap_or(config.logging.format))?;
+    let _log = init_serve_logging(&filter, format.unwrap_or(config.logging.format))?;
     let record = args
         .record
         .clone()
         .map(|path| crate::nri::record::RecordOptions { path, max_bytes: args.record_max_mib.saturating_mul(1 << 20) });
-    transport_runtime()?.block_on(run_recording(config, options, record))?;
-    Ok(std::process::ExitCode::SUCCESS)
+    let served = transport_runtime()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(run_recording(config, options, record)));
+    match served {
+        Ok(()) => Ok(std::process::ExitCode::SUCCESS),
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "nri-wasm stopped");
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
 }

@@ -296,7 +296,7 @@ pub async fn run_host_recording(
             }
         }
     });
-    wait_for_subscription(&host.dispatcher).await;
+    wait_for_subscription(&host.dispatcher, config.runtime.start_wait()).await;
     let served = supervisor.run().await;
     if let Some(recorder) = recorder {
         let closing = tokio::task::spawn_blocking(move || recorder.close(RECORD_CLOSE_WAIT));
@@ -308,23 +308,19 @@ pub async fn run_host_recording(
     Ok(())
 }
 
-/// Longest the host waits before registering for the subscriptions of its
-/// policies to be known (those with no record of their last load finish
-/// `configure`). A launched plugin must register within the runtime's
-/// registration timeout (containerd: 5 s), so this stays well below it; a
-/// policy still unknown then is registered for what is known, plus
-/// CreateContainer if it is mandatory, so that it can refuse; if it needs
-/// more once loaded, the host reconnects (answering what is in flight
-/// first). A candidate for a `[runtime] start-wait-ms` key.
-pub const START_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Waits, at most [`START_WAIT`], until the dispatcher knows the
-/// subscription of every policy (see the start-up contract in
+/// Waits, at most `limit` (`[runtime] start-wait-ms`), until the
+/// dispatcher knows the subscription of every policy (those with no record
+/// of their last load finish `configure`; see the start-up contract in
 /// `policy/dispatcher.rs`). A restart with unchanged files and a compile
-/// cache does not wait at all.
-async fn wait_for_subscription(dispatcher: &PolicyDispatcher) {
+/// cache does not wait at all. A launched plugin must register within the
+/// runtime's registration timeout (containerd: 5 s), which the
+/// configuration keeps the wait below; a policy still unknown then is
+/// registered for what is known, plus CreateContainer if it is mandatory,
+/// so that it can refuse; if it needs more once loaded, the host
+/// reconnects (answering what is in flight first).
+async fn wait_for_subscription(dispatcher: &PolicyDispatcher, limit: std::time::Duration) {
     let started = std::time::Instant::now();
-    match tokio::time::timeout(START_WAIT, dispatcher.subscription_known()).await {
+    match tokio::time::timeout(limit, dispatcher.subscription_known()).await {
         Ok(()) => tracing::info!(
             waited_ms = started.elapsed().as_millis() as u64,
             events = %dispatcher.events(),
@@ -335,7 +331,7 @@ async fn wait_for_subscription(dispatcher: &PolicyDispatcher) {
             let unknown: Vec<&str> =
                 chain.pending().iter().filter(|p| p.expected.is_none()).map(|p| p.name.as_str()).collect();
             tracing::warn!(
-                waited_ms = START_WAIT.as_millis() as u64,
+                waited_ms = limit.as_millis() as u64,
                 ?unknown,
                 events = %dispatcher.events(),
                 "registering before the subscription of every policy is known; a reconnect follows if they need more"

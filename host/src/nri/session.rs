@@ -221,15 +221,23 @@ where
 /// request in flight is answered: the runtime would otherwise see the
 /// connection lost under a request (`PostUpdateContainer: connection
 /// lost`). Waits until no dispatcher call is under way and as many answers
-/// are out on the socket as calls were started, at most the answer budget
-/// and a margin (a call ends by the budget; an answer ttrpc dropped at its
+/// are out on the socket as calls were started, then lingers
+/// ([`ANSWER_LINGER`]) while the runtime reads the last answer, answering
+/// what arrives meanwhile too; all of it at most the answer budget and a
+/// margin (a call ends by the budget; an answer ttrpc dropped at its
 /// deadline is never out, which the bound covers).
 async fn drain(state: &SessionState, answered: &watch::Sender<u64>) {
     let limit = state.budget() + DRAIN_MARGIN;
     let drained = tokio::time::timeout(limit, async {
-        state.calls_finished().await;
-        let started = state.calls_started();
-        let _ = answered.subscribe().wait_for(|out| *out >= started).await;
+        loop {
+            state.calls_finished().await;
+            let started = state.calls_started();
+            let _ = answered.subscribe().wait_for(|out| *out >= started).await;
+            tokio::time::sleep(ANSWER_LINGER).await;
+            if state.calls_started() == started {
+                return;
+            }
+        }
     })
     .await;
     if drained.is_err() {
@@ -239,6 +247,14 @@ async fn drain(state: &SessionState, answered: &watch::Sender<u64>) {
 
 /// What a drain waits past the answer budget for answers to reach the socket.
 const DRAIN_MARGIN: Duration = Duration::from_millis(500);
+
+/// How long the host keeps a connection it is about to close after its
+/// last answer is out. An answer on the socket is not yet one the runtime
+/// has: NRI's multiplexer queues what it reads for each connection, and
+/// when the socket ends it may fail the call before the queued answer is
+/// read (Go picks at random between the two). The runtime reads an answer
+/// within microseconds of its arrival; this leaves it a quarter of a second.
+const ANSWER_LINGER: Duration = Duration::from_millis(250);
 
 /// Resolves when the events the dispatcher wants no longer match what the
 /// runtime was told in Configure, with the old and the new subscription.

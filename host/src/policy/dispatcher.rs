@@ -32,10 +32,11 @@
 //! The *start set* is the policies in the directory when the host starts.
 //! Before registering, the host waits until the subscription of each is
 //! known (a record of its last load, or its `configure` done), at most
-//! [`START_WAIT`]; a restart with unchanged files registers at once, with
-//! the right events, and never reconnects. The policies then become ready
-//! one by one: each joins the chain as soon as it is loaded, whatever the
-//! others do, so a slow or hostile file holds back nothing but itself.
+//! `[runtime] start-wait-ms` (3 s by default); a restart with unchanged
+//! files registers at once, with the right events, and never reconnects.
+//! The policies then become ready one by one: each joins the chain as soon
+//! as it is loaded, whatever the others do, so a slow or hostile file holds
+//! back nothing but itself.
 //! From the moment the runtime has the host registered, every event:
 //! - goes through every policy of the start set that is ready;
 //! - for a policy not ready yet that would see the event by the record of

@@ -187,7 +187,7 @@ impl Reloader {
     async fn reload_here(&self) -> ReloadReport {
         let _one = self.running.lock().await;
         let started = std::time::Instant::now();
-        let report = self.build_and_install().await;
+        let (report, in_use) = self.build_and_install().await;
         self.metrics.reload(report.is_clean());
         log_report(&report, started.elapsed());
         let shared = Arc::new(report.clone());
@@ -195,10 +195,19 @@ impl Reloader {
             *n += 1;
             *last = shared;
         });
+        // What the new chain no longer uses (compiled forms, subscription
+        // records) goes once the reload is counted and reported: pruning a
+        // large cache must not delay what watchers of the reload see.
+        if let Some(names) = in_use {
+            let engine = self.engine.clone();
+            let _ = tokio::task::spawn_blocking(move || engine.prune_cache(&names)).await;
+        }
         report
     }
 
-    async fn build_and_install(&self) -> ReloadReport {
+    /// The report, and the names of the installed chain's policies when a
+    /// chain was installed.
+    async fn build_and_install(&self) -> (ReloadReport, Option<Vec<String>>) {
         let mut report = ReloadReport::default();
         let (specs, errors) = match &self.source.dir {
             Some(dir) => loader::scan(dir, self.source.options),
@@ -208,7 +217,7 @@ impl Reloader {
         if let Some(SpecError::Directory { .. }) = errors.first() {
             report.problems = errors.iter().map(ToString::to_string).collect();
             report.unchanged = current.policies().map(|p| p.name().to_string()).collect();
-            return report;
+            return (report, None);
         }
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
             current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
@@ -319,7 +328,7 @@ impl Reloader {
             && next.iter().zip(current.entries()).all(|((p, _), e)| Arc::ptr_eq(p, &e.policy))
             && unloadable == current.unloadable();
         if same && self.dispatcher.is_loaded() {
-            return report;
+            return (report, None);
         }
         *self.installed.lock().unwrap_or_else(|p| p.into_inner()) =
             next.iter().map(|(p, o)| (p.name().to_string(), o.clone())).collect();
@@ -336,10 +345,7 @@ impl Reloader {
         self.metrics.chain_installed(&chain, false);
         report.resubscribe = self.dispatcher.install_shared(chain).await;
         report.installed = true;
-        // What the chain no longer uses: compiled forms, subscription records.
-        let engine = self.engine.clone();
-        let _ = tokio::task::spawn_blocking(move || engine.prune_cache(&seen)).await;
-        report
+        (report, Some(seen))
     }
 }
 

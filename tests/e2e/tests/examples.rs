@@ -537,7 +537,9 @@ fn cpu_of(model: &NodeModel, id: &str) -> (Option<i64>, Option<u64>, Option<Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn colocation_qos_on_the_captured_node_across_a_reconnection() {
     const CLASS: &str = "qos.nri-wasm.io/class";
-    let policy = load(COLOCATION_QOS.policy, COLOCATION_QOS.wasm, COLOCATION_QOS.settings).unwrap();
+    // policy.toml's settings with memory.high on, as on a cgroup v2 node.
+    let settings = format!("{} memory-high=256M", COLOCATION_QOS.settings);
+    let policy = load(COLOCATION_QOS.policy, COLOCATION_QOS.wasm, &settings).unwrap();
     let d = stateful_dispatcher(policy);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let model = NodeModel::shared();

@@ -16,7 +16,9 @@
 //!   reconnect);
 //! - a warm restart registers once and keeps its connection;
 //! - a policy whose load never ends (its `configure` sleeps until its
-//!   limit) holds back nothing but itself.
+//!   limit) holds back nothing but itself;
+//! - `[runtime] start-wait-ms` is how long the host waits, before
+//!   registering, for a policy whose subscription is not known yet.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -76,12 +78,18 @@ struct Host {
 
 impl Host {
     fn start(policies: &Path, cache: &Path, socket: &Path) -> Self {
+        Self::start_with(policies, cache, socket, |_| {})
+    }
+
+    /// [`Host::start`] with `edit` applied to the configuration.
+    fn start_with(policies: &Path, cache: &Path, socket: &Path, edit: impl FnOnce(&mut Config)) -> Self {
         init_logging();
         let mut config = Config::default();
         config.policies.dir = Some(policies.to_path_buf());
         config.policies.watch = false;
         config.engine.cache_dir = Some(cache.to_path_buf());
         config.metrics.address = String::new();
+        edit(&mut config);
         config.validate().unwrap();
         let metrics = Arc::new(Metrics::new());
         let stop = CancellationToken::new();
@@ -265,7 +273,13 @@ async fn fifty_creates_after_a_cold_and_a_warm_start_with_every_cpu_busy() {
 async fn a_stuck_load_holds_back_only_itself(on_error: &str) {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
-    let cache = dir.path().join("cache");
+    // The build's shared compile cache: a cache of its own would compile
+    // the large hostile guest once per test, and the tests' compiles share
+    // one pool of threads, so that the cold start of the test above waited
+    // behind three of them on a busy machine (over two minutes). What is
+    // tested here does not depend on the cache: the stuck policy's
+    // subscription is never recorded (its `configure` never ends).
+    let cache = std::path::PathBuf::from(nri_wasm_components::COMPONENT_CACHE);
     std::fs::create_dir(&policies).unwrap();
     install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"fail\"\n");
     install(&policies, "20-second", guests::ANNOTATE, "settings = \"second\"\non-error = \"ignore\"\n");
@@ -307,4 +321,63 @@ async fn a_stuck_mandatory_policy_refuses_every_create_naming_itself() {
 async fn a_stuck_policy_holds_back_only_itself_with_every_cpu_busy() {
     let _busy = Saturated::start();
     a_stuck_load_holds_back_only_itself("ignore").await;
+}
+
+/// `[runtime] start-wait-ms`, with a policy whose `configure` sleeps for a
+/// minute (its subscription unknown all along: no load of it ever ends, so
+/// none recorded it): the host registers once the wait is over, not
+/// before, and while that policy is still loading; the other policies'
+/// creates are answered. Returns how long after the start the host
+/// registered. The build's shared compile cache spares the machine a
+/// compile of each policy per test.
+async fn registers_after_the_start_wait(start_wait_ms: u64) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    let cache = Path::new(nri_wasm_components::COMPONENT_CACHE);
+    std::fs::create_dir(&policies).unwrap();
+    install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"ignore\"\n");
+    let stuck = "settings = \"init-sleep\"\non-error = \"ignore\"\n[limits]\ntimeout-ms = 60000\n";
+    install(&policies, "30-stuck", guests::HOSTILE, stuck);
+    let socket = dir.path().join("nri.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+    let started = std::time::Instant::now();
+    let host = Host::start_with(&policies, cache, &socket, |c| c.runtime.start_wait_ms = start_wait_ms);
+    let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
+        .await
+        .expect("the host registers within two minutes")
+        .expect("registration");
+    let registered = started.elapsed();
+    // Still loading: neither loaded nor failed, and the chain not complete.
+    let status = host.metrics.status();
+    let stuck_done = status.policies.iter().any(|p| p.name == "30-stuck");
+    assert!(!status.chain_loaded && !stuck_done, "the host registered once 30-stuck was done: {status:?}");
+    assert!(
+        registered >= Duration::from_millis(start_wait_ms),
+        "registered {registered:?} after the start, before the start wait of {start_wait_ms} ms was over"
+    );
+    conn.configure().await.expect("configure");
+    conn.synchronize(&[], &[], 0).await.expect("synchronize");
+    let pod = nri_sim::workload::pod(1);
+    conn.create_container(&pod, &nri_sim::workload::container(&pod, 0)).await.expect("a create is answered");
+    conn.close().await;
+    host.stop().await;
+    registered
+}
+
+/// A small start wait: the host registers while a policy is still loading
+/// (it would load a minute later), at the earliest after the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_start_wait_registers_while_a_policy_is_still_loading() {
+    let registered = registers_after_the_start_wait(200).await;
+    eprintln!("start-wait-ms 200: registered after {registered:?}");
+}
+
+/// A start wait above the default (3000 ms) is waited in full: the setting,
+/// not the default, decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_wait_above_the_default_is_waited_in_full() {
+    let default = Config::default().runtime.start_wait_ms;
+    assert_eq!(default, 3000);
+    let registered = registers_after_the_start_wait(4500).await;
+    eprintln!("start-wait-ms 4500: registered after {registered:?}");
 }

@@ -1,0 +1,372 @@
+//! The serving host's log writer: whoever logs never waits for the reader.
+//!
+//! The host logs from every thread, the one that answers the runtime
+//! included. Written straight to stderr, a record waits for the pipe to
+//! take it; a reader that stops reading (journald stalled, a container
+//! runtime's log pipe full, `kubectl logs` not drained) fills the pipe, the
+//! next write blocks, and the answer the thread was about to send waits with
+//! it: the runtime times the request out and drops the plugin. A plugin
+//! must answer; a log may lose lines, as long as it says so.
+//!
+//! So a record is appended to a queue in memory, bounded in bytes
+//! ([`QUEUE_BYTES`]), and one thread of its own writes the queue out (a
+//! blocking write, which only that thread waits for). A record that does
+//! not fit is dropped and counted, never written in part; as soon as the
+//! writer gets through, one line says how many were lost, after the records
+//! that were queued before them. Whoever logs holds the queue's lock for a
+//! copy of its record, never for a write.
+//!
+//! At exit the queue is flushed, waiting at most [`FLUSH_WAIT`]: a reader
+//! that never reads again must not keep the process from exiting (the
+//! writer thread is not waited for past that).
+//!
+//! The author tools (`check`, `eval`, `config check`...) keep writing
+//! their log synchronously: they hold stderr for their reports, and a
+//! person reading a terminal wants the log in order with the report.
+
+use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing_subscriber::fmt::MakeWriter;
+
+use crate::config::LogFormat;
+
+/// Most bytes of log records waiting for the writer. At a few hundred bytes
+/// a record, tens of thousands of records: a reader stalled for seconds at
+/// `debug` loses nothing, and a stalled reader costs the host at most twice
+/// this (the batch being written and the queue filling behind it).
+pub const QUEUE_BYTES: usize = 4 << 20;
+
+/// Longest the host waits at exit for its queued records to be written.
+pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+/// The target the writer's own line names, as a record of the host's would.
+const TARGET: &str = "nri_wasm::log";
+
+/// Capacity a written batch keeps for the next one; a burst's larger
+/// buffer is given back.
+const KEEP_BYTES: usize = 64 << 10;
+
+/// The queue both sides share.
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the writer: records queued, or the queue closed.
+    queued: Condvar,
+    /// Wakes whoever flushes: a batch was written.
+    written: Condvar,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Records waiting, in order, each whole.
+    pending: Vec<u8>,
+    /// Records accepted since start; the writer has written the first
+    /// `written` of them.
+    accepted: u64,
+    written: u64,
+    /// Records dropped since the writer last said so, and since start.
+    unreported: u64,
+    dropped: u64,
+    /// No writer handle is left: the writer thread writes what is queued
+    /// and ends.
+    closed: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic cannot leave the state half-changed: every change is one
+        // step (a copy, or a counter).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues one record whole, or drops and counts it.
+    fn push(&self, record: &[u8]) {
+        let mut state = self.lock();
+        let was_empty = state.pending.is_empty();
+        if state.pending.len() + record.len() > self.capacity {
+            state.unreported += 1;
+            state.dropped += 1;
+        } else {
+            state.pending.extend_from_slice(record);
+            state.accepted += 1;
+        }
+        drop(state);
+        // The writer waits only with an empty queue and nothing to report:
+        // a push onto a non-empty queue finds it busy or already woken.
+        if was_empty {
+            self.queued.notify_one();
+        }
+    }
+}
+
+/// What the host's log layer writes to (its [`MakeWriter`]): each record
+/// goes into the queue. Dropping it ends the writer thread once the queue
+/// is written out.
+#[derive(Debug)]
+pub struct LogQueue {
+    shared: Arc<Shared>,
+}
+
+impl Drop for LogQueue {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.queued.notify_one();
+    }
+}
+
+/// One record on its way into the queue (`tracing_subscriber` formats a
+/// record in full, then writes it with one `write_all`).
+#[derive(Debug)]
+pub struct QueueWriter<'a>(&'a Shared);
+
+impl Write for QueueWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.push(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogQueue {
+    type Writer = QueueWriter<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        QueueWriter(&self.shared)
+    }
+}
+
+/// Held while the host runs: dropping it flushes the queue, waiting at most
+/// [`FLUSH_WAIT`].
+#[derive(Debug)]
+pub struct LogGuard {
+    shared: Arc<Shared>,
+}
+
+impl LogGuard {
+    /// Waits, at most `wait`, until every record queued so far is written;
+    /// whether they were.
+    pub fn flush(&self, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        let mut state = self.shared.lock();
+        let target = state.accepted;
+        while state.written < target {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self.shared.written.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        true
+    }
+
+    /// Records dropped since start because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.lock().dropped
+    }
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        self.flush(FLUSH_WAIT);
+    }
+}
+
+/// Starts the writer thread, which writes to `out` what the returned
+/// [`LogQueue`] is given, in `format` for its own line; `capacity` bytes
+/// may wait ([`QUEUE_BYTES`] for the host).
+pub fn queue(out: Box<dyn Write + Send>, format: LogFormat, capacity: usize) -> std::io::Result<(LogQueue, LogGuard)> {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State::default()),
+        queued: Condvar::new(),
+        written: Condvar::new(),
+        capacity,
+    });
+    let writer = shared.clone();
+    std::thread::Builder::new().name("log-writer".into()).spawn(move || write_out(&writer, out, format))?;
+    Ok((LogQueue { shared: shared.clone() }, LogGuard { shared }))
+}
+
+/// The writer thread: takes the whole queue at once, writes it, then says
+/// how many records were dropped while it waited (they came after the ones
+/// it took: the queue only shrinks when the writer takes it).
+fn write_out(shared: &Shared, mut out: Box<dyn Write + Send>, format: LogFormat) {
+    let mut batch = Vec::new();
+    loop {
+        let (dropped, end, closed) = {
+            let mut state = shared.lock();
+            while state.pending.is_empty() && state.unreported == 0 && !state.closed {
+                state = shared.queued.wait(state).unwrap_or_else(PoisonError::into_inner);
+            }
+            std::mem::swap(&mut state.pending, &mut batch);
+            (std::mem::take(&mut state.unreported), state.accepted, state.closed)
+        };
+        // A failed write (the reader is gone) loses the batch; there is no
+        // one left to tell.
+        let _ = out.write_all(&batch);
+        if dropped > 0 {
+            let _ = out.write_all(dropped_line(dropped, format).as_bytes());
+        }
+        let _ = out.flush();
+        batch.clear();
+        batch.shrink_to(KEEP_BYTES);
+        let mut state = shared.lock();
+        state.written = end;
+        shared.written.notify_all();
+        if closed && state.pending.is_empty() && state.unreported == 0 {
+            return;
+        }
+    }
+}
+
+/// The line that says `n` records were lost, in the log's format.
+fn dropped_line(n: u64, format: LogFormat) -> String {
+    use tracing_subscriber::fmt::time::FormatTime as _;
+    let mut timestamp = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime
+        .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut timestamp));
+    let message = format!("{n} log records dropped: the log reader was not keeping up");
+    match format {
+        LogFormat::Text => format!("{timestamp}  WARN {TARGET}: {message} dropped={n}\n"),
+        LogFormat::Json => format!(
+            "{{\"timestamp\":\"{timestamp}\",\"level\":\"WARN\",\"message\":\"{message}\",\"dropped\":{n},\
+             \"target\":\"{TARGET}\"}}\n"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// An output that takes nothing until told to, like a pipe whose reader
+    /// stalled, then keeps what it is given.
+    struct Stalled {
+        open: mpsc::Receiver<()>,
+        opened: bool,
+        got: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Write for Stalled {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if !self.opened {
+                // Released by a message, or by the test dropping its sender.
+                let _ = self.open.recv();
+                self.opened = true;
+            }
+            self.got.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What the output was given.
+    type Got = Arc<Mutex<Vec<u8>>>;
+
+    fn stalled() -> (Box<dyn Write + Send>, mpsc::Sender<()>, Got) {
+        let (release, open) = mpsc::channel();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        (Box::new(Stalled { open, opened: false, got: got.clone() }), release, got)
+    }
+
+    fn log(queue: &LogQueue, line: &str) {
+        queue.make_writer().write_all(line.as_bytes()).unwrap();
+    }
+
+    /// With the output stalled, logging goes on (the calls return: the
+    /// test would hang otherwise), what does not fit is dropped whole and
+    /// counted, and once the output takes records again everything queued
+    /// comes out in order, then the count.
+    #[test]
+    fn a_stalled_output_drops_counts_and_reports_without_blocking() {
+        let (out, release, got) = stalled();
+        let (queue, guard) = super::queue(out, LogFormat::Text, 100).unwrap();
+        // The first record is taken by the writer, which then stalls on it.
+        log(&queue, "record 00 taken first\n");
+        while !guard.shared.lock().pending.is_empty() {
+            std::thread::yield_now();
+        }
+        for i in 1..=20 {
+            log(&queue, &format!("record {i:02}\n"));
+        }
+        // 100 bytes hold ten records of 10 bytes; the other ten are dropped.
+        assert_eq!(guard.dropped(), 10);
+        assert!(!guard.flush(Duration::from_millis(50)), "nothing is written while the output is stalled");
+        release.send(()).unwrap();
+        assert!(guard.flush(Duration::from_secs(30)));
+        let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut expected = vec!["record 00 taken first".to_string()];
+        expected.extend((1..=10).map(|i| format!("record {i:02}")));
+        assert_eq!(lines[..11], expected[..], "{text}");
+        assert_eq!(lines.len(), 12, "{text}");
+        assert!(
+            lines[11]
+                .ends_with(" WARN nri_wasm::log: 10 log records dropped: the log reader was not keeping up dropped=10"),
+            "{text}"
+        );
+        // Counted once: later records come out with no new report.
+        log(&queue, "record 21\n");
+        assert!(guard.flush(Duration::from_secs(30)));
+        let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
+        assert!(text.ends_with("dropped=10\nrecord 21\n"), "{text}");
+        assert_eq!(guard.dropped(), 10);
+    }
+
+    /// A record larger than the whole queue is dropped, and reported even
+    /// though nothing else is queued.
+    #[test]
+    fn a_record_larger_than_the_queue_is_dropped_and_reported_in_json() {
+        let (out, release, got) = stalled();
+        drop(release);
+        let (queue, guard) = super::queue(out, LogFormat::Json, 16).unwrap();
+        log(&queue, &"x".repeat(17));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !String::from_utf8_lossy(&got.lock().unwrap()).contains('\n') && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim_end()).expect(&text);
+        assert_eq!(line["message"], "1 log records dropped: the log reader was not keeping up");
+        assert_eq!(line["dropped"], 1);
+        assert_eq!(line["level"], "WARN");
+        assert_eq!(guard.dropped(), 1);
+    }
+
+    /// An output that never takes anything again does not hold the flush
+    /// (at exit) past its wait, and the guard's drop returns.
+    #[test]
+    fn the_flush_at_exit_is_bounded_by_its_wait() {
+        let (out, release, _got) = stalled();
+        let (queue, guard) = super::queue(out, LogFormat::Text, 1 << 10).unwrap();
+        log(&queue, "stuck\n");
+        log(&queue, "behind it\n");
+        assert!(!guard.flush(Duration::from_millis(100)));
+        drop(guard);
+        drop(queue);
+        drop(release);
+    }
+
+    /// When the last writer handle goes, the thread writes what is queued
+    /// and ends.
+    #[test]
+    fn closing_the_queue_writes_what_is_left() {
+        let (out, release, got) = stalled();
+        let (queue, guard) = super::queue(out, LogFormat::Text, 1 << 10).unwrap();
+        log(&queue, "first\n");
+        log(&queue, "second\n");
+        drop(queue);
+        release.send(()).unwrap();
+        assert!(guard.flush(Duration::from_secs(30)));
+        assert_eq!(&got.lock().unwrap()[..], b"first\nsecond\n");
+    }
+}
