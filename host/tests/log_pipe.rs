@@ -100,13 +100,7 @@ fn config(dir: &Path, socket: &Path) -> PathBuf {
 /// Accepts the host once its policy is loaded (it registers only once it
 /// knows what the policy subscribes to).
 async fn registered(sim: &Simulator) -> PluginConn {
-    let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
-        .await
-        .expect("the host registers within two minutes")
-        .expect("registration");
-    conn.configure().await.expect("configure");
-    conn.synchronize(&[], &[], 0).await.expect("synchronize");
-    conn
+    sim.accept_started(Duration::from_secs(120)).await
 }
 
 /// One create, which must be answered; the policy's annotation, if it ran.

@@ -153,13 +153,7 @@ impl Dispatcher for Watched {
 /// Accepts the host as the runtime does: registration, Configure, an
 /// empty Synchronize.
 async fn accept(sim: &Simulator) -> PluginConn {
-    let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
-        .await
-        .expect("the host registers within two minutes")
-        .expect("registration");
-    conn.configure().await.expect("configure");
-    conn.synchronize(&[], &[], 0).await.expect("synchronize");
-    conn
+    sim.accept_started(Duration::from_secs(120)).await
 }
 
 /// A reconnect the host chooses (its policies' subscription changed: a

@@ -142,16 +142,7 @@ struct Creates {
 /// subscription was unknown at registration, is followed; any answer that
 /// is neither a reply nor a refusal fails the test.
 async fn first_creates(sim: &Simulator) -> Creates {
-    async fn accept(sim: &Simulator) -> PluginConn {
-        let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
-            .await
-            .expect("the host registers within two minutes")
-            .expect("registration");
-        conn.configure().await.expect("configure");
-        conn.synchronize(&[], &[], 0).await.expect("synchronize");
-        conn
-    }
-    let mut conn = accept(sim).await;
+    let mut conn = sim.accept_started(Duration::from_secs(120)).await;
     let mut out = Creates { replies: Vec::new(), refused: Vec::new(), registrations: 1 };
     let pod = nri_sim::workload::pod(1);
     for n in 0..CREATES {
@@ -164,7 +155,7 @@ async fn first_creates(sim: &Simulator) -> Creates {
                     panic!("a create in flight was lost to a reconnect: {e}")
                 }
                 Err(SimError::NotSubscribed(_)) if conn.is_closed() => {
-                    conn = accept(sim).await;
+                    conn = sim.accept_started(Duration::from_secs(120)).await;
                     out.registrations += 1;
                     continue;
                 }
@@ -173,7 +164,7 @@ async fn first_creates(sim: &Simulator) -> Creates {
             break;
         }
         if conn.is_closed() {
-            conn = accept(sim).await;
+            conn = sim.accept_started(Duration::from_secs(120)).await;
             out.registrations += 1;
         }
     }

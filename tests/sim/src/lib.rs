@@ -190,6 +190,19 @@ impl Simulator {
         let (socket, _) = self.listener.accept().await?;
         PluginConn::establish(socket, self.profile.clone()).await
     }
+
+    /// Accepts a plugin as a runtime does at start: its registration
+    /// (waited for at most `within`), Configure, then an empty Synchronize.
+    /// Panics naming the step that failed: for tests.
+    pub async fn accept_started(&self, within: Duration) -> PluginConn {
+        let mut conn = tokio::time::timeout(within, self.accept())
+            .await
+            .unwrap_or_else(|_| panic!("the plugin did not register within {within:?}"))
+            .expect("registration");
+        conn.configure().await.expect("configure");
+        conn.synchronize(&[], &[], 0).await.expect("synchronize");
+        conn
+    }
 }
 
 /// What the Runtime service recorded.
