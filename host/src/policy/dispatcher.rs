@@ -276,7 +276,7 @@ impl PolicyDispatcher {
 
     fn replace_shared(&self, chain: Arc<Chain>) -> bool {
         let before = self.wanted_events();
-        if !chain.reads_node() {
+        if !chain.keeps_view() {
             // Rebuilt by the Synchronize after the reconnection that a
             // chain reading it again brings.
             *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Arc::default();
@@ -371,7 +371,7 @@ impl PolicyDispatcher {
     /// is not subscribed to the events that remove containers and pods, so
     /// a view kept anyway would only grow, by every container ever created.
     fn change_view(&self, f: impl FnOnce(&mut NodeView)) {
-        if self.chain().reads_node() {
+        if self.chain().keeps_view() {
             change(&self.view, f)
         }
     }
@@ -591,7 +591,7 @@ impl Dispatcher for PolicyDispatcher {
         pods: Vec<pb::PodSandbox>,
         containers: Vec<pb::Container>,
     ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
-        if self.chain().reads_node() {
+        if self.chain().keeps_view() {
             self.change_view(|v| v.synchronize(&pods, &containers));
             let (pods, containers) = self.view().len();
             tracing::info!(pods, containers, "node view rebuilt from Synchronize");

@@ -576,6 +576,14 @@ impl Chain {
             || self.pending.iter().any(|p| p.expected.is_some_and(|e| e.node))
     }
 
+    /// Whether the node view must be kept: some policy reads it, or a
+    /// policy still loading has no record of its last load and may read it
+    /// once ready. A first start can register before such a policy is
+    /// loaded; the view built from that Synchronize is what it sees.
+    pub fn keeps_view(&self) -> bool {
+        self.reads_node() || self.pending.iter().any(|p| p.expected.is_none())
+    }
+
     fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {
         self.entries.iter().filter(move |e| e.policy.events().contains(kind))
     }
