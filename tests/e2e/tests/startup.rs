@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nri_sim::{PluginConn, RuntimeProfile, SimError, Simulator};
+use nri_sim::{RuntimeProfile, SimError, Simulator};
 use nri_wasm::config::Config;
 use nri_wasm::metrics::Metrics;
 use nri_wasm::nri::transport::Endpoint;
