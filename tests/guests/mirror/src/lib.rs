@@ -159,23 +159,8 @@ fn apply(a: &mut ContainerAdjustment, updates: &mut Updates, flag: &str, v: &str
             };
             let args = parts.next().filter(|x| !x.is_empty()).map(list).unwrap_or_default();
             let hook = Hook { path: path.into(), args, env: Vec::new(), timeout: None };
-            let hooks = a.hooks.get_or_insert_with(|| Hooks {
-                prestart: Vec::new(),
-                create_runtime: Vec::new(),
-                create_container: Vec::new(),
-                start_container: Vec::new(),
-                poststart: Vec::new(),
-                poststop: Vec::new(),
-            });
-            match kind {
-                "prestart" => hooks.prestart.push(hook),
-                "create-runtime" => hooks.create_runtime.push(hook),
-                "create-container" => hooks.create_container.push(hook),
-                "start-container" => hooks.start_container.push(hook),
-                "poststart" => hooks.poststart.push(hook),
-                "poststop" => hooks.poststop.push(hook),
-                _ => return Err(format!("unknown hook kind {kind:?}")),
-            }
+            let stage = HookStage::parse(kind).ok_or_else(|| format!("unknown hook kind {kind:?}"))?;
+            stage.of_mut(a.hooks.get_or_insert_with(Hooks::default)).push(hook);
         }
         "update" => {
             let (name, rest) = v
