@@ -340,7 +340,12 @@ fn check(case: Case) -> Outcome {
     let natives = run_native(&case);
     let wasms = run_wasm(&case, case.native_runs);
     let (nv, wv) = (variants(&natives), variants(&wasms));
-    if nv.len() == 1 && wv.len() == 1 {
+    // One variant each way is the common case and must then be equal, except
+    // where the case names paths decided by the runtime's map order: there a
+    // run of identical draws on one side says nothing, so the variant rules
+    // below judge it.
+    let agree_or_strict = nv.len() == 1 && wv.len() == 1 && (nv[0].0 == wv[0].0 || case.racy.is_empty());
+    if agree_or_strict {
         let (native, wasm) = (nv[0].0, wv[0].0);
         match (native, wasm) {
             (Outcome::Failed(n), Outcome::Failed(w)) => {
