@@ -61,11 +61,18 @@ pub struct Recorder {
     pub replies: Mutex<Replies>,
     /// The times the transport reported for each answer.
     pub answers: Mutex<Vec<nri_wasm::nri::mux::AnswerTime>>,
+    /// What the last `Configure` said about the runtime.
+    pub runtime: Mutex<Option<RuntimeInfo>>,
 }
 
 impl Recorder {
     pub fn new(replies: Replies) -> Arc<Self> {
-        Arc::new(Self { seen: Mutex::default(), replies: Mutex::new(replies), answers: Mutex::default() })
+        Arc::new(Self {
+            seen: Mutex::default(),
+            replies: Mutex::new(replies),
+            answers: Mutex::default(),
+            runtime: Mutex::default(),
+        })
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -101,6 +108,7 @@ impl Dispatcher for Recorder {
 
     async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
         self.seen.lock().unwrap().push(Seen::Configure(runtime.config.clone()));
+        *self.runtime.lock().unwrap() = Some(runtime.clone());
         Ok(())
     }
 

@@ -353,9 +353,20 @@ fn all_seven() -> Chain {
 /// alone. A container mounting containerd's socket is refused first of all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_seven_through_the_runtime_simulator() {
+    all_seven_on(RuntimeProfile::v0_12()).await;
+}
+
+/// The same on iSulad (NRI v0.6.1, no validation, events through
+/// StateChange): the validator still refuses, inside the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_seven_through_an_isulad_runtime() {
+    all_seven_on(RuntimeProfile::isulad()).await;
+}
+
+async fn all_seven_on(profile: RuntimeProfile) {
     let chain = all_seven();
     let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 4));
-    let h = Harness::start(RuntimeProfile::v0_12(), dispatcher).await;
+    let h = Harness::start(profile, dispatcher).await;
     let conn = h.connect().await;
     let req: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
     let (mut pod, mut ctr) = (req.pod.clone().unwrap(), req.container.clone().unwrap());

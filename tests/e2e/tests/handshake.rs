@@ -3,6 +3,7 @@
 
 use nri_sim::workload::Workload;
 use nri_sim::{RuntimeProfile, MASK_BEFORE_V0_10};
+use nri_wasm::nri::version::{NriVersion, VersionSource};
 use nri_wasm::nri::{EventKind, EventMask};
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{Harness, Recorder, Replies, Seen};
@@ -31,6 +32,8 @@ async fn subscription_masks_match_each_runtime_generation() {
         (RuntimeProfile::v0_12(), all, 0x3fff),
         (RuntimeProfile::v0_12(), all_but_validation, 0x1fff),
         (RuntimeProfile::v0_6(), all_but_validation, 0x7ff),
+        // iSulad: v0.6.1 inferred from its name, so no validation either.
+        (RuntimeProfile::isulad(), all, 0x7ff),
         // Only events the old runtime does not know: never 0, never unknown.
         (RuntimeProfile::v0_8(), EventMask::EMPTY.with(EventKind::UpdatePodSandbox), 1 << 8),
     ];
@@ -39,6 +42,27 @@ async fn subscription_masks_match_each_runtime_generation() {
         let got = mask_for(profile, wanted).await;
         assert_eq!(got, want, "{name}: mask {got:#x}, expected {want:#x}");
     }
+}
+
+/// iSulad announces no NRI version: the host infers v0.6.1 from its name,
+/// and no validation is subscribed (it has none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isulad_is_recognised_by_name() {
+    let recorder = Recorder::new(Replies::default());
+    let h = Harness::start(RuntimeProfile::isulad(), recorder.clone()).await;
+    let conn = h.connect().await;
+    assert_eq!(conn.subscribed(), Some(0x7ff));
+    let runtime = recorder.runtime.lock().unwrap().clone().expect("configured");
+    assert_eq!(runtime.nri_version, NriVersion::new(0, 6, 1));
+    assert_eq!(
+        runtime.nri_version_source,
+        VersionSource::Inferred { runtime: "isulad".into(), version: "2.1.6".into() }
+    );
+    let w = Workload::generate(1, 1);
+    let err = conn.validate_container_adjustment(&Default::default()).await.unwrap_err();
+    assert!(matches!(err, nri_sim::SimError::NotSubscribed(_)), "{err}");
+    conn.create_container(&w.pods[0], &w.containers[0]).await.unwrap();
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +75,7 @@ async fn unknown_runtime_gets_the_baseline_mask() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_runtimes_deliver_events_through_state_change() {
-    for profile in [RuntimeProfile::v0_6(), RuntimeProfile::v0_8(), RuntimeProfile::v0_10()] {
+    for profile in [RuntimeProfile::v0_6(), RuntimeProfile::isulad(), RuntimeProfile::v0_8(), RuntimeProfile::v0_10()] {
         let recorder = Recorder::new(Replies::default());
         let h = Harness::start(profile, recorder.clone()).await;
         let conn = h.connect().await;

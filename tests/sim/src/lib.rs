@@ -98,6 +98,23 @@ impl RuntimeProfile {
         Self::containerd("v2.3.4", "v0.12.0")
     }
 
+    /// iSulad 2.1.6 (openEuler 24.09), built with NRI: its own C++ side of
+    /// the protocol at API v0.6.1. It announces no NRI version (the plugin
+    /// must infer it from the runtime's name), knows events 1 to 11 only,
+    /// delivers notifications through `StateChange`, and has no validation.
+    /// Fields its spec generator ignores (the block I/O class; OCI hooks
+    /// other than prestart, poststart and poststop) are still accepted in
+    /// a reply.
+    pub fn isulad() -> Self {
+        Self {
+            runtime_name: "isulad".into(),
+            runtime_version: "2.1.6".into(),
+            announced_nri_version: String::new(),
+            nri_minor: 6,
+            ..Self::containerd("", "v0.6.1")
+        }
+    }
+
     /// Event bits this runtime accepts in a subscription.
     pub fn valid_mask(&self) -> i32 {
         if self.nri_minor >= 10 {
