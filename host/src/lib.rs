@@ -12,6 +12,7 @@
 //! - [`metrics`]: Prometheus metrics, health and status over HTTP;
 //! - [`cli`]: the command line of the `nri-wasm` binary.
 
+pub mod alloc;
 pub mod cli;
 pub mod config;
 pub mod convert;

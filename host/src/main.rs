@@ -2,11 +2,12 @@
 
 /// Every event allocates many small strings (protobuf decoding, the WIT
 /// conversions, the merge); mimalloc serves them faster than the system
-/// allocator (see docs/performance.md).
+/// allocator (see docs/performance.md). Loading a policy's large buffers
+/// go to the kernel directly ([`nri_wasm::alloc`]).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: nri_wasm::alloc::HostAllocator = nri_wasm::alloc::HostAllocator;
 
-fn main() -> anyhow::Result<std::process::ExitCode> {
+fn main() -> std::process::ExitCode {
     // SAFETY: the first thing the process does: nothing has opened a file.
-    unsafe { nri_wasm::cli::main() }
+    nri_wasm::cli::exit(unsafe { nri_wasm::cli::main() })
 }

@@ -400,3 +400,150 @@ async fn a_broken_settings_file_and_a_name_that_is_not_utf8_are_reported_without
     let log = host.log.lock().unwrap().join("\n");
     assert!(log.contains("line 2, column") && !log.contains("hunter2"), "the log repeats the settings: {log}");
 }
+
+/// The number of log records with `message` so far.
+fn records(host: &Host, message: &str) -> usize {
+    host.log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| field(v, "message") == message)
+        .count()
+}
+
+/// What `/readyz` answers, polled until `want` is in it (at most 30 s).
+async fn readyz_until(addr: SocketAddr, want: &str) -> (u16, String) {
+    let mut last = (0, String::new());
+    for _ in 0..300 {
+        last = nri_wasm::metrics::get(addr, "/readyz").await.expect("/readyz answers");
+        if last.1.contains(want) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("/readyz never said {want:?}; last: {last:?}");
+}
+
+/// A runtime that refuses the registration (another plugin holds the
+/// name, say): `/readyz` says the host is not registered, every refused
+/// connection counts as a reconnect, and the log warns once, not at every
+/// attempt; once the runtime accepts, the host is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_registration_is_counted_summarised_and_named_by_readyz() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let refusing = RuntimeProfile {
+        refuse_registration: Some("plugin 10-nri-wasm already registered".into()),
+        ..RuntimeProfile::v0_12()
+    };
+    let mut sim = Simulator::listen(&socket, refusing).await.unwrap();
+    let host = Host::start(&config(dir.path(), &socket), None);
+    let addr = host.endpoint();
+    for _ in 0..4 {
+        let refused = tokio::time::timeout(Duration::from_secs(30), sim.accept()).await.expect("the host tries");
+        assert!(refused.is_err(), "the simulator refused the registration");
+    }
+    let (code, body) = readyz_until(addr, "not registered").await;
+    assert_eq!((code, body.trim()), (503, "not ready: not registered with the runtime"));
+    let reconnects = counter(addr, "nri_wasm_reconnects_total").await;
+    assert!(reconnects >= 3, "4 refused registrations, {reconnects} reconnects counted");
+    let first = host.record("the runtime did not accept the registration; retrying");
+    assert!(field(&first, "error").contains("already registered"), "{first}");
+    assert_eq!(records(&host, "the runtime did not accept the registration; retrying"), 1);
+    assert_eq!(records(&host, "the runtime still does not accept the registration"), 0);
+    assert_eq!(records(&host, "disconnected from the runtime; reconnecting"), 0);
+
+    sim.set_profile(RuntimeProfile::v0_12());
+    let conn = loop {
+        // An attempt may be under way with the refusing profile.
+        if let Ok(conn) = tokio::time::timeout(Duration::from_secs(30), sim.accept()).await.expect("the host tries") {
+            break conn;
+        }
+    };
+    let mut conn = conn;
+    conn.configure().await.unwrap();
+    conn.synchronize(&[], &[], 0).await.unwrap();
+    let (code, body) = readyz_until(addr, "ready").await;
+    assert_eq!((code, body.trim()), (200, "ready"));
+    conn.close().await;
+}
+
+/// A new version of a running policy that fails to load: `/status` and
+/// `nri-wasm status` say so beside the version that keeps running, and the
+/// log says it once, not at every reload; the same for a settings file
+/// whose policy is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_new_version_is_shown_by_status_and_logged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let config = config(dir.path(), &socket);
+    let policies = dir.path().join("policies");
+    std::fs::copy(nri_wasm_components::guests::ANNOTATE, policies.join("10-a.wasm")).unwrap();
+    std::fs::write(policies.join("10-a.toml"), "settings = \"x\"\n").unwrap();
+    std::fs::write(policies.join("20-gone.toml"), "mode = \"audit\"\n").unwrap();
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+    let host = Host::start(&config, None);
+    let addr = host.endpoint();
+    let _conn = sim.accept_started(Duration::from_secs(60)).await;
+    readyz_until(addr, "ready").await;
+    let reloads = |n: u64| async move {
+        for _ in 0..600 {
+            let (_, text) = nri_wasm::metrics::get(addr, "/metrics").await.expect("/metrics answers");
+            let failed = text
+                .lines()
+                .find_map(|l| l.strip_prefix("nri_wasm_reloads_total{result=\"failed\"} "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            if failed >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{n} reloads did not end within a minute");
+    };
+    reloads(1).await;
+
+    std::fs::write(policies.join("10-a.wasm"), b"not a component any more").unwrap();
+    for n in 2..=4 {
+        // SAFETY: kill with the child's pid and a valid signal.
+        unsafe { libc::kill(host.child.id() as i32, libc::SIGHUP) };
+        reloads(n).await;
+    }
+    let (_, body) = nri_wasm::metrics::get(addr, "/status").await.unwrap();
+    let status: nri_wasm::metrics::HostStatus = serde_json::from_str(&body).unwrap();
+    let a = status.policies.iter().find(|p| p.name == "10-a").expect("10-a in /status");
+    assert_eq!(a.status, "loaded", "the old version runs: {a:?}");
+    assert!(a.refused.contains("10-a.wasm"), "{a:?}");
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_nri-wasm")).args(["status", "--address", &addr.to_string()]).output().unwrap();
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("new version refused, this one keeps running") && table.contains("10-a.wasm"), "{table}");
+
+    assert_eq!(records(&host, "new version of the policy refused; the previous version stays"), 1);
+    let problems: Vec<String> = host
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("policy directory problem") && l.contains("20-gone.toml"))
+        .cloned()
+        .collect();
+    assert_eq!(problems.len(), 1, "the orphan settings file is reported once: {problems:?}");
+}
+
+/// `nri-wasm status` with nothing listening: one line saying so, even with
+/// `RUST_BACKTRACE` set, and a failed exit.
+#[test]
+fn status_of_a_host_that_is_not_running_is_one_line() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
+        .args(["status", "--address", &free.to_string()])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no host answers on") && stderr.contains(&free.to_string()), "{stderr}");
+}

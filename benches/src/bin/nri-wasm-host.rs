@@ -3,9 +3,9 @@
 //! another package is not built by `cargo bench -p nri-wasm-benches`).
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: nri_wasm::alloc::HostAllocator = nri_wasm::alloc::HostAllocator;
 
-fn main() -> anyhow::Result<std::process::ExitCode> {
+fn main() -> std::process::ExitCode {
     // SAFETY: the first thing the process does: nothing has opened a file.
-    unsafe { nri_wasm::cli::main() }
+    nri_wasm::cli::exit(unsafe { nri_wasm::cli::main() })
 }

@@ -223,6 +223,19 @@ fn no_huge_pages() {
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
+/// How the binary ends with what [`main`] returned: an error is one line
+/// on stderr, its causes joined with `: `, whatever `RUST_BACKTRACE` says
+/// (an operator reads what went wrong, not where the host noticed it).
+pub fn exit(result: anyhow::Result<std::process::ExitCode>) -> std::process::ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The binary: parse the command line, set up logging, run.
 ///
 /// # Safety

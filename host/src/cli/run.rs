@@ -290,7 +290,7 @@ pub async fn run_host_recording(
         while status.changed().await.is_ok() {
             let s = *status.borrow_and_update();
             let registered = s.phase == crate::nri::Phase::Registered;
-            metrics.set_registered(registered, s.registrations);
+            metrics.set_registered(registered, s.registrations, s.registration_failures);
             if registered {
                 metrics.set_subscribed(wanted.events().to_string());
             }

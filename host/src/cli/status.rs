@@ -55,6 +55,9 @@ pub fn print(s: &HostStatus, out: &mut dyn Write) -> std::io::Result<()> {
         if !p.reason.is_empty() {
             writeln!(out, "    {}", p.reason)?;
         }
+        if !p.refused.is_empty() {
+            writeln!(out, "    new version refused, this one keeps running: {}", p.refused)?;
+        }
         if p.state_save_failures > 0 || p.state_unsaved || !p.state_error.is_empty() {
             writeln!(
                 out,

@@ -298,10 +298,10 @@ async fn answer(mut stream: TcpStream, metrics: &Arc<Metrics>, answering: &Atomi
             None => ("500 Internal Server Error", "text/plain", b"encoding failed\n".to_vec()),
         },
         "/healthz" => ("200 OK", "text/plain", b"ok\n".to_vec()),
-        "/readyz" if metrics.ready() => ("200 OK", "text/plain", b"ready\n".to_vec()),
-        "/readyz" => {
-            ("503 Service Unavailable", "text/plain", b"not ready: not registered or policies loading\n".to_vec())
-        }
+        "/readyz" => match metrics.not_ready_because() {
+            None => ("200 OK", "text/plain", b"ready\n".to_vec()),
+            Some(why) => ("503 Service Unavailable", "text/plain", format!("not ready: {why}\n").into_bytes()),
+        },
         "/status" => match off_thread(metrics, |m| serde_json::to_vec_pretty(&m.status()).unwrap_or_default()).await {
             Some(body) => ("200 OK", "application/json", body),
             None => ("500 Internal Server Error", "text/plain", b"encoding failed\n".to_vec()),

@@ -87,6 +87,10 @@ pub struct PolicyStatus {
     pub on_error: String,
     /// Why it is not loaded.
     pub reason: String,
+    /// A newer version on disk that was refused, and why: the version
+    /// shown here keeps running until the file is fixed.
+    #[serde(default)]
+    pub refused: String,
     /// Calls by outcome since the host started.
     pub calls: std::collections::BTreeMap<String, u64>,
     /// Consecutive failures, and whether it is quarantined now.
@@ -153,9 +157,14 @@ pub struct Metrics {
     /// The policies as last installed, for `/status`.
     chain: Mutex<Option<Arc<Chain>>>,
     subscribed: Mutex<String>,
+    /// New versions the last reload refused: policy -> why.
+    refused: Mutex<std::collections::BTreeMap<String, String>>,
     /// Where the endpoint listens, once it does.
     endpoint: Mutex<Option<std::net::SocketAddr>>,
 }
+
+/// How many loading policies `/readyz` names before it counts the rest.
+const MAX_NAMED: usize = 5;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,7 +230,11 @@ impl Metrics {
             overruns.clone(),
         );
         registry.register("nri_wasm_registered", "1 while registered with the runtime", registered.clone());
-        registry.register("nri_wasm_reconnects", "Connections to the runtime after the first", reconnects.clone());
+        registry.register(
+            "nri_wasm_reconnects",
+            "Connections to the runtime after the first (after a lost connection or a refused registration)",
+            reconnects.clone(),
+        );
         registry.register("nri_wasm_policies", "Policies by status (loaded, failed, loading)", policies.clone());
         registry.register("nri_wasm_policy_info", "One series per policy of the chain, always 1", info.clone());
         registry.register("nri_wasm_reloads", "Reloads of the policy directory by result", reloads.clone());
@@ -269,6 +282,7 @@ impl Metrics {
             chain_loaded: AtomicBool::new(false),
             chain: Mutex::new(None),
             subscribed: Mutex::new(String::new()),
+            refused: Mutex::default(),
             endpoint: Mutex::new(None),
         }
     }
@@ -344,10 +358,12 @@ impl Metrics {
         self.overruns.inc();
     }
 
-    /// The host registered (or lost the runtime).
-    pub fn set_registered(&self, registered: bool, registrations: u64) {
+    /// The host registered (or lost the runtime). Every connection after
+    /// the first registration, and every one the runtime refused to
+    /// register, is a reconnect.
+    pub fn set_registered(&self, registered: bool, registrations: u64, refused: u64) {
         self.registered.set(i64::from(registered));
-        let reconnects = registrations.saturating_sub(1);
+        let reconnects = registrations.saturating_sub(1) + refused;
         let seen = self.reconnects.get();
         if reconnects > seen {
             self.reconnects.inc_by(reconnects - seen);
@@ -394,7 +410,31 @@ impl Metrics {
 
     /// Ready: registered with the runtime and the first load done.
     pub fn ready(&self) -> bool {
-        self.registered.get() == 1 && self.chain_loaded.load(Ordering::Relaxed)
+        self.not_ready_because().is_none()
+    }
+
+    /// Why the host is not ready, for `/readyz`: not registered, or which
+    /// policies of the start are still loading.
+    pub fn not_ready_because(&self) -> Option<String> {
+        if self.registered.get() != 1 {
+            return Some("not registered with the runtime".into());
+        }
+        if self.chain_loaded.load(Ordering::Relaxed) {
+            return None;
+        }
+        let chain = self.chain.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let names: Vec<String> = chain.iter().flat_map(|c| c.pending().iter().map(|p| p.name.clone())).collect();
+        Some(match names.len() {
+            0 => "policies loading".into(),
+            n if n <= MAX_NAMED => format!("policies loading: {}", names.join(", ")),
+            n => format!("policies loading: {} and {} more", names[..MAX_NAMED].join(", "), n - MAX_NAMED),
+        })
+    }
+
+    /// New versions a reload refused (policy, why); the previous versions
+    /// run. Replaces what the last reload said.
+    pub fn versions_refused(&self, refused: &[(String, String)]) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = refused.iter().cloned().collect();
     }
 
     /// What `/status` shows.
@@ -402,6 +442,7 @@ impl Metrics {
         let chain = self.chain.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let loading = !self.chain_loaded.load(Ordering::Relaxed);
         let health = self.state_health();
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut policies = Vec::new();
         if let Some(chain) = &chain {
             for e in chain.entries() {
@@ -415,6 +456,7 @@ impl Metrics {
                         mode: format!("{:?}", p.spec.mode).to_lowercase(),
                         on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
                         reason: String::new(),
+                        refused: refused.get(p.name()).cloned().unwrap_or_default(),
                         calls: self.calls_of(p.name()),
                         failures: e.failures(),
                         quarantined: e.quarantined(),
@@ -534,7 +576,7 @@ mod tests {
         };
         m.step("CreateContainer", "container c", &step);
         m.event("CreateContainer", "denied", Duration::from_micros(80));
-        m.set_registered(true, 3);
+        m.set_registered(true, 3, 0);
         m.budget_overrun();
         let text = m.encode();
         for line in [
@@ -551,6 +593,35 @@ mod tests {
         }
         assert!(!m.ready(), "not ready before a chain is loaded");
         assert_eq!(m.calls_of("10-a").get("denied"), Some(&1));
+    }
+
+    #[test]
+    fn readiness_names_what_it_waits_for() {
+        use crate::policy::chain::{ChainSettings, Pending};
+        let m = Metrics::new();
+        assert_eq!(m.not_ready_because().as_deref(), Some("not registered with the runtime"));
+        m.set_registered(true, 1, 0);
+        let pending = |n: usize| -> Vec<Pending> {
+            (0..n)
+                .map(|i| Pending {
+                    name: format!("{i:02}-p"),
+                    mandatory: false,
+                    since: std::time::Instant::now(),
+                    expected: None,
+                })
+                .collect()
+        };
+        let chain = |n| Arc::new(Chain::new(Vec::new(), ChainSettings::default()).with_pending(pending(n)));
+        m.chain_installed(&chain(2), true);
+        assert_eq!(m.not_ready_because().as_deref(), Some("policies loading: 00-p, 01-p"));
+        m.chain_installed(&chain(8), true);
+        assert_eq!(m.not_ready_because().as_deref(), Some("policies loading: 00-p, 01-p, 02-p, 03-p, 04-p and 3 more"));
+        m.chain_installed(&chain(0), false);
+        assert_eq!(m.not_ready_because(), None);
+        assert!(m.ready());
+        m.set_registered(false, 1, 2);
+        assert_eq!(m.not_ready_because().as_deref(), Some("not registered with the runtime"));
+        assert!(m.encode().contains("nri_wasm_reconnects_total 2"), "refused registrations are reconnects");
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct Status {
     pub phase: Phase,
     /// Successful registrations since start (1 + reconnects).
     pub registrations: u64,
+    /// Connections on which the runtime did not accept the registration
+    /// (each is followed by another attempt: a reconnect too).
+    pub registration_failures: u64,
 }
 
 /// The phase of the connection to the runtime.
@@ -195,6 +198,7 @@ where
     };
     if let Err(e) = registered {
         finish(&mut server, &handle, cx).await;
+        cx.status.send_modify(|s| s.registration_failures += 1);
         return SessionEnd::NotRegistered(e);
     }
     cx.link.set(Some(client));

@@ -109,7 +109,8 @@ impl Supervisor {
     async fn run_external(&self, path: &std::path::Path) {
         let mut backoff = Backoff::new(self.options.backoff_initial, self.options.backoff_max);
         let mut socket = SocketWatch::new(path);
-        let mut failures = Failures::default();
+        let mut failures = Failures::new(Trouble::Unreachable);
+        let mut refusals = Failures::new(Trouble::Refused);
         let mut quick = 0u32;
         let stop = &self.cx.stop;
         tracing::info!(socket = %path.display(), plugin = %self.cx.identity, "connecting to the runtime");
@@ -120,28 +121,33 @@ impl Supervisor {
             };
             match connected {
                 Ok(stream) => {
-                    failures.connected();
+                    failures.ended();
                     match session::run_session(stream, &self.cx).await {
                         SessionEnd::Stopped => {
                             tracing::info!("stopped; connection to the runtime closed");
                             return;
                         }
                         SessionEnd::Resubscribe { from, to } => {
+                            refusals.ended();
                             tracing::info!(%from, %to, "reconnecting to subscribe to the events the policies need");
                             backoff.reset();
                             continue;
                         }
+                        // Refused again and again (another plugin holds
+                        // the name, say): one warning, then summaries.
+                        SessionEnd::NotRegistered(e) => refusals.failed(&e.to_string()),
                         end => {
                             let registered = matches!(end, SessionEnd::Lost { registered: true, .. })
                                 || matches!(end, SessionEnd::ShutdownRequested);
                             if registered {
+                                refusals.ended();
                                 backoff.reset();
                             }
                             tracing::warn!(reason = %end, "disconnected from the runtime; reconnecting");
                         }
                     }
                 }
-                Err(e) => failures.failed(&e),
+                Err(e) => failures.failed(&e.to_string()),
             }
             let delay = match quick.checked_sub(1) {
                 Some(left) => {
@@ -172,11 +178,21 @@ impl Supervisor {
 const QUICK_RETRIES: u32 = 40;
 const QUICK_RETRY: Duration = Duration::from_millis(50);
 
-/// Failed attempts to reach the runtime, logged once with a count instead
-/// of a warning per attempt: the first failure, then a summary every few
-/// minutes or when the reason changes, then how long it took on success.
-#[derive(Debug, Default)]
+/// What keeps failing: reaching the runtime at all, or registering once
+/// connected.
+#[derive(Debug, Clone, Copy)]
+enum Trouble {
+    Unreachable,
+    Refused,
+}
+
+/// Failed attempts (to reach the runtime, or to register with it), logged
+/// once with a count instead of a warning per attempt: the first failure,
+/// then a summary every few minutes or when the reason changes, then how
+/// long it took on success.
+#[derive(Debug)]
 struct Failures {
+    trouble: Trouble,
     count: u64,
     since: Option<std::time::Instant>,
     reported: Option<std::time::Instant>,
@@ -187,36 +203,50 @@ struct Failures {
 const FAILURE_SUMMARY_EVERY: Duration = Duration::from_secs(300);
 
 impl Failures {
-    fn failed(&mut self, e: &ConnectError) {
+    fn new(trouble: Trouble) -> Self {
+        Self { trouble, count: 0, since: None, reported: None, last: String::new() }
+    }
+
+    fn failed(&mut self, reason: &str) {
         let now = std::time::Instant::now();
-        let reason = e.to_string();
         self.count += 1;
         let since = *self.since.get_or_insert(now);
         let due = self.reported.is_none_or(|r| now.duration_since(r) >= FAILURE_SUMMARY_EVERY);
         if self.count == 1 || reason != self.last || due {
             let waited_s = now.duration_since(since).as_secs();
-            match self.count {
-                1 => {
+            match (self.trouble, self.count) {
+                (Trouble::Unreachable, 1) => {
                     tracing::warn!(error = %reason, "runtime not reachable; retrying, and connecting as soon as its socket appears")
                 }
-                n => tracing::warn!(error = %reason, attempts = n, waited_s, "runtime still not reachable"),
+                (Trouble::Unreachable, n) => {
+                    tracing::warn!(error = %reason, attempts = n, waited_s, "runtime still not reachable")
+                }
+                (Trouble::Refused, 1) => {
+                    tracing::warn!(error = %reason, "the runtime did not accept the registration; retrying")
+                }
+                (Trouble::Refused, n) => {
+                    tracing::warn!(error = %reason, attempts = n, waited_s, "the runtime still does not accept the registration")
+                }
             }
             self.reported = Some(now);
         } else {
-            tracing::debug!(error = %reason, attempts = self.count, "runtime not reachable");
+            tracing::debug!(error = %reason, attempts = self.count, trouble = ?self.trouble, "attempt failed");
         }
-        self.last = reason;
+        self.last = reason.to_string();
     }
 
-    fn connected(&mut self) {
-        if let Some(since) = self.since.take() {
+    /// The attempt went through. A runtime reachable again is worth a line
+    /// (how long it took); a registration accepted at last is logged by
+    /// the session when it happens, so this only starts the count anew.
+    fn ended(&mut self) {
+        if let (Some(since), Trouble::Unreachable) = (self.since.take(), self.trouble) {
             tracing::info!(
                 failed_attempts = self.count,
                 waited_ms = since.elapsed().as_millis() as u64,
                 "runtime reachable again"
             );
         }
-        *self = Self::default();
+        *self = Self::new(self.trouble);
     }
 }
 

@@ -189,7 +189,9 @@ impl Reloader {
         let started = std::time::Instant::now();
         let (report, in_use) = self.build_and_install().await;
         self.metrics.reload(report.is_clean());
-        log_report(&report, started.elapsed());
+        self.metrics.versions_refused(&report.refused);
+        let before = self.done.borrow().1.clone();
+        log_report(&report, &before, started.elapsed());
         let shared = Arc::new(report.clone());
         self.done.send_modify(|(n, last)| {
             *n += 1;
@@ -417,15 +419,31 @@ impl Reloader {
     }
 }
 
-fn log_report(r: &ReloadReport, took: std::time::Duration) {
+/// Logs what a reload did. What the previous reload already reported in
+/// the same words (a refused version, a policy left out, a settings file
+/// left behind by a removed policy) is not an error again at every
+/// reload: `/status` keeps showing it, the log says it at debug level.
+fn log_report(r: &ReloadReport, before: &ReloadReport, took: std::time::Duration) {
     for (policy, why) in &r.refused {
-        tracing::error!(policy, error = why, "new version of the policy refused; the previous version stays");
+        if before.refused.iter().any(|(p, w)| p == policy && w == why) {
+            tracing::debug!(policy, error = why, "new version of the policy still refused");
+        } else {
+            tracing::error!(policy, error = why, "new version of the policy refused; the previous version stays");
+        }
     }
     for (policy, why) in &r.failed {
-        tracing::error!(policy, error = why, "policy left out");
+        if before.failed.iter().any(|(p, w)| p == policy && w == why) {
+            tracing::debug!(policy, error = why, "policy still left out");
+        } else {
+            tracing::error!(policy, error = why, "policy left out");
+        }
     }
     for problem in &r.problems {
-        tracing::error!(error = problem, "policy directory problem");
+        if before.problems.contains(problem) {
+            tracing::debug!(error = problem, "policy directory problem, still");
+        } else {
+            tracing::error!(error = problem, "policy directory problem");
+        }
     }
     if r.installed {
         tracing::info!(

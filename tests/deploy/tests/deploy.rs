@@ -615,6 +615,12 @@ fn the_containerfile_builds_the_host_without_demo_and_runs_it() {
         builder.all("ENV").any(|e| e.args.contains("RUSTUP_TOOLCHAIN=${RUST_VERSION}")),
         "rustup uses the image's toolchain instead of installing rust-toolchain.toml's targets"
     );
+    for setting in ["CARGO_PROFILE_RELEASE_DEBUG=false", "CARGO_PROFILE_RELEASE_STRIP=symbols"] {
+        assert!(
+            builder.all("ENV").any(|e| e.args.split_whitespace().any(|w| w == setting)),
+            "the image's binary is built stripped ({setting})"
+        );
+    }
     assert!(builder.all("COPY").any(|c| c.args.split_whitespace().collect::<Vec<_>>() == [".", "."]));
 
     // The binary goes from target/release/<bin> to the runtime stage.
@@ -749,7 +755,7 @@ fn the_metric_list_is_the_hosts() {
     metrics.event("CreateContainer", "ok", std::time::Duration::from_micros(5));
     metrics.answer("CreateContainer", std::time::Duration::from_micros(25));
     metrics.budget_overrun();
-    metrics.set_registered(true, 2);
+    metrics.set_registered(true, 2, 0);
     metrics.reload(true);
     metrics.chain_installed(&std::sync::Arc::new(Chain::new(Vec::new(), ChainSettings::default())), false);
     let step = Step {

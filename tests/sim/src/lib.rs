@@ -60,6 +60,9 @@ pub struct RuntimeProfile {
     pub registration_timeout: Duration,
     /// Plugin configuration passed in Configure.
     pub config: String,
+    /// Refuse every RegisterPlugin with this message (a runtime that
+    /// already has a plugin of that index and name, say).
+    pub refuse_registration: Option<String>,
 }
 
 impl RuntimeProfile {
@@ -75,6 +78,7 @@ impl RuntimeProfile {
             request_timeout: Duration::from_secs(2),
             registration_timeout: Duration::from_secs(5),
             config: String::new(),
+            refuse_registration: None,
         }
     }
 
@@ -236,6 +240,7 @@ struct RuntimeRecord {
 struct RuntimeService {
     record: Arc<RuntimeRecord>,
     updates: mpsc::UnboundedSender<pb::UpdateContainersRequest>,
+    refuse_registration: Option<String>,
 }
 
 #[async_trait]
@@ -249,6 +254,9 @@ impl services::Runtime for RuntimeService {
                 ttrpc::Code::INVALID_ARGUMENT,
                 format!("invalid plugin name/index {:?}/{:?}", req.plugin_name, req.plugin_idx),
             )));
+        }
+        if let Some(why) = &self.refuse_registration {
+            return Err(ttrpc::Error::RpcStatus(ttrpc::get_status(ttrpc::Code::FAILED_PRECONDITION, why.clone())));
         }
         *self.record.registered.lock().expect("registration lock") = Some(req);
         self.record.registered_notify.notify_one();
@@ -309,7 +317,11 @@ impl PluginConn {
 
         let record = Arc::new(RuntimeRecord::default());
         let (updates_tx, updates) = mpsc::unbounded_channel();
-        let service = RuntimeService { record: record.clone(), updates: updates_tx };
+        let service = RuntimeService {
+            record: record.clone(),
+            updates: updates_tx,
+            refuse_registration: profile.refuse_registration.clone(),
+        };
         let runtime_conn = conns.runtime;
         let incoming = futures::stream::once(async move { Ok(runtime_conn) }).chain(futures::stream::pending());
         let mut server = ttrpc::r#async::Server::new()
