@@ -178,7 +178,7 @@ async fn policies_that_write_panic_sleep_or_exit_while_loading_do_not_stop_the_h
     let log = host.stop();
     for (policy, says) in [
         ("20-panic", "configure panics on purpose"),
-        ("30-sleep", "time limit of 200 ms"),
+        ("30-sleep", "time limit of 2000 ms"),
         ("40-exit", "called exit(0)"),
     ] {
         let line = log.lines().find(|l| l.contains(policy) && l.contains("policy left out"));

@@ -72,6 +72,13 @@ pub const MAX_CONCURRENT_CONFIGURES: u32 = 4;
 /// Fuel a `configure` runs between two yields to the other loads (about a
 /// millisecond of guest code).
 pub const CONFIGURE_YIELD_FUEL: u64 = 1_000_000;
+/// The least wall-clock time a `configure` gets, whatever the policy's
+/// `timeout-ms`: it runs once per load, off every event's path, and the
+/// start of a language runtime (Go's, Python's) that fits an event's time
+/// limit on an idle node may not on a busy one (a Go policy's `configure`
+/// went past 100 ms with the load average at 9 on 2 cores, and the policy
+/// was left out). Fuel still bounds its work.
+pub const CONFIGURE_MIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Threads that read policy files and records at the same time, beside the
 /// compiles' (a file on a stalled mount holds one until it answers).
 const READ_THREADS: usize = 8;
@@ -532,7 +539,8 @@ impl PolicyEngine {
         let limits = &policy.spec.limits;
         // An instance slot of the pool; the policy's time starts once it has one.
         let _slot = self.configures.acquire().await.expect("the configure semaphore is never closed");
-        let deadline = Instant::now() + limits.timeout();
+        let limit = limits.timeout().max(CONFIGURE_MIN_TIMEOUT);
+        let deadline = Instant::now() + limit;
         let state = self.state_for(policy, &env);
         let mut store = new_store(&self.engine, policy, &env, state, None, None, deadline);
         // Other loads are polled from the same task: let them run.
@@ -552,7 +560,7 @@ impl PolicyEngine {
             policy: &policy.name,
             event,
             limits,
-            applied_ms: limits.timeout_ms,
+            applied_ms: limit.as_millis() as u64,
             refused: store.data().limiter.refused(),
             stderr,
             host_call: store.data().stopped_in(),

@@ -488,7 +488,7 @@ fn configure_that_prints_panics_sleeps_or_exits_fails_the_load_cleanly() {
     printed.expect("a policy that writes in configure loads");
     let cases = [
         ("init-panic", "configure panics on purpose"),
-        ("init-sleep", "time limit of 50 ms"),
+        ("init-sleep", "time limit of 2000 ms"),
         ("init-exit", "called exit(0)"),
     ];
     for (settings, says) in cases {
