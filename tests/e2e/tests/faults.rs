@@ -162,7 +162,9 @@ async fn fuel_exhaustion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_growth_past_the_cap() {
-    let limits = Limits { memory_mib: 16, ..Limits::default() };
+    // Time enough to reach the cap on a busy machine: the limit under test
+    // is the memory's.
+    let limits = Limits { memory_mib: 16, timeout_ms: 900, ..Limits::default() };
     run_matrix(Fault { settings: Some("grow"), limits, says: &["memory limit of 16 MiB"] }).await;
 }
 
@@ -197,7 +199,8 @@ async fn invalid_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_step_loops() {
-    let says = &["not loaded", "configure (its settings step) failed", "time limit of 5 ms"];
+    // The policy's 5 ms are for events; `configure` gets at least 2 s.
+    let says = &["not loaded", "configure (its settings step) failed", "time limit of 2000 ms"];
     run_matrix(Fault { settings: Some("init-loop"), limits: loose(u64::MAX / 2, 5), says }).await;
 }
 
