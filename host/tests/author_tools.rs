@@ -127,6 +127,7 @@ fn check_tells_what_a_good_policy_costs() {
         "  allowed  nri-wasm:policy/event@0.3.",
         "settings  accepted: {\"max\"",
         "events    CreateContainer\n",
+        "asks      rlimits, deny (declared)\n",
         "limits    fuel 100,000,000, timeout-ms 5000,",
         "compile   ",
         "cached    ",
@@ -138,6 +139,24 @@ fn check_tells_what_a_good_policy_costs() {
         assert!(ran.stdout.contains(want), "{want:?} missing:\n{}", ran.stdout);
     }
     assert!(!ran.stdout.contains("refused"), "{}", ran.stdout);
+}
+
+/// What a policy asks for, and what the settings given do not grant.
+#[test]
+fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    let settings = toml::Value::String(hook_injector::SETTINGS.into());
+    std::fs::write(&policy, format!("settings = {settings}\n")).unwrap();
+    let ran =
+        run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("asks      deny, hooks (declared)\n"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("not granted by these settings: hooks (grant = [\"hooks\"]"), "{}", ran.stdout);
+    std::fs::write(&policy, format!("settings = {settings}\ngrant = [\"hooks\"]\n")).unwrap();
+    let ran =
+        run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
+    assert!(!ran.stdout.contains("not granted"), "{}", ran.stdout);
 }
 
 #[test]
@@ -420,6 +439,13 @@ fn request(case: &Case) -> pb::CreateContainerRequest {
                     type_: "bind".into(),
                     source: source.into(),
                     options: options.iter().map(|o| o.to_string()).collect(),
+                    ..Default::default()
+                })
+            }
+            Edit::Image { name, digest } => {
+                req.container.mut_or_insert_default().image = protobuf::MessageField::some(pb::Image {
+                    name: name.into(),
+                    digest: digest.into(),
                     ..Default::default()
                 })
             }

@@ -65,6 +65,13 @@ fn request(case: &Case) -> pb::CreateContainerRequest {
                     ..Default::default()
                 })
             }
+            Edit::Image { name, digest } => {
+                req.container.mut_or_insert_default().image = protobuf::MessageField::some(pb::Image {
+                    name: name.into(),
+                    digest: digest.into(),
+                    ..Default::default()
+                })
+            }
             Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
         }
     }
