@@ -290,7 +290,7 @@ mod tests {
         bytes.extend(custom("other", b"mounts"));
         bytes.extend(custom(crate::policy::caps::SECTION, b"deny"));
         let text = survey("p", &bytes).unwrap().declaration.unwrap();
-        assert_eq!(crate::policy::caps::parse_declaration(&text).unwrap().describe(), "env, hooks, deny");
+        assert_eq!(crate::policy::caps::parse_declaration(&text).unwrap().describe(), "env, deny, hooks");
         let mut bad = wat::parse_str("(component)").unwrap();
         bad.extend(custom(crate::policy::caps::SECTION, b"\xff"));
         let e = survey("p", &bad).unwrap_err().to_string();
