@@ -94,6 +94,11 @@ fn install(dir: &Path, name: &str, wasm: &str, settings: Option<&str>, extra: &s
 
 /// Limits no loaded machine reaches where a test is about answers.
 const LOOSE: &str = "[limits]\ntimeout-ms = 5000\n";
+/// [`LOOSE`] with every dangerous capability granted, for directories of
+/// policies that add hooks, devices or mounts or update other containers
+/// (what each may use is still narrowed by what its component declares).
+const GRANTED_LOOSE: &str = "grant = [\"mounts\", \"hooks\", \"devices\", \"cdi-devices\", \"namespaces\", \"seccomp\", \
+                             \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\"]\n[limits]\ntimeout-ms = 5000\n";
 
 /// The single event's report of `eval --json`.
 fn only_event(doc: &Value) -> &Value {
@@ -335,7 +340,7 @@ fn eval_seeds_the_node_and_preloads_and_prints_state() {
     std::fs::write(&state, r#"{"60-exclusive-cpus": {"example.com/seen": "before"}}"#).unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
-    install(&policies, "60-exclusive-cpus", examples::EXCLUSIVE_CPUS, None, LOOSE);
+    install(&policies, "60-exclusive-cpus", examples::EXCLUSIVE_CPUS, None, GRANTED_LOOSE);
     let ran = run([
         OsStr::new("eval"),
         policies.as_os_str(),
@@ -484,9 +489,9 @@ fn eval_case(example: &Example, case: &Case) -> Ran {
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     for (name, script) in earlier(case) {
-        install(&policies, name, guests::REPLAY, Some(&script), LOOSE);
+        install(&policies, name, guests::REPLAY, Some(&script), GRANTED_LOOSE);
     }
-    install(&policies, example.policy, example.wasm, Some(case.settings), LOOSE);
+    install(&policies, example.policy, example.wasm, Some(case.settings), GRANTED_LOOSE);
     let input = dir.path().join("request.json");
     std::fs::write(&input, Request::CreateContainer(request(case)).to_json()).unwrap();
     run([

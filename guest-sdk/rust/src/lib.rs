@@ -659,9 +659,12 @@ pub fn __handle<P: Policy>(kind: EventKind) -> Result<Reply, String> {
 macro_rules! capabilities {
     ($($name:literal),* $(,)?) => {
         const __NRI_WASM_CAPABILITIES_TEXT: &str = concat!($($name, " ",)*);
+        // A custom section only in the component: native builds (the
+        // policy's own tests) keep a plain static, since other object
+        // formats name sections differently.
         #[doc(hidden)]
         #[used]
-        #[link_section = "nri-wasm:capabilities"]
+        #[cfg_attr(target_arch = "wasm32", link_section = "nri-wasm:capabilities")]
         static __NRI_WASM_CAPABILITIES: [u8; __NRI_WASM_CAPABILITIES_TEXT.len()] = {
             let text = __NRI_WASM_CAPABILITIES_TEXT.as_bytes();
             let mut out = [0u8; __NRI_WASM_CAPABILITIES_TEXT.len()];
