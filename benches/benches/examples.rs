@@ -471,7 +471,7 @@ fn main() {
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
     let bench = Bench::new();
     let all = examples(&bench);
-    let noop_spec = PolicySpec { limits: bench_limits(), ..PolicySpec::new("00-noop", guests::NOOP) };
+    let noop_spec = PolicySpec { limits: bench_limits(), ..PolicySpec::granting_all("00-noop", guests::NOOP) };
     let noop = Example {
         label: "no-op test guest (baseline)".into(),
         dir: "noop",

@@ -85,7 +85,7 @@ fn js_policy() -> Result<(Vec<u8>, String), String> {
 /// A policy directory's content: file stem, component bytes, policy file.
 type Policies = Vec<(String, Vec<u8>, String)>;
 
-/// Nineteen small policies of every kind the project has (the nine
+/// Twenty small policies of every kind the project has (the ten
 /// examples with their settings, the test guests with several settings)
 /// and, if `big`, one component of more than 10 MiB: the realistic guest
 /// carrying 10 MiB of data in a custom section (as a policy shipping its

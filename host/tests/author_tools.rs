@@ -94,6 +94,11 @@ fn install(dir: &Path, name: &str, wasm: &str, settings: Option<&str>, extra: &s
 
 /// Limits no loaded machine reaches where a test is about answers.
 const LOOSE: &str = "[limits]\ntimeout-ms = 5000\n";
+/// [`LOOSE`] with every dangerous capability granted, for directories of
+/// policies that add hooks, devices or mounts or update other containers
+/// (what each may use is still narrowed by what its component declares).
+const GRANTED_LOOSE: &str = "grant = [\"mounts\", \"hooks\", \"devices\", \"cdi-devices\", \"namespaces\", \"seccomp\", \
+                             \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\"]\n[limits]\ntimeout-ms = 5000\n";
 
 /// The single event's report of `eval --json`.
 fn only_event(doc: &Value) -> &Value {
@@ -127,6 +132,7 @@ fn check_tells_what_a_good_policy_costs() {
         "  allowed  nri-wasm:policy/event@0.3.",
         "settings  accepted: {\"max\"",
         "events    CreateContainer\n",
+        "asks      rlimits, deny (declared)\n",
         "limits    fuel 100,000,000, timeout-ms 5000,",
         "compile   ",
         "cached    ",
@@ -138,6 +144,24 @@ fn check_tells_what_a_good_policy_costs() {
         assert!(ran.stdout.contains(want), "{want:?} missing:\n{}", ran.stdout);
     }
     assert!(!ran.stdout.contains("refused"), "{}", ran.stdout);
+}
+
+/// What a policy asks for, and what the settings given do not grant.
+#[test]
+fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    let settings = toml::Value::String(hook_injector::SETTINGS.into());
+    std::fs::write(&policy, format!("settings = {settings}\n")).unwrap();
+    let ran =
+        run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("asks      deny, hooks (declared)\n"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("not granted by these settings: hooks (grant = [\"hooks\"]"), "{}", ran.stdout);
+    std::fs::write(&policy, format!("settings = {settings}\ngrant = [\"hooks\"]\n")).unwrap();
+    let ran =
+        run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
+    assert!(!ran.stdout.contains("not granted"), "{}", ran.stdout);
 }
 
 #[test]
@@ -316,7 +340,7 @@ fn eval_seeds_the_node_and_preloads_and_prints_state() {
     std::fs::write(&state, r#"{"60-exclusive-cpus": {"example.com/seen": "before"}}"#).unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
-    install(&policies, "60-exclusive-cpus", examples::EXCLUSIVE_CPUS, None, LOOSE);
+    install(&policies, "60-exclusive-cpus", examples::EXCLUSIVE_CPUS, None, GRANTED_LOOSE);
     let ran = run([
         OsStr::new("eval"),
         policies.as_os_str(),
@@ -423,6 +447,13 @@ fn request(case: &Case) -> pb::CreateContainerRequest {
                     ..Default::default()
                 })
             }
+            Edit::Image { name, digest } => {
+                req.container.mut_or_insert_default().image = protobuf::MessageField::some(pb::Image {
+                    name: name.into(),
+                    digest: digest.into(),
+                    ..Default::default()
+                })
+            }
             Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
         }
     }
@@ -458,9 +489,9 @@ fn eval_case(example: &Example, case: &Case) -> Ran {
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     for (name, script) in earlier(case) {
-        install(&policies, name, guests::REPLAY, Some(&script), LOOSE);
+        install(&policies, name, guests::REPLAY, Some(&script), GRANTED_LOOSE);
     }
-    install(&policies, example.policy, example.wasm, Some(case.settings), LOOSE);
+    install(&policies, example.policy, example.wasm, Some(case.settings), GRANTED_LOOSE);
     let input = dir.path().join("request.json");
     std::fs::write(&input, Request::CreateContainer(request(case)).to_json()).unwrap();
     run([

@@ -18,6 +18,7 @@ fn demo_runs_the_example_policies_without_a_runtime() {
     assert!(stdout.contains("rlimit RLIMIT_NOFILE soft 16384 hard 65536"), "{stdout}");
     assert!(stdout.contains("40-hook-injector added OCI hooks"), "{stdout}");
     assert!(stdout.contains("every pod was handled as its scenario describes"), "{stdout}");
+    assert!(stdout.contains("needs capability `cdi-devices`"), "the demo shows an ungranted capability: {stdout}");
     assert!(!stdout.contains("\x1b["), "colour with --colour never");
 
     // The same as JSON lines: events with each policy's outcome, a summary.
@@ -29,11 +30,11 @@ fn demo_runs_the_example_policies_without_a_runtime() {
         .collect();
     let summary = lines.last().unwrap();
     assert_eq!(summary["kind"], "summary");
-    assert_eq!(summary["refused"], 3, "{summary}");
+    assert_eq!(summary["refused"], 4, "{summary}");
     assert_eq!(summary["created"], 7, "{summary}");
     assert_eq!(summary["mismatches"].as_array().map(Vec::len), Some(0), "{summary}");
     let denied = lines.iter().filter(|l| l["kind"] == "event" && l["result"] == "refused").count();
-    assert_eq!(denied, 3);
+    assert_eq!(denied, 4);
     let by_policy = |p: &str| summary["policies"][p]["changed"].as_u64().unwrap_or(0);
     assert!(by_policy("10-pod-metadata-env") >= 7, "{summary}");
 }

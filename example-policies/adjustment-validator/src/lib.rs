@@ -180,4 +180,7 @@ impl Policy for AdjustmentValidator {
     }
 }
 
+// What it may change and read (docs/wit.md); nothing dangerous.
+nri_wasm_sdk::capabilities!("deny");
+
 export_policy!(AdjustmentValidator);

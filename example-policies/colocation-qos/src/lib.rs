@@ -285,4 +285,8 @@ impl Policy for ColocationQos {
     }
 }
 
+// What it may change and read; the dangerous ones need a `grant` in its
+// settings file (policy.toml).
+nri_wasm_sdk::capabilities!("cpu", "unified", "updates", "node", "deny");
+
 export_policy!(ColocationQos);

@@ -192,4 +192,7 @@ impl Policy for DenyHostSockets {
     }
 }
 
+// What it may change and read (docs/wit.md); nothing dangerous.
+nri_wasm_sdk::capabilities!("deny");
+
 export_policy!(DenyHostSockets);

@@ -253,4 +253,8 @@ impl Policy for DeviceInjector {
     }
 }
 
+// What it may change and read; the dangerous ones need a `grant` in its
+// settings file (policy.toml).
+nri_wasm_sdk::capabilities!("devices", "mounts", "cdi-devices", "deny");
+
 export_policy!(DeviceInjector);

@@ -132,4 +132,8 @@ impl Policy for HookInjector {
     }
 }
 
+// What it may change and read; the dangerous ones need a `grant` in its
+// settings file (policy.toml).
+nri_wasm_sdk::capabilities!("hooks", "deny");
+
 export_policy!(HookInjector);

@@ -127,4 +127,7 @@ impl Policy for PodMetadataEnv {
     }
 }
 
+// What it may change and read (docs/wit.md); nothing dangerous.
+nri_wasm_sdk::capabilities!("env", "deny");
+
 export_policy!(PodMetadataEnv);

@@ -190,4 +190,7 @@ impl Policy for QosClass {
     }
 }
 
+// What it may change and read (docs/wit.md); nothing dangerous.
+nri_wasm_sdk::capabilities!("cpu", "memory", "unified", "oom-score-adj", "deny");
+
 export_policy!(QosClass);

@@ -184,4 +184,7 @@ impl Policy for UlimitAdjuster {
     }
 }
 
+// What it may change and read (docs/wit.md); nothing dangerous.
+nri_wasm_sdk::capabilities!("rlimits", "deny");
+
 export_policy!(UlimitAdjuster);

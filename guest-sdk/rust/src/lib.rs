@@ -26,6 +26,12 @@
 //! export_policy!(DenyPrivileged);
 //! ```
 //!
+//! A policy also declares what it may change and read, with
+//! [`capabilities!`]: `nri_wasm_sdk::capabilities!("env", "annotations");`.
+//! The host refuses output beyond what is declared and granted by the
+//! operator (docs/wit.md lists the names; the dangerous ones such as
+//! `hooks`, `mounts` or `devices` need a `grant` in the settings file).
+//!
 //! A handler receives an [`Event`] and reads from it what it needs: each
 //! read asks the host once (and is kept), so a policy that looks at one
 //! annotation pays for one string, not for the whole pod and container.
@@ -633,6 +639,43 @@ pub fn __handle<P: Policy>(kind: EventKind) -> Result<Reply, String> {
         EventKind::ValidateContainerAdjustment => P::validate_container_adjustment(&e),
         EventKind::Synchronize => P::synchronize(),
     }
+}
+
+/// Declares what the policy may change and read: capability names, as the
+/// host knows them (`env`, `annotations`, `args`, `rlimits`, `cpu`,
+/// `memory`, `hugepages`, `blockio`, `rdt`, `unified`, `pids`,
+/// `oom-score-adj`, `io-priority`, `scheduler`, `memory-policy`, `deny`,
+/// `node`, and the dangerous `mounts`, `hooks`, `devices`, `cdi-devices`,
+/// `namespaces`, `seccomp`, `sysctl`, `net-devices`, `cgroups-path`,
+/// `updates`, `evictions`). The list is recorded in the component, in the
+/// custom section `nri-wasm:capabilities`, where `nri-wasm check` shows it
+/// and the host enforces it. Use it once per component; a component
+/// without it is taken to declare nothing dangerous.
+///
+/// ```ignore
+/// nri_wasm_sdk::capabilities!("env", "hooks");
+/// ```
+#[macro_export]
+macro_rules! capabilities {
+    ($($name:literal),* $(,)?) => {
+        const __NRI_WASM_CAPABILITIES_TEXT: &str = concat!($($name, " ",)*);
+        // A custom section only in the component: native builds (the
+        // policy's own tests) keep a plain static, since other object
+        // formats name sections differently.
+        #[doc(hidden)]
+        #[used]
+        #[cfg_attr(target_arch = "wasm32", link_section = "nri-wasm:capabilities")]
+        static __NRI_WASM_CAPABILITIES: [u8; __NRI_WASM_CAPABILITIES_TEXT.len()] = {
+            let text = __NRI_WASM_CAPABILITIES_TEXT.as_bytes();
+            let mut out = [0u8; __NRI_WASM_CAPABILITIES_TEXT.len()];
+            let mut i = 0;
+            while i < text.len() {
+                out[i] = text[i];
+                i += 1;
+            }
+            out
+        };
+    };
 }
 
 /// Exports a [`Policy`] implementation as the component's `configure` and `handle`.

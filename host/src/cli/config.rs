@@ -67,6 +67,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                         l.memory_mib,
                         if s.sha256.is_some() { " sha256-pinned" } else { "" },
                     )?;
+                    writeln!(out, "  {:<24} {}", "", grants_line(s))?;
                 }
                 if specs.is_empty() && errors.is_empty() {
                     writeln!(out, "  (none)")?;
@@ -90,6 +91,39 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
         write!(out, "{}", config.to_toml())?;
     }
     Ok(ok)
+}
+
+/// What a settings file grants, beside what the component declares (read
+/// from the file without compiling it).
+fn grants_line(spec: &crate::policy::manifest::PolicySpec) -> String {
+    use crate::policy::caps::{parse_declaration, Allowed, CapSet};
+    let extra = spec.grant.dangerous();
+    let granted = if extra.is_empty() {
+        "grant=default (nothing dangerous)".to_string()
+    } else {
+        format!("grant=default + {}", extra.describe())
+    };
+    let declared = std::fs::read(&spec.wasm)
+        .ok()
+        .and_then(|bytes| crate::policy::inspect::survey(&spec.name, &bytes).ok())
+        .map(|found| found.declaration.as_deref().map(parse_declaration));
+    let declared = match declared {
+        None => return format!("{granted}; declares: (not a readable component)"),
+        Some(None) => return format!("{granted}; declares: nothing (taken as nothing dangerous)"),
+        Some(Some(Err(e))) => return format!("{granted}; declares: {e}"),
+        Some(Some(Ok(set))) => set,
+    };
+    let allowed = Allowed { granted: spec.grant, declared: Some(declared) };
+    let mut line = format!("{granted}; declares: {}", declared.describe());
+    let ungranted = allowed.ungranted();
+    if ungranted != CapSet::EMPTY {
+        line.push_str(&format!("; NOT GRANTED (its output needing them is refused): {}", ungranted.describe()));
+    }
+    let unasked = allowed.unasked();
+    if unasked != CapSet::EMPTY {
+        line.push_str(&format!("; granted but not declared (unused): {}", unasked.describe()));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -120,6 +154,7 @@ mod tests {
         );
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("10-a") && out.contains("on-error=Fail") && out.contains("fuel=1000"), "{out}");
+        assert!(out.contains("grant=default (nothing dangerous); declares: (not a readable component)"), "{out}");
         // Every default is printed, and the printed configuration reads back.
         let printed = out.split("# effective configuration (every default filled in)\n").nth(1).unwrap();
         let back = Config::parse(printed, std::path::Path::new("printed")).unwrap();

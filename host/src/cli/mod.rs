@@ -149,7 +149,7 @@ pub struct DemoArgs {
     pub policies: Option<PathBuf>,
     /// Pods of the simulated workload (the first few are the scenarios that
     /// trigger the examples; more are ordinary pods).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 11)]
     pub pods: usize,
     /// NRI version the simulated runtime speaks.
     #[arg(long, default_value = "v0.12.0")]

@@ -326,6 +326,24 @@ fn presence_is_preserved() {
     assert_eq!(w.linux.as_ref().unwrap().rdt.as_ref().unwrap().schemata, Some(vec![]));
     assert_eq!(pb::Container::try_from(w).unwrap(), empty);
 
+    // NRI 0.12.2's image, both ways.
+    let with_image = pb::Container {
+        image: MessageField::some(pb::Image {
+            name: "registry.example.com/app@sha256:00".into(),
+            digest: "sha256:00".into(),
+            config_digest: "sha256:11".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let w = wit::Container::from(&with_image);
+    let image = w.image.as_ref().expect("the image reaches the policy");
+    assert_eq!(
+        (image.name.as_str(), image.digest.as_str(), image.config_digest.as_str()),
+        ("registry.example.com/app@sha256:00", "sha256:00", "sha256:11")
+    );
+    assert_eq!(pb::Container::try_from(w).unwrap(), with_image);
+
     let absent = pb::Container::default();
     let w = wit::Container::from(&absent);
     assert!(w.hooks.is_none() && w.linux.is_none() && w.user.is_none() && w.image.is_none());

@@ -569,6 +569,7 @@ impl PolicyEngine {
             // A host function stopped at the deadline: whatever the guest
             // made of its empty answer is not used.
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
+            Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(kinds)) => Ok(kinds),
             Ok(Err(reason)) => Err(CallError::Init {
                 policy: policy.name.to_string(),
@@ -626,6 +627,9 @@ impl PolicyEngine {
             // a reply built on that answer is not used, even if the guest
             // returned before the epoch reached it.
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
+            // The guest read the node view without the capability: what it
+            // answered (on an empty view) is not used.
+            Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(reply)) => Ok(Ok(reply)),
             Ok(Err(reason)) => Ok(Err(super::clip::reason(&reason))),
             Err(e) => Err(classify(&e, &attempt)),
@@ -690,4 +694,14 @@ pub fn event_kind(k: wit::EventKind) -> Option<EventKind> {
         wit::EventKind::ValidateContainerAdjustment => EventKind::ValidateContainerAdjustment,
         wit::EventKind::Synchronize => return None,
     })
+}
+
+/// The call read the node view without the capability.
+fn ungranted_node(a: &Attempt<'_>, state: &CallState) -> CallError {
+    CallError::Ungranted {
+        policy: a.policy.to_string(),
+        event: a.event.to_string(),
+        capability: super::caps::Capability::Node.name(),
+        function: state.refused_in().unwrap_or("node"),
+    }
 }

@@ -37,6 +37,9 @@ pub enum LoadError {
     Version { policy: String, import: String },
     #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
     World { policy: String, reason: String },
+    /// Its capability declaration (`caps.rs`) cannot be read.
+    #[error("policy {policy}: capability declaration: {reason}")]
+    Declaration { policy: String, reason: String },
     #[error("policy {policy}: {what} ({limit})")]
     Structure { policy: String, what: String, limit: String },
     #[error("policy {policy}: memory-mib {asked} exceeds the engine's max-memory-mib {max}")]
@@ -59,7 +62,9 @@ impl LoadError {
         match self {
             Self::Read { .. } | Self::NotAFile { .. } | Self::Permissions { .. } | Self::Pin { .. } => "read",
             Self::TooLarge { .. } | Self::NotWasm { .. } | Self::CoreModule { .. } | Self::Invalid { .. } => "validate",
-            Self::ForbiddenImport { .. } | Self::Version { .. } | Self::World { .. } => "world",
+            Self::ForbiddenImport { .. } | Self::Version { .. } | Self::World { .. } | Self::Declaration { .. } => {
+                "world"
+            }
             Self::Structure { .. } | Self::Limits { .. } => "limits",
             Self::Compile { .. } => "compile",
             Self::Link { .. } => "link",
@@ -112,6 +117,9 @@ pub enum CallError {
     Trap { policy: String, event: String, trap: String },
     #[error("policy {policy} on {event}: configure rejected its settings: {reason}")]
     Init { policy: String, event: String, reason: String },
+    /// The policy called a host function it has no capability for.
+    #[error("policy {policy} on {event}: called {function} without capability `{capability}` (not granted in its settings file, or not declared by the policy)")]
+    Ungranted { policy: String, event: String, capability: &'static str, function: &'static str },
 }
 
 fn inside(host_call: Option<&'static str>) -> String {
@@ -149,7 +157,7 @@ impl CallError {
             Self::MemoryLimit { .. } | Self::TableLimit { .. } => "memory",
             Self::StackOverflow { .. } | Self::Exit { .. } | Self::Trap { .. } => "trap",
             Self::Transfer { .. } | Self::Handles { .. } => "invalid",
-            Self::Init { .. } => "invalid",
+            Self::Init { .. } | Self::Ungranted { .. } => "invalid",
         }
     }
 }

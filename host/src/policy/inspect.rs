@@ -46,7 +46,13 @@ pub struct Inspection {
     pub largest_initial_memory: u64,
     /// Largest initial size of a table it defines, in elements.
     pub largest_initial_table: u64,
+    /// The text of its capability declaration (`caps::SECTION`), if it has
+    /// one: every such section of the component and its modules, joined.
+    pub declaration: Option<String>,
 }
+
+/// Most bytes of a capability declaration.
+const MAX_DECLARATION_BYTES: usize = 4096;
 
 /// Interfaces a policy may import: ours, and the WASI p2 interfaces language
 /// runtimes need (linked with an empty context: no files, no env, no network).
@@ -174,6 +180,24 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
                     }
                 }
             }
+            Payload::CustomSection(reader) if reader.name() == super::caps::SECTION => {
+                let text = std::str::from_utf8(reader.data()).map_err(|_| LoadError::Invalid {
+                    policy: policy.into(),
+                    reason: format!("its {} section is not UTF-8", super::caps::SECTION),
+                })?;
+                let declaration = found.declaration.get_or_insert_with(String::new);
+                declaration.push(' ');
+                declaration.push_str(text);
+                if declaration.len() > MAX_DECLARATION_BYTES {
+                    return Err(LoadError::Invalid {
+                        policy: policy.into(),
+                        reason: format!(
+                            "its {} sections hold more than {MAX_DECLARATION_BYTES} bytes",
+                            super::caps::SECTION
+                        ),
+                    });
+                }
+            }
             Payload::ComponentImportSection(reader) if depth == 1 => {
                 for import in reader {
                     let import = import.map_err(invalid)?;
@@ -248,6 +272,30 @@ mod tests {
     use super::*;
 
     const POOL: PoolShape = PoolShape { core_instances: 16, memories: 4, tables: 16, max_memory_bytes: 256 << 20 };
+
+    /// A custom section: id 0, size, name length, name, content (sizes
+    /// under 128 bytes, so one LEB128 byte each).
+    fn custom(name: &str, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![0, (1 + name.len() + content.len()) as u8, name.len() as u8];
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(content);
+        out
+    }
+
+    #[test]
+    fn the_capability_declaration_is_read_from_every_section() {
+        let mut bytes = wat::parse_str("(component)").unwrap();
+        assert_eq!(survey("p", &bytes).unwrap().declaration, None);
+        bytes.extend(custom(crate::policy::caps::SECTION, b"env,hooks"));
+        bytes.extend(custom("other", b"mounts"));
+        bytes.extend(custom(crate::policy::caps::SECTION, b"deny"));
+        let text = survey("p", &bytes).unwrap().declaration.unwrap();
+        assert_eq!(crate::policy::caps::parse_declaration(&text).unwrap().describe(), "env, deny, hooks");
+        let mut bad = wat::parse_str("(component)").unwrap();
+        bad.extend(custom(crate::policy::caps::SECTION, b"\xff"));
+        let e = survey("p", &bad).unwrap_err().to_string();
+        assert!(e.contains("nri-wasm:capabilities section is not UTF-8"), "{e}");
+    }
 
     fn run(wat: &str) -> Result<Inspection, LoadError> {
         let bytes = binary("10-x", wat.as_bytes())?;

@@ -20,6 +20,10 @@
 //! Functions that return a `wasmtime::Result` (the event reads) trap at
 //! once; the others return an empty answer that the guest never gets to
 //! use, since the epoch has been advanced past its deadline.
+//!
+//! The `node` functions first check the policy's `node` capability
+//! (`caps.rs`); without it they answer empty and the call fails naming the
+//! capability (`CallState::may_read_node`).
 
 use super::bindings::event::{self as api, ContainerMeta, PodMeta};
 use super::bindings::{host, node, state, wit};
@@ -73,6 +77,9 @@ const ID_BYTES: usize = 64;
 
 impl node::Host for CallState {
     fn pods(&mut self) -> Vec<node::PodInfo> {
+        if !self.may_read_node("node.pods") {
+            return Vec::new();
+        }
         let mut clock = self.clock();
         let mut pods = Vec::with_capacity(self.view().len().0);
         let done = self.view().each_pod(&mut clock, |p| {
@@ -89,10 +96,16 @@ impl node::Host for CallState {
     }
 
     fn pod(&mut self, id: String) -> Option<node::PodInfo> {
+        if !self.may_read_node("node.pod") {
+            return None;
+        }
         self.view().pod(&id).map(node::PodInfo::from)
     }
 
     fn containers(&mut self, filter: node::ContainerFilter) -> Vec<node::ContainerInfo> {
+        if !self.may_read_node("node.containers") {
+            return Vec::new();
+        }
         let mut clock = self.clock();
         let mut found = Vec::new();
         let done = query(&filter, &mut clock).and_then(|q| {
@@ -111,6 +124,9 @@ impl node::Host for CallState {
     }
 
     fn container_ids(&mut self, filter: node::ContainerFilter) -> node::IdList {
+        if !self.may_read_node("node.container-ids") {
+            return node::IdList { ids: String::new(), ends: Vec::new() };
+        }
         let mut clock = self.clock();
         let (_, known) = self.view().len();
         // One allocation for all of them.
@@ -133,6 +149,9 @@ impl node::Host for CallState {
     }
 
     fn container(&mut self, id: String) -> Option<node::ContainerInfo> {
+        if !self.may_read_node("node.container") {
+            return None;
+        }
         match &self.current {
             Some(c) if c.id == id => Some(node::ContainerInfo::from(&**c)),
             _ => self.view().container(&id).map(node::ContainerInfo::from),
@@ -140,6 +159,9 @@ impl node::Host for CallState {
     }
 
     fn topology(&mut self) -> node::NodeTopology {
+        if !self.may_read_node("node.topology") {
+            return node::NodeTopology { online_cpus: Vec::new(), numa_nodes: Vec::new(), memory_bytes: 0 };
+        }
         self.env.facts.topology.clone()
     }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::caps::{CapSet, Capability};
 use super::limits::{LimitOverrides, Limits};
 
 /// What a failure of this policy (trap, limit, invalid output, skipped call)
@@ -64,6 +65,8 @@ pub struct PolicyFile {
     pub limits: LimitOverrides,
     /// The SHA-256 the `.wasm` file must have (hex); any other content is refused.
     pub sha256: Option<String>,
+    /// Capabilities granted beyond the default ones (`caps.rs`).
+    pub grant: Option<Vec<String>>,
 }
 
 /// Everything needed to load one policy.
@@ -83,6 +86,8 @@ pub struct PolicySpec {
     pub sha256: Option<String>,
     /// Refuse the file unless it is owned by root and writable by no one else.
     pub strict_permissions: bool,
+    /// What the operator grants: the default grant and the file's `grant`.
+    pub grant: CapSet,
 }
 
 impl PolicySpec {
@@ -99,8 +104,36 @@ impl PolicySpec {
             limits: Limits::default(),
             sha256: None,
             strict_permissions: false,
+            grant: CapSet::default_grant(),
         }
     }
+
+    /// [`Self::new`] with every capability granted, dangerous ones included:
+    /// for tests, and for embedders that vetted the component themselves.
+    /// A policy loaded from a directory never gets this; its grant comes
+    /// from its settings file.
+    pub fn granting_all(name: &str, wasm: impl Into<PathBuf>) -> Self {
+        Self { grant: CapSet::all(), ..Self::new(name, wasm) }
+    }
+}
+
+/// The operator's grant: the default capabilities and those `names` adds.
+/// An unknown name is an error naming the key and every allowed value.
+pub fn grant_of(names: &[String]) -> Result<CapSet, String> {
+    let mut grant = CapSet::default_grant();
+    for name in names {
+        match Capability::from_name(name) {
+            Some(c) => grant.insert(c),
+            None => {
+                return Err(format!(
+                    "grant: unknown capability {:?} (allowed: {})",
+                    super::clip::guest_text(name, 64),
+                    Capability::names()
+                ))
+            }
+        }
+    }
+    Ok(grant)
 }
 
 /// A policy that cannot be loaded, and why.
@@ -152,6 +185,7 @@ const POLICY_KEYS: &[&str] = &[
     "settings",
     "limits",
     "sha256",
+    "grant",
     "fuel",
     "timeout-ms",
     "memory-mib",
@@ -212,6 +246,7 @@ pub fn read_spec(
             return Err(bad(format!("sha256 {pin:?} is not 64 hexadecimal digits")));
         }
     }
+    let grant = grant_of(file.grant.as_deref().unwrap_or_default()).map_err(&bad)?;
     let settings = match file.settings {
         None => String::new(),
         Some(toml::Value::String(s)) => s,
@@ -225,6 +260,7 @@ pub fn read_spec(
         mode: file.mode,
         limits,
         sha256: file.sha256.map(|s| s.to_ascii_lowercase()),
+        grant,
         ..PolicySpec::new(name, wasm)
     })
 }
@@ -409,6 +445,32 @@ mod tests {
         }
         assert!(msgs[1].contains("invalid type: a string, expected"), "{}", msgs[1]);
         assert!(msgs[2].contains("unknown variant, expected"), "{}", msgs[2]);
+    }
+
+    #[test]
+    fn grants_add_to_the_default_and_unknown_names_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |n: &str, s: &str| std::fs::write(dir.path().join(n), s).unwrap();
+        w("10-x.wasm", "");
+        w("10-x.toml", "grant = [\"hooks\", \"mounts\"]\n");
+        w("20-y.wasm", "");
+        w("20-y.toml", "grant = [\"hooks\", \"root\"]\n");
+        w("30-z.wasm", "");
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["10-x", "30-z"]);
+        assert!(specs[0].grant.contains(Capability::Hooks) && specs[0].grant.contains(Capability::Mounts));
+        assert!(specs[0].grant.contains(Capability::Env), "the default grant stays");
+        assert!(!specs[0].grant.contains(Capability::Devices));
+        assert_eq!(specs[1].grant, CapSet::default_grant());
+        let msg = errors[0].to_string();
+        assert!(
+            msg.contains("20-y.toml")
+                && msg.contains("grant")
+                && msg.contains("\"root\"")
+                && msg.contains("allowed: env"),
+            "{msg}"
+        );
     }
 
     #[test]

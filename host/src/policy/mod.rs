@@ -17,6 +17,7 @@
 //! - `interfaces`: the host side of the policy's imports;
 //! - `event`, `env`, `state`: what a call reads and writes;
 //! - `output`, `clip`: what a guest says, bounded and made one line;
+//! - `caps`: what a policy may change and read (declared, granted, checked);
 //! - `errors`: load and call failures, named after the step or the limit.
 //!
 //! Running the chain:
@@ -27,6 +28,7 @@
 
 pub mod bindings;
 pub mod cache;
+pub mod caps;
 pub mod chain;
 pub mod clip;
 pub mod compile;

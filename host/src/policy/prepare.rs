@@ -24,6 +24,7 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
 use super::bindings::{wit, PolicyPre};
 use super::cache::Binding;
+use super::caps::{parse_declaration, Allowed};
 use super::engine::{event_kind, Facts, PolicyEngine};
 use super::errors::LoadError;
 use super::inspect::{self, Inspection};
@@ -72,6 +73,8 @@ pub struct CompiledPolicy {
     /// Its key in the compile cache.
     cache_key: String,
     inspection: Inspection,
+    /// What it may change and read (`caps.rs`).
+    allowed: Allowed,
     timings: LoadTimings,
     /// Keeps the component shared with other policies of the same file.
     _component: Arc<Component>,
@@ -112,6 +115,11 @@ impl CompiledPolicy {
         &self.cache_key
     }
 
+    /// What it declares, what it is granted, and so what it may use.
+    pub fn allowed(&self) -> Allowed {
+        self.allowed
+    }
+
     /// What inspecting the file found.
     pub fn inspection(&self) -> &Inspection {
         &self.inspection
@@ -123,6 +131,35 @@ impl CompiledPolicy {
 }
 
 /// A stable seed from a policy's name (FNV-1a).
+/// What a policy may use: its spec's grant and its declaration. A
+/// declaration the grant does not cover loads (its output that needs the
+/// rest is refused at event time, `chain/pipeline.rs`), with a warning, as
+/// does a dangerous grant nothing asked for.
+pub fn allowed(spec: &PolicySpec, inspection: &Inspection) -> Result<Allowed, LoadError> {
+    let declared = match &inspection.declaration {
+        None => None,
+        Some(text) => Some(
+            parse_declaration(text).map_err(|reason| LoadError::Declaration { policy: spec.name.clone(), reason })?,
+        ),
+    };
+    let allowed = Allowed { granted: spec.grant, declared };
+    let policy = spec.name.as_str();
+    let ungranted = allowed.ungranted();
+    if !ungranted.is_empty() {
+        tracing::warn!(
+            policy,
+            ungranted = %ungranted.describe(),
+            "policy declares capabilities its settings file does not grant: output that needs them will be refused"
+        );
+    }
+    let unasked = allowed.unasked();
+    if !unasked.is_empty() {
+        let what = if declared.is_some() { "does not declare" } else { "declares no capabilities, so not" };
+        tracing::warn!(policy, unasked = %unasked.describe(), "settings file grants dangerous capabilities the policy {what}");
+    }
+    Ok(allowed)
+}
+
 fn seed_of(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
@@ -221,6 +258,7 @@ impl PolicyEngine {
         let step = Instant::now();
         let binary: Arc<[u8]> = inspect::binary(name, &bytes)?.into_owned().into();
         let inspection = inspect::inspect(name, &binary, &spec.limits, &self.pool_shape())?;
+        let allowed = allowed(spec, &inspection)?;
         timings.inspect = step.elapsed();
 
         let step = Instant::now();
@@ -267,6 +305,7 @@ impl PolicyEngine {
             digest,
             cache_key,
             inspection,
+            allowed,
             timings,
             _component: component,
         };

@@ -86,6 +86,10 @@ pub struct CallState {
     engine: wasmtime::Engine,
     /// The first host function that stopped at the deadline.
     stopped_in: std::cell::Cell<Option<&'static str>>,
+    /// Whether the policy may read the node view (`caps.rs`).
+    node_allowed: bool,
+    /// The first `node` function called without the capability.
+    refused_in: std::cell::Cell<Option<&'static str>>,
     pub(crate) logs: LogBudget,
 }
 
@@ -141,6 +145,21 @@ impl CallState {
             "host call stopped at the policy's time limit of {limit_ms} ms"
         );
         self.engine.increment_epoch();
+    }
+
+    /// Whether the policy may read the node view; if not, records that
+    /// `function` was refused: the call then fails naming the capability,
+    /// whatever the guest made of the empty answer it gets.
+    pub(crate) fn may_read_node(&self, function: &'static str) -> bool {
+        if !self.node_allowed && self.refused_in.get().is_none() {
+            self.refused_in.set(Some(function));
+        }
+        self.node_allowed
+    }
+
+    /// The `node` function called without the capability, if one was.
+    pub(crate) fn refused_in(&self) -> Option<&'static str> {
+        self.refused_in.get()
     }
 
     /// The host function that stopped at the call's deadline, if one did:
@@ -248,6 +267,8 @@ pub fn new_store(
         started: Instant::now(),
         engine: engine.clone(),
         stopped_in: std::cell::Cell::new(None),
+        node_allowed: policy.allowed().effective().contains(super::caps::Capability::Node),
+        refused_in: std::cell::Cell::new(None),
         logs: LogBudget::default(),
     };
     let mut store = Store::new(engine, data);

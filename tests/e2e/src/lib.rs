@@ -353,7 +353,7 @@ pub fn policy_spec(
         settings: settings.into(),
         on_error,
         limits,
-        ..nri_wasm::policy::manifest::PolicySpec::new(name, wasm)
+        ..nri_wasm::policy::manifest::PolicySpec::granting_all(name, wasm)
     }
 }
 

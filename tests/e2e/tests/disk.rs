@@ -45,7 +45,7 @@ fn pinned(name: &str, wasm: &str, settings: &str) -> PolicySpec {
         on_error: OnError::Ignore,
         mode: Mode::Enforce,
         sha256: Some(sha256_hex(&bytes)),
-        ..PolicySpec::new(name, Path::new(wasm))
+        ..PolicySpec::granting_all(name, Path::new(wasm))
     }
 }
 

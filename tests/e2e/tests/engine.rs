@@ -19,7 +19,7 @@ fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
         on_error: OnError::Ignore,
         mode: Mode::Enforce,
         limits,
-        ..PolicySpec::new(name, Path::new(wasm))
+        ..PolicySpec::granting_all(name, Path::new(wasm))
     }
 }
 

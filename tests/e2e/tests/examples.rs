@@ -74,6 +74,11 @@ mod exclusive_cpus {
     include!("../../../example-policies/exclusive-cpus/src/cases.rs");
 }
 
+mod allowed_images {
+    use super::{Case, Edit, Expect};
+    include!("../../../example-policies/allowed-images/src/cases.rs");
+}
+
 mod colocation_qos {
     use super::{Case, Edit, Expect};
     include!("../../../example-policies/colocation-qos/src/cases.rs");
@@ -144,7 +149,15 @@ const COLOCATION_QOS: Example = Example {
     cases: colocation_qos::CASES,
 };
 
-/// All seven, in chain order.
+const ALLOWED_IMAGES: Example = Example {
+    wasm: examples::ALLOWED_IMAGES,
+    policy: allowed_images::POLICY,
+    settings: allowed_images::SETTINGS,
+    cases: allowed_images::CASES,
+};
+
+/// All seven, in chain order (`allowed-images` is left out: it refuses the
+/// captured container, whose image is Docker Hub's).
 const ALL: [Example; 7] = [
     DENY_HOST_SOCKETS,
     QOS_CLASS,
@@ -200,6 +213,10 @@ fn request(case: &Case) -> pb::CreateContainerRequest {
                     options: options.iter().map(|o| o.to_string()).collect(),
                     ..Default::default()
                 })
+            }
+            Edit::Image { name, digest } => {
+                req.container.mut_or_insert_default().image =
+                    MessageField::some(pb::Image { name: name.into(), digest: digest.into(), ..Default::default() })
             }
             Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
         }
@@ -328,6 +345,13 @@ fn exclusive_cpus() {
 #[test]
 fn colocation_qos() {
     check(&COLOCATION_QOS);
+}
+
+/// The image field (NRI 0.12.2) and the CRI annotation that stands in for
+/// it on NRI 0.12.0 runtimes, through the real host.
+#[test]
+fn allowed_images() {
+    check(&ALLOWED_IMAGES);
 }
 
 /// The first case of every example is the captured request with the

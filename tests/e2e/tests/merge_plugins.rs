@@ -257,7 +257,7 @@ fn chain(replies: &[&str]) -> Chain {
                 on_error: OnError::Fail,
                 mode: Mode::Enforce,
                 limits: Limits::default(),
-                ..PolicySpec::new(name, guests::REPLAY)
+                ..PolicySpec::granting_all(name, guests::REPLAY)
             };
             engine().load(&spec, &Arc::new(facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
         })

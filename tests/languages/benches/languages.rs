@@ -44,7 +44,12 @@ fn uncached_engine() -> Arc<PolicyEngine> {
 }
 
 fn spec(name: &str, wasm: &str) -> PolicySpec {
-    PolicySpec { settings: SETTINGS.into(), on_error: OnError::Fail, limits: limits(), ..PolicySpec::new(name, wasm) }
+    PolicySpec {
+        settings: SETTINGS.into(),
+        on_error: OnError::Fail,
+        limits: limits(),
+        ..PolicySpec::granting_all(name, wasm)
+    }
 }
 
 fn request() -> pb::CreateContainerRequest {

@@ -56,7 +56,7 @@ pub fn load_with(
     limits: Limits,
     on_error: OnError,
 ) -> Result<CompiledPolicy, LoadError> {
-    let spec = PolicySpec { settings: settings.into(), on_error, limits, ..PolicySpec::new(name, wasm) };
+    let spec = PolicySpec { settings: settings.into(), on_error, limits, ..PolicySpec::granting_all(name, wasm) };
     engine().load(&spec, &facts())
 }
 

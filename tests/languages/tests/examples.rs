@@ -19,6 +19,11 @@ mod deny_host_sockets {
     include!("../../../example-policies/deny-host-sockets/src/cases.rs");
 }
 
+mod allowed_images {
+    use super::{Case, Edit, Expect};
+    include!("../../../example-policies/allowed-images/src/cases.rs");
+}
+
 mod pod_metadata_env {
     use super::{Case, Edit, Expect};
     include!("../../../example-policies/pod-metadata-env/src/cases.rs");
@@ -62,6 +67,13 @@ fn request(case: &Case) -> pb::CreateContainerRequest {
                     type_: "bind".into(),
                     source: source.into(),
                     options: options.iter().map(|o| o.to_string()).collect(),
+                    ..Default::default()
+                })
+            }
+            Edit::Image { name, digest } => {
+                req.container.mut_or_insert_default().image = protobuf::MessageField::some(pb::Image {
+                    name: name.into(),
+                    digest: digest.into(),
                     ..Default::default()
                 })
             }
@@ -109,6 +121,16 @@ fn run(port: &Port, wasm: &str, case: &Case) -> Result<pb::CreateContainerRespon
 fn check(port: &Port) {
     assert!(!port.cases.is_empty());
     let mut problems = Vec::new();
+    // The SDK records the same capability declaration as the Rust example's
+    // (from the example's `capabilities` file, `guest-sdk/declare-capabilities.sh`).
+    let declared = |wasm: &str| {
+        let policy = load(port.policy, wasm, port.cases[0].settings).unwrap_or_else(|e| panic!("{e}"));
+        policy.allowed().declared
+    };
+    let (ours, rust) = (declared(port.wasm), declared(port.rust));
+    if ours.is_none() || ours != rust {
+        problems.push(format!("{}: declares {ours:?}, the Rust example {rust:?}", port.lang));
+    }
     for case in port.cases {
         let what = format!("{} case {:?}", port.lang, case.name);
         match case.expect {
@@ -183,5 +205,40 @@ fn pod_metadata_env_in_python() {
         policy: pod_metadata_env::POLICY,
         rust: nri_wasm_components::examples::POD_METADATA_ENV,
         cases: pod_metadata_env::CASES,
+    });
+}
+
+/// NRI 0.12.2's image field and the CRI annotation of NRI 0.12.0, read by
+/// the JavaScript SDK as by the Rust one.
+#[test]
+fn allowed_images_in_javascript() {
+    check(&Port {
+        lang: "JavaScript",
+        wasm: examples::JS_ALLOWED_IMAGES,
+        policy: allowed_images::POLICY,
+        rust: nri_wasm_components::examples::ALLOWED_IMAGES,
+        cases: allowed_images::CASES,
+    });
+}
+
+#[test]
+fn allowed_images_in_python() {
+    check(&Port {
+        lang: "Python",
+        wasm: examples::PYTHON_ALLOWED_IMAGES,
+        policy: allowed_images::POLICY,
+        rust: nri_wasm_components::examples::ALLOWED_IMAGES,
+        cases: allowed_images::CASES,
+    });
+}
+
+#[test]
+fn allowed_images_in_go() {
+    check(&Port {
+        lang: "Go",
+        wasm: examples::GO_ALLOWED_IMAGES,
+        policy: allowed_images::POLICY,
+        rust: nri_wasm_components::examples::ALLOWED_IMAGES,
+        cases: allowed_images::CASES,
     });
 }

@@ -43,7 +43,7 @@ fn probe() {
         let spec = PolicySpec {
             settings: settings.into(),
             limits: Limits { memory_mib: 128, ..Limits::default() },
-            ..PolicySpec::new("10-probe", Path::new(&path))
+            ..PolicySpec::granting_all("10-probe", Path::new(&path))
         };
         let t = std::time::Instant::now();
         let p = match engine.load(&spec, &facts) {

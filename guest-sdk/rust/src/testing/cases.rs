@@ -58,6 +58,11 @@ pub enum Edit {
         source: &'static str,
         options: &'static [&'static str],
     },
+    /// The container's image as NRI 0.12.2 reports it: name and digest.
+    Image {
+        name: &'static str,
+        digest: &'static str,
+    },
     /// A policy before this one in the chain adds an OCI hook (`stage`:
     /// `prestart`, `create-runtime`, ...) running `path`.
     EarlierHook {
@@ -113,6 +118,7 @@ impl Edit {
             Edit::ContainerLabel(k, v) => e.with_container_label(k, v),
             Edit::ContainerAnnotation(k, v) => e.with_container_annotation(k, v),
             Edit::Mount { destination, source, options } => e.with_mount(Mount::bind(source, destination, options)),
+            Edit::Image { name, digest } => e.with_image(name, digest),
             Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => e,
         }
     }

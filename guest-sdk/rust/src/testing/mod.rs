@@ -689,6 +689,14 @@ impl TestEvent {
         self.container_mut().mounts.push(mount);
         self
     }
+
+    /// Sets the container's image as NRI 0.12.2 reports it (a runtime of
+    /// NRI 0.12.0, such as containerd 2.3.4, sends none).
+    pub fn with_image(mut self, name: &str, digest: &str) -> Self {
+        self.container_mut().image =
+            Some(Image { name: name.into(), digest: digest.into(), config_digest: String::new() });
+        self
+    }
 }
 
 fn is_pod_kind(kind: EventKind) -> bool {

@@ -85,4 +85,10 @@ impl Policy for MyPolicy {
     }
 }
 
+// What this policy may change and read (docs/wit.md, "Declaring
+// capabilities"): it sets an environment variable and may deny. The host
+// refuses anything else it returns; dangerous ones (hooks, mounts, devices,
+// updates of other containers, ...) also need a `grant` in policy.toml.
+nri_wasm_sdk::capabilities!("env", "deny");
+
 export_policy!(MyPolicy);

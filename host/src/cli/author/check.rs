@@ -244,6 +244,22 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     let uses = |yes: bool| if yes { "yes" } else { "no" };
     let imports = policy.imports();
     let _ = writeln!(out, "reads     node view: {}, state: {}", uses(imports.node), uses(imports.state));
+    let allowed = policy.allowed();
+    let asks = match allowed.declared {
+        Some(d) => format!("{} (declared)", d.describe()),
+        None => "nothing declared: taken as nothing dangerous (the default grant)".to_string(),
+    };
+    let _ = writeln!(out, "asks      {asks}");
+    let ungranted = allowed.ungranted();
+    if !ungranted.is_empty() {
+        let names: Vec<String> = ungranted.iter().map(|c| format!("{:?}", c.name())).collect();
+        let _ = writeln!(
+            out,
+            "          not granted by these settings: {} (grant = [{}] in its settings file; until then output needing them is refused)",
+            ungranted.describe(),
+            names.join(", ")
+        );
+    }
     let l = &spec.limits;
     let _ = writeln!(
         out,

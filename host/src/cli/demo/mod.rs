@@ -665,6 +665,19 @@ impl Report<'_> {
                     self.mismatches.push(format!("{pod}: refused, but not by {by}"));
                 }
             }
+            (Expect::Ungranted(by, cap), None) => {
+                self.mismatches.push(format!("{pod}: expected {by}'s reply to be refused for want of {cap}"))
+            }
+            (Expect::Ungranted(by, cap), Some(_)) => {
+                let needle = format!("capability `{cap}`");
+                let refused = steps.iter().any(|x| {
+                    short(&x.step.policy) == *by
+                        && matches!(&x.step.outcome, Outcome::Failed { failure, .. } if failure.to_string().contains(&needle))
+                });
+                if !refused {
+                    self.mismatches.push(format!("{pod}: refused, but not for {by}'s ungranted {cap}"));
+                }
+            }
         }
     }
 
@@ -770,11 +783,29 @@ fn write_examples(dir: &Path) -> anyhow::Result<PathBuf> {
             .ok_or_else(|| anyhow::anyhow!("example {name} is not built into this binary"))?;
         std::fs::write(dir.join(format!("{prefix}-{name}.wasm")), bytes)?;
         if let Some((_, text)) = examples::POLICY_FILES.iter().find(|(n, _)| n == name) {
+            let text = demo_settings(name, text)?;
             std::fs::write(dir.join(format!("{prefix}-{name}.toml")), text)?;
         }
     }
     std::fs::write(dir.join(NOT_A_POLICY), "password = \"not for your logs\"\n")?;
     Ok(dir.to_path_buf())
+}
+
+/// The grant of device-injector's `policy.toml`, and the demo's: the demo's
+/// operator has not approved CDI devices, so the pod that asks for a GPU
+/// shows a policy refused for a capability it declares and is not granted.
+const SHIPPED_GRANT: &str = "grant = [\"devices\", \"mounts\", \"cdi-devices\"]";
+const DEMO_GRANT: &str = "grant = [\"devices\", \"mounts\"] # the demo grants no cdi-devices";
+
+/// An example's settings file as the demo installs it.
+fn demo_settings(name: &str, text: &str) -> anyhow::Result<String> {
+    if name != "device-injector" {
+        return Ok(text.to_string());
+    }
+    if !text.contains(SHIPPED_GRANT) {
+        anyhow::bail!("device-injector's policy.toml no longer has the line {SHIPPED_GRANT}: update the demo");
+    }
+    Ok(text.replace(SHIPPED_GRANT, DEMO_GRANT))
 }
 
 /// Compiled policies survive between demos: a second run loads them from

@@ -16,6 +16,9 @@ pub enum Expect {
     Created(&'static [&'static str]),
     /// Refused, by this policy.
     Denied(&'static str),
+    /// Refused because this policy's reply needs a capability its settings
+    /// file does not grant: (policy, capability).
+    Ungranted(&'static str, &'static str),
 }
 
 /// One pod of the demo, with one container.
@@ -162,6 +165,14 @@ pub fn arriving(cpus: usize) -> Vec<Scenario> {
         "probe",
         &|pod, _| annotate(pod, "devices.example.com/probe.devices", "/dev/mem"),
         Expect::Denied("device-injector"),
+    );
+    add(
+        "a pod asks for a CDI GPU: allowed by the policy, but the demo's operator granted it no cdi-devices",
+        "ml",
+        "trainer-5f7c8d-w9x2q",
+        "trainer",
+        &|pod, _| annotate(pod, "devices.example.com/trainer.cdi", "vendor.com/gpu=0"),
+        Expect::Ungranted("device-injector", "cdi-devices"),
     );
     for s in &mut out {
         s.removed_at_end = matches!(s.container.name.as_str(), "search" | "postgres");

@@ -133,7 +133,8 @@ impl PolicyFailure {
                 | CallError::Handles { policy, .. }
                 | CallError::Exit { policy, .. }
                 | CallError::Trap { policy, .. }
-                | CallError::Init { policy, .. } => policy,
+                | CallError::Init { policy, .. }
+                | CallError::Ungranted { policy, .. } => policy,
             },
             Self::InvalidOutput { policy, .. }
             | Self::Conflict { policy, .. }

@@ -1,5 +1,6 @@
 //! One path for every reply of every event: call the policy within its
-//! allowance, then convert its reply, bound it, validate and merge it, and
+//! allowance, refuse what it has no capability for (`caps.rs`), then
+//! convert its reply, bound it, validate and merge it, and
 //! tell a conflict with an earlier policy apart from the policy's own
 //! failure. The host's work on a reply counts against the policy's time
 //! limit, so a reply built to make the host work is that policy's failure.
@@ -18,6 +19,7 @@ use super::{
 use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::ContainerEntry;
 use crate::policy::bindings::wit;
+use crate::policy::caps::{self, Capability};
 use crate::policy::event::CallEvent;
 use crate::policy::manifest::OnConflict;
 
@@ -173,6 +175,15 @@ impl<'t> Run<'t> {
     }
 }
 
+/// Output that needs a capability the policy does not have.
+fn ungranted(policy: &str, event: &str, c: Capability) -> PolicyFailure {
+    invalid(
+        policy,
+        event,
+        format!("needs capability `{c}`, which its settings file does not grant or the policy does not declare"),
+    )
+}
+
 fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {
     PolicyFailure::InvalidOutput { policy: policy.into(), event: event.into(), reason: reason.to_string() }
 }
@@ -225,18 +236,32 @@ impl Chain {
             let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
             return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
         }
+        // The event's own container: updating it needs only the capability
+        // of the resources changed; updating any other needs `updates`.
+        let own = event.container_record().map(|c| c.id.clone());
         let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
+        let may = entry.policy.allowed().effective();
         let reply = match report.outcome {
             Err(e) => {
                 let failure = self.failed(entry, e.into());
+                return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
+            }
+            Ok(Err(_)) if !may.contains(Capability::Deny) => {
+                let failure = self.failed(entry, ungranted(policy, name, Capability::Deny));
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
             }
             Ok(Err(reason)) => {
                 self.succeeded(entry);
                 return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => match caps::missing(&reply, own.as_deref(), may) {
+                Some(c) => {
+                    let failure = self.failed(entry, ungranted(policy, name, c));
+                    return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
+                }
+                None => reply,
+            },
         };
         let host_started = Instant::now();
         let taken = take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain);

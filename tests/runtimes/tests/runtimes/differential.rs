@@ -243,13 +243,22 @@ fn run_native(case: &Case) -> Vec<Outcome> {
     outcomes
 }
 
+/// Every dangerous capability (`docs/configuration.md`, `grant`).
+const GRANT_EVERYTHING: &str =
+    "grant = [\"mounts\", \"hooks\", \"devices\", \"cdi-devices\", \"namespaces\", \"seccomp\", \
+                                \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\"]\n";
+
 /// The wasm side: one host, K `mirror` policies in the same order.
 fn run_wasm(case: &Case, runs: usize) -> Vec<Outcome> {
     let node = start_node();
     let config = HostConfig::new(host_bin(), node.dir(), &node.nri_socket());
     let policies = config.policy_dir();
     for (i, adjustments) in case.plugins.iter().enumerate() {
-        let toml = format!("on-error = \"fail\"\nsettings = {}\n", toml_string(&adjustments.settings()));
+        // The mirror guest declares nothing; it answers with whatever the
+        // case asks for, so it is granted every capability the native
+        // plugins have.
+        let toml =
+            format!("on-error = \"fail\"\n{GRANT_EVERYTHING}settings = {}\n", toml_string(&adjustments.settings()));
         policies
             .install(&format!("{}-p{i}", 10 + i), Path::new(nri_wasm_components::guests::MIRROR), &toml)
             .unwrap_or_else(|e| panic!("installing policy {i}: {e}"));

@@ -465,7 +465,11 @@ fn updates_the_host_sends_on_its_own_reach_the_running_containers_cgroup() {
     // starts, the running target gets a CPU quota. StartContainer has no
     // reply: the host sends the update with UpdateContainers, on its own.
     let node = node();
-    let squeeze = ("40-squeeze", wasm(nri_wasm_components::guests::SQUEEZE), "settings = \"30000\"\n".to_string());
+    let squeeze = (
+        "40-squeeze",
+        wasm(nri_wasm_components::guests::SQUEEZE),
+        "grant = [\"updates\"]\nsettings = \"30000\"\n".to_string(),
+    );
     let host = host_with(&node, &[squeeze]);
     let pod = node.crictl.run_pod(&Pod::new("batch")).unwrap();
     let target = Container::sleeper("crunch").cpu(100_000, 50_000).label("example.com/squeeze", "target");

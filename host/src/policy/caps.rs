@@ -1,0 +1,510 @@
+//! Least privilege: what each policy may change and read.
+//!
+//! A policy that injects environment variables has no business adding an
+//! OCI hook, and a compromised or buggy one should not be able to. So every
+//! part of a reply maps to one *capability*, and the host refuses, after
+//! the policy returns and before anything is merged, a reply that uses a
+//! capability the policy does not have (as the policy's invalid output,
+//! naming the capability; its `on-error` applies). Reading the node view
+//! is a capability too, checked on every call of the `node` interface.
+//!
+//! Two parties decide what a policy has:
+//! - the author *declares* what it needs: the SDK records the list in the
+//!   component, in a custom section named [`SECTION`] (names separated by
+//!   commas or white space);
+//! - the operator *grants* it in the policy's settings file (`grant = [...]`).
+//!
+//! What a policy may use is the grant, narrowed by the declaration when the
+//! component has one (a policy that outputs what it did not declare is
+//! refused even where the operator granted it: the declaration is what the
+//! operator reviewed). The capabilities that can break out of a container
+//! or reach other containers are [dangerous](Capability::dangerous) and off
+//! unless granted; the rest are granted by default, since they only change
+//! the container being created within what its own pod asked for. A
+//! component without a declaration (one built before declarations, or by
+//! an SDK that does not record one) is taken to declare nothing dangerous:
+//! it gets the default grant unless the operator grants more, which the
+//! host then warns about at load.
+//!
+//! [`required`] is one exhaustive match over the reply's fields: every
+//! record is destructured without `..`, so a field added to the WIT types
+//! fails to compile here until someone maps it to a capability.
+
+use std::fmt;
+
+use super::bindings::wit;
+
+/// The custom section a component declares its capabilities in.
+pub const SECTION: &str = "nri-wasm:capabilities";
+
+macro_rules! capabilities {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $dangerous:literal;)*) => {
+        /// One thing a policy may change or read.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[repr(u8)]
+        pub enum Capability {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Capability {
+            /// Every capability, in the order of this table.
+            pub const ALL: &'static [Capability] = &[$(Capability::$variant,)*];
+
+            /// Its name in settings files, declarations and messages.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Capability::$variant => $name,)*
+                }
+            }
+
+            /// Off unless the operator grants it.
+            pub fn dangerous(self) -> bool {
+                match self {
+                    $(Capability::$variant => $dangerous,)*
+                }
+            }
+        }
+    };
+}
+
+capabilities! {
+    /// `adjust.env`.
+    Env = "env", false;
+    /// `adjust.annotations`.
+    Annotations = "annotations", false;
+    /// `adjust.args`.
+    Args = "args", false;
+    /// `adjust.rlimits`.
+    Rlimits = "rlimits", false;
+    /// `resources.cpu` (of the container's own adjustment or update).
+    Cpu = "cpu", false;
+    /// `resources.memory`.
+    Memory = "memory", false;
+    /// `resources.hugepage-limits`.
+    Hugepages = "hugepages", false;
+    /// `resources.blockio-class`.
+    Blockio = "blockio", false;
+    /// `resources.rdt-class` and `linux.rdt`.
+    Rdt = "rdt", false;
+    /// `resources.unified` (cgroup v2 files).
+    Unified = "unified", false;
+    /// `resources.pids`.
+    Pids = "pids", false;
+    /// `linux.oom-score-adj`.
+    OomScoreAdj = "oom-score-adj", false;
+    /// `linux.io-priority`.
+    IoPriority = "io-priority", false;
+    /// `linux.scheduler`.
+    Scheduler = "scheduler", false;
+    /// `linux.memory-policy`.
+    MemoryPolicy = "memory-policy", false;
+    /// Refusing the event (`handle` returning an error).
+    Deny = "deny", false;
+    /// Reading the node view (the `node` interface).
+    Node = "node", false;
+    /// `adjust.mounts`: host paths into the container.
+    Mounts = "mounts", true;
+    /// `adjust.hooks`: programs the runtime runs on the host, as root.
+    Hooks = "hooks", true;
+    /// `linux.devices` and `resources.devices` (device cgroup rules).
+    Devices = "devices", true;
+    /// `adjust.cdi-devices`: whatever the CDI spec injects.
+    CdiDevices = "cdi-devices", true;
+    /// `linux.namespaces`: joining or leaving the host's namespaces.
+    Namespaces = "namespaces", true;
+    /// `linux.seccomp-policy`.
+    Seccomp = "seccomp", true;
+    /// `linux.sysctl`.
+    Sysctl = "sysctl", true;
+    /// `linux.net-devices`: host network devices moved into the container.
+    NetDevices = "net-devices", true;
+    /// `linux.cgroups-path`: placing the container in another cgroup.
+    CgroupsPath = "cgroups-path", true;
+    /// Updates of containers other than the event's own.
+    Updates = "updates", true;
+    /// Evictions of containers.
+    Evictions = "evictions", true;
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Capability {
+    /// The capability called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|c| c.name() == name)
+    }
+
+    /// Every name, comma-separated, for messages.
+    pub fn names() -> String {
+        Self::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    fn bit(self) -> u64 {
+        1 << self as u8
+    }
+}
+
+/// A set of capabilities.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CapSet(u64);
+
+impl CapSet {
+    pub const EMPTY: CapSet = CapSet(0);
+
+    /// Every capability.
+    pub fn all() -> Self {
+        Capability::ALL.iter().copied().collect()
+    }
+
+    /// What a policy has when its settings file grants nothing: every
+    /// capability that is not dangerous.
+    pub fn default_grant() -> Self {
+        Capability::ALL.iter().copied().filter(|c| !c.dangerous()).collect()
+    }
+
+    pub fn contains(self, c: Capability) -> bool {
+        self.0 & c.bit() != 0
+    }
+
+    pub fn insert(&mut self, c: Capability) {
+        self.0 |= c.bit();
+    }
+
+    pub fn intersect(self, other: Self) -> Self {
+        Self(self.0 & other.0)
+    }
+
+    pub fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// What is in `self` and not in `other`.
+    pub fn minus(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Capability> {
+        Capability::ALL.iter().copied().filter(move |c| self.contains(*c))
+    }
+
+    /// The dangerous capabilities of the set.
+    pub fn dangerous(self) -> Self {
+        self.iter().filter(|c| c.dangerous()).collect()
+    }
+
+    /// Names, comma-separated; `none` when empty.
+    pub fn describe(self) -> String {
+        if self.is_empty() {
+            return "none".into();
+        }
+        self.iter().map(Capability::name).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl FromIterator<Capability> for CapSet {
+    fn from_iter<I: IntoIterator<Item = Capability>>(iter: I) -> Self {
+        let mut set = CapSet::EMPTY;
+        for c in iter {
+            set.insert(c);
+        }
+        set
+    }
+}
+
+impl fmt::Debug for CapSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter().map(Capability::name)).finish()
+    }
+}
+
+/// Parses the text of a declaration section: names separated by commas or
+/// white space. An unknown name is an error naming it (a component built
+/// by a newer SDK for a newer host).
+pub fn parse_declaration(text: &str) -> Result<CapSet, String> {
+    let mut set = CapSet::EMPTY;
+    for name in text.split(|c: char| c == ',' || c.is_whitespace()).filter(|n| !n.is_empty()) {
+        match Capability::from_name(name) {
+            Some(c) => set.insert(c),
+            None => {
+                return Err(format!(
+                    "declares capability {:?}, which this host does not know (known: {})",
+                    super::clip::guest_text(name, 64),
+                    Capability::names()
+                ))
+            }
+        }
+    }
+    Ok(set)
+}
+
+/// What one policy may use, as loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowed {
+    /// The operator's grant (the default grant if the settings file has none).
+    pub granted: CapSet,
+    /// The component's declaration, if it has one.
+    pub declared: Option<CapSet>,
+}
+
+impl Allowed {
+    /// What the policy may use: the grant, narrowed by the declaration.
+    pub fn effective(&self) -> CapSet {
+        match self.declared {
+            Some(d) => self.granted.intersect(d),
+            None => self.granted,
+        }
+    }
+
+    /// What the component declares (nothing dangerous when it declares nothing).
+    pub fn asks(&self) -> CapSet {
+        self.declared.unwrap_or_else(CapSet::default_grant)
+    }
+
+    /// Declared but not granted: the policy loads, and its output that uses
+    /// these is refused.
+    pub fn ungranted(&self) -> CapSet {
+        self.asks().minus(self.granted)
+    }
+
+    /// Dangerous capabilities granted but not declared (by a declaration,
+    /// or at all): the operator gave more than was asked for.
+    pub fn unasked(&self) -> CapSet {
+        self.granted.dangerous().minus(self.asks())
+    }
+}
+
+/// The capabilities a reply uses. `own` is the id of the event's container
+/// (an update of it is judged by the resources it changes; an update of
+/// any other container needs `updates`).
+pub fn required(reply: &wit::Reply, own: Option<&str>) -> CapSet {
+    let mut need = CapSet::EMPTY;
+    let wit::Reply { adjust, update, evict } = reply;
+    if let Some(adjust) = adjust {
+        adjustment(adjust, &mut need);
+    }
+    for u in update {
+        let wit::ContainerUpdate { container_id, resources, ignore_failure: _ } = u;
+        if own == Some(container_id.as_str()) {
+            if let Some(r) = resources {
+                linux_resources(r, &mut need);
+            }
+        } else {
+            need.insert(Capability::Updates);
+        }
+    }
+    if !evict.is_empty() {
+        need.insert(Capability::Evictions);
+    }
+    need
+}
+
+/// Checks a reply against what the policy may use: the first capability
+/// it lacks, if any.
+pub fn missing(reply: &wit::Reply, own: Option<&str>, effective: CapSet) -> Option<Capability> {
+    required(reply, own).minus(effective).iter().next()
+}
+
+fn when(need: &mut CapSet, used: bool, c: Capability) {
+    if used {
+        need.insert(c);
+    }
+}
+
+fn adjustment(a: &wit::ContainerAdjustment, need: &mut CapSet) {
+    let wit::ContainerAdjustment { annotations, mounts, env, hooks, linux, rlimits, cdi_devices, args } = a;
+    when(need, !annotations.is_empty(), Capability::Annotations);
+    when(need, !mounts.is_empty(), Capability::Mounts);
+    when(need, !env.is_empty(), Capability::Env);
+    if let Some(h) = hooks {
+        let wit::Hooks { prestart, create_runtime, create_container, start_container, poststart, poststop } = h;
+        let any = [prestart, create_runtime, create_container, start_container, poststart, poststop]
+            .iter()
+            .any(|l| !l.is_empty());
+        when(need, any, Capability::Hooks);
+    }
+    if let Some(l) = linux {
+        linux_adjustment(l, need);
+    }
+    when(need, !rlimits.is_empty(), Capability::Rlimits);
+    when(need, !cdi_devices.is_empty(), Capability::CdiDevices);
+    when(need, !args.is_empty(), Capability::Args);
+}
+
+fn linux_adjustment(l: &wit::LinuxContainerAdjustment, need: &mut CapSet) {
+    let wit::LinuxContainerAdjustment {
+        devices,
+        resources,
+        cgroups_path,
+        oom_score_adj,
+        io_priority,
+        seccomp_policy,
+        namespaces,
+        sysctl,
+        net_devices,
+        scheduler,
+        rdt,
+        memory_policy,
+    } = l;
+    when(need, !devices.is_empty(), Capability::Devices);
+    if let Some(r) = resources {
+        linux_resources(r, need);
+    }
+    when(need, !cgroups_path.is_empty(), Capability::CgroupsPath);
+    when(need, oom_score_adj.is_some(), Capability::OomScoreAdj);
+    when(need, io_priority.is_some(), Capability::IoPriority);
+    when(need, seccomp_policy.is_some(), Capability::Seccomp);
+    when(need, !namespaces.is_empty(), Capability::Namespaces);
+    when(need, !sysctl.is_empty(), Capability::Sysctl);
+    when(need, !net_devices.is_empty(), Capability::NetDevices);
+    when(need, scheduler.is_some(), Capability::Scheduler);
+    when(need, rdt.is_some(), Capability::Rdt);
+    when(need, memory_policy.is_some(), Capability::MemoryPolicy);
+}
+
+fn linux_resources(r: &wit::LinuxResources, need: &mut CapSet) {
+    let wit::LinuxResources { memory, cpu, hugepage_limits, blockio_class, rdt_class, unified, devices, pids } = r;
+    when(need, memory.is_some(), Capability::Memory);
+    when(need, cpu.is_some(), Capability::Cpu);
+    when(need, !hugepage_limits.is_empty(), Capability::Hugepages);
+    when(need, blockio_class.is_some(), Capability::Blockio);
+    when(need, rdt_class.is_some(), Capability::Rdt);
+    when(need, !unified.is_empty(), Capability::Unified);
+    when(need, !devices.is_empty(), Capability::Devices);
+    when(need, pids.is_some(), Capability::Pids);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(k: &str) -> wit::KeyValue {
+        wit::KeyValue { key: k.into(), value: "v".into() }
+    }
+
+    fn adjust(f: impl FnOnce(&mut wit::ContainerAdjustment)) -> wit::Reply {
+        let mut a = wit::ContainerAdjustment {
+            annotations: vec![],
+            mounts: vec![],
+            env: vec![],
+            hooks: None,
+            linux: None,
+            rlimits: vec![],
+            cdi_devices: vec![],
+            args: vec![],
+        };
+        f(&mut a);
+        wit::Reply { adjust: Some(a), update: vec![], evict: vec![] }
+    }
+
+    #[test]
+    fn names_are_unique_and_round_trip() {
+        let mut seen = std::collections::HashSet::new();
+        for c in Capability::ALL {
+            assert!(seen.insert(c.name()), "{c} twice");
+            assert_eq!(Capability::from_name(c.name()), Some(*c));
+        }
+        assert!(Capability::ALL.len() <= 64, "a CapSet is one u64");
+    }
+
+    #[test]
+    fn the_dangerous_ones_are_off_by_default() {
+        let default = CapSet::default_grant();
+        for c in ["hooks", "devices", "mounts", "namespaces", "seccomp", "sysctl", "updates", "evictions"] {
+            let c = Capability::from_name(c).unwrap();
+            assert!(c.dangerous() && !default.contains(c), "{c}");
+        }
+        for c in ["env", "annotations", "cpu", "memory", "deny", "node"] {
+            assert!(default.contains(Capability::from_name(c).unwrap()), "{c}");
+        }
+    }
+
+    #[test]
+    fn each_field_maps_to_its_capability() {
+        let r = adjust(|a| a.env.push(kv("A")));
+        assert_eq!(required(&r, None).describe(), "env");
+        let r = adjust(|a| a.cdi_devices.push("vendor.com/gpu=0".into()));
+        assert_eq!(required(&r, None).describe(), "cdi-devices");
+        // An empty hooks record changes nothing.
+        let empty = wit::Hooks {
+            prestart: vec![],
+            create_runtime: vec![],
+            create_container: vec![],
+            start_container: vec![],
+            poststart: vec![],
+            poststop: vec![],
+        };
+        let r = adjust(|a| a.hooks = Some(empty.clone()));
+        assert!(required(&r, None).is_empty());
+        let hook = wit::Hook { path: "/bin/true".into(), args: vec![], env: vec![], timeout: None };
+        let r = adjust(|a| a.hooks = Some(wit::Hooks { poststop: vec![hook], ..empty }));
+        assert_eq!(required(&r, None).describe(), "hooks");
+    }
+
+    #[test]
+    fn updates_of_the_own_container_are_resources_and_of_others_need_updates() {
+        let cpu = wit::LinuxResources {
+            memory: None,
+            cpu: Some(wit::LinuxCpu {
+                shares: Some(2),
+                quota: None,
+                period: None,
+                realtime_runtime: None,
+                realtime_period: None,
+                cpus: String::new(),
+                mems: String::new(),
+            }),
+            hugepage_limits: vec![],
+            blockio_class: None,
+            rdt_class: None,
+            unified: vec![],
+            devices: vec![],
+            pids: None,
+        };
+        let update = |id: &str| wit::ContainerUpdate {
+            container_id: id.into(),
+            resources: Some(cpu.clone()),
+            ignore_failure: false,
+        };
+        let r = wit::Reply { adjust: None, update: vec![update("me")], evict: vec![] };
+        assert_eq!(required(&r, Some("me")).describe(), "cpu");
+        assert_eq!(required(&r, Some("other")).describe(), "updates");
+        let r = wit::Reply {
+            adjust: None,
+            update: vec![],
+            evict: vec![wit::ContainerEviction { container_id: "x".into(), reason: "r".into() }],
+        };
+        assert_eq!(missing(&r, None, CapSet::default_grant()), Some(Capability::Evictions));
+    }
+
+    #[test]
+    fn declarations_parse_and_unknown_names_are_named() {
+        let d = parse_declaration("env, hooks\nmounts").unwrap();
+        assert_eq!(d.describe(), "env, mounts, hooks");
+        let e = parse_declaration("env teleport").unwrap_err();
+        assert!(e.contains("\"teleport\"") && e.contains("known: env"), "{e}");
+        assert!(parse_declaration("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_declaration_narrows_the_grant() {
+        let hooks = CapSet::from_iter([Capability::Hooks]);
+        let env = CapSet::from_iter([Capability::Env]);
+        let lying = Allowed { granted: CapSet::default_grant().union(hooks), declared: Some(env) };
+        assert_eq!(lying.effective(), env);
+        let undeclared = Allowed { granted: CapSet::default_grant(), declared: None };
+        assert_eq!(undeclared.effective(), CapSet::default_grant());
+        assert!(undeclared.ungranted().is_empty());
+        let asking = Allowed { granted: CapSet::default_grant(), declared: Some(env.union(hooks)) };
+        assert_eq!(asking.ungranted(), hooks);
+        let generous = Allowed { granted: CapSet::default_grant().union(hooks), declared: None };
+        assert_eq!(generous.unasked(), hooks);
+    }
+}
