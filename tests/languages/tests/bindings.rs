@@ -1,6 +1,7 @@
 //! The checked-in bindings match the WIT package: the JavaScript SDK's
-//! `src/world.js` and `types/world.d.ts` and the Go SDK's `wit/bindings.go`
-//! are what their generators make of `wit/` now. (The C and Python bindings
+//! `src/world.js`, `src/schema.js` and `types/world.d.ts` and the Go SDK's
+//! `wit/types.go`, `wit/bindings.go` and `wit/native.go` are what their
+//! generators make of `wit/` now. (The C and Python bindings
 //! are generated from `wit/` by every build.)
 #![cfg(feature = "languages")]
 
