@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 // Package nritest runs a Go policy's handlers natively, in `go test`, no
 // WebAssembly build:
 //
@@ -16,7 +18,7 @@
 // described in the lines `eval` prints, so a test's expectation and the
 // host's answer compare directly. What it does not do: limits (fuel, time,
 // memory), a chain of several policies, and a fresh instance per call
-// (check and eval do).
+// (check and eval do). It builds for the host machine only (not wasip1).
 package nritest
 
 import (
