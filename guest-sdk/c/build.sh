@@ -3,7 +3,8 @@
 #
 #   guest-sdk/c/build.sh [POLICY_DIR [OUT.wasm]]
 #
-# Every .c file of POLICY_DIR (default: .) is compiled with the SDK (src/)
+# Every .c file of POLICY_DIR (default: .) but its native tests (*_test.c,
+# see test.sh) is compiled with the SDK (src/)
 # and the bindings `wit-bindgen c` generates from the repository's wit/, by
 # Debian's clang for wasm32-wasi as a reactor (a library the host calls
 # into: no main), then made a component by wasm-tools with the WASI
@@ -28,7 +29,10 @@ mkdir -p "$work/gen"
 wit-bindgen c "$here/../../wit" --world policy --out-dir "$work/gen" > "$work/gen.log" 2>&1 ||
     { cat "$work/gen.log" >&2; exit 1; }
 shopt -s nullglob
-sources=("$src"/*.c)
+sources=()
+for f in "$src"/*.c; do
+    case "$f" in *_test.c) ;; *) sources+=("$f") ;; esac # the native tests stay out
+done
 [ ${#sources[@]} -gt 0 ] || { echo "no .c files in $src" >&2; exit 1; }
 # -mexec-model=reactor: initialised once by _initialize, then called;
 # the exports come from the generated bindings.

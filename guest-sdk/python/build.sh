@@ -36,9 +36,9 @@ PY
 # bytecode caches beside the sources it reads); only these directories are
 # searched, no virtual environment's packages.
 mkdir -p "$work/policy" "$work/sdk"
-tar -C "$src" --exclude=./target --exclude='./.build-*' --exclude=__pycache__ -cf - . | tar -C "$work/policy" -xf -
+tar -C "$src" --exclude=./target --exclude='./.build-*' --exclude=__pycache__ --exclude="./test_*.py" -cf - . | tar -C "$work/policy" -xf -
 cp -r "$here/nriwasm" "$work/sdk/"
-rm -rf "$work/sdk/nriwasm/__pycache__"
+rm -rf "$work/sdk/nriwasm/__pycache__" "$work/sdk/nriwasm/testing.py"
 unset VIRTUAL_ENV PYTHONPATH
 componentize-py -d "$here/../../wit" -w policy componentize nriwasm_entry \
     -p "$work" -p "$work/policy" -p "$work/sdk" -o "$work/component.wasm" > "$work/componentize.log" 2>&1 ||

@@ -964,3 +964,42 @@ fn the_template_pins_the_repositorys_toolchain() {
     assert_eq!(channel(&template), channel(&ours));
     assert!(template.contains("wasm32-wasip2"), "{template}");
 }
+
+/// `check` and `eval` share the compile cache: once one compiled a
+/// component, the other (and a second `check`) reads it from the cache.
+#[test]
+fn check_and_eval_share_the_compile_cache() {
+    let check = |cache: &Path| {
+        run([
+            OsStr::new("check"),
+            examples::ULIMIT_ADJUSTER.as_ref(),
+            "--settings".as_ref(),
+            ulimit_adjuster::SETTINGS.as_ref(),
+            "--cache-dir".as_ref(),
+            cache.as_os_str(),
+        ])
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let first = check(cache.path());
+    assert_eq!(first.code, 0, "{first:?}");
+    assert!(first.stdout.contains("(the whole first load: "), "compiled the first time:\n{}", first.stdout);
+    let again = check(cache.path());
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stdout.contains("compile   none: compiled earlier"), "{}", again.stdout);
+
+    let other = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/containerd-2.3.4/CreateContainer.json");
+    let ran = run([
+        OsStr::new("eval"),
+        examples::ULIMIT_ADJUSTER.as_ref(),
+        "--settings".as_ref(),
+        ulimit_adjuster::SETTINGS.as_ref(),
+        "--cache-dir".as_ref(),
+        other.path().as_os_str(),
+        "--input".as_ref(),
+        fixture.as_os_str(),
+    ]);
+    assert!(ran.code <= 1, "{ran:?}");
+    let checked = check(other.path());
+    assert!(checked.stdout.contains("compile   none: compiled earlier"), "eval compiled it:\n{}", checked.stdout);
+}

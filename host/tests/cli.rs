@@ -1,5 +1,6 @@
 //! The binary's own commands, run as a user would.
 
+use std::path::Path;
 use std::process::Command;
 
 /// The README's first command: the example policies at work. Every pod of
@@ -67,4 +68,44 @@ fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
     assert!(stdout.contains("10-junk") && stdout.contains("not a WebAssembly file"), "{stdout}");
     assert!(stdout.contains("20-lonely.toml") && stdout.contains("no policy"), "{stdout}");
     assert!(stdout.contains("1 containers created, 0 refused"), "{stdout}");
+}
+
+/// With a directory of someone else's policies, the demo plays the pods of
+/// a file (a captured CreateContainer) under a node's configuration and
+/// judges nothing: no `unexpected:` lines, exit 0.
+#[test]
+fn demo_plays_a_pods_file_with_a_config_and_judges_only_its_own_scenarios() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("10-junk.wasm"), b"not a component").unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(&config, "[engine]\ncompile-timeout-ms = 600000\n").unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/containerd-2.3.4/CreateContainer.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
+        .args(["demo", "--colour", "never", "--config"])
+        .arg(&config)
+        .arg("--pods-file")
+        .arg(&fixture)
+        .arg("--policies")
+        .arg(&policies)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("unexpected"), "{stdout}");
+    assert!(stdout.contains("1 containers created, 0 refused"), "{stdout}");
+    assert!(stdout.contains("CreateContainer.json"), "the pod says where it came from: {stdout}");
+
+    // A pods file of another event is refused, naming the file and the event.
+    let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/containerd-2.3.4/RunPodSandbox.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
+        .args(["demo", "--colour", "never", "--pods-file"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("RunPodSandbox.json") && stderr.contains("a RunPodSandbox request"), "{stderr}");
 }

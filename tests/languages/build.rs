@@ -192,6 +192,14 @@ fn instantiate(sdk: &Path, project: &Path) {
         let mode = std::fs::metadata(&from).expect("metadata").permissions();
         std::fs::set_permissions(&to, mode).expect("permissions");
     }
+    // The link `nri-wasm new` makes for the templates whose sdk.sh finds the SDK.
+    if template.join("sdk.sh").is_file() {
+        let link = project.join(".sdk");
+        if std::fs::read_link(&link).ok().as_deref() != Some(sdk) {
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(sdk, &link).expect("linking the SDK");
+        }
+    }
 }
 
 /// Hashes every file under `dir` (skipping build output) into `h`.
@@ -202,7 +210,12 @@ fn hash_dir(h: &mut DefaultHasher, dir: &Path) {
     for e in entries {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name == "target" || name.starts_with(".build-") || name == "__pycache__" || name == "node_modules" {
+        if name == "target"
+            || name.starts_with(".build-")
+            || name == "__pycache__"
+            || name == "node_modules"
+            || name == ".sdk"
+        {
             continue;
         }
         let path = e.path();

@@ -1,3 +1,5 @@
+//go:build wasip1
+
 // The canonical ABI runtime the generated bindings (bindings.go) use:
 // memory the host writes into, reads and writes of values in memory, and
 // cabi_realloc.
@@ -101,13 +103,6 @@ func lowerString(p uintptr, s string) {
 	}
 	st32(p, stringPtr(s))
 	st32(p+4, uint32(len(s)))
-}
-
-// Result is a WIT result: Ok when IsErr is false, Err otherwise.
-type Result[T, E any] struct {
-	Ok    T
-	Err   E
-	IsErr bool
 }
 
 //go:wasmimport wasi_snapshot_preview1 proc_exit

@@ -14,10 +14,11 @@
 // handler keeps in memory survives to the next call. `init` runs once, when
 // the host loads the policy, and refuses settings it cannot use; handlers
 // read the settings again with `settingsJson()`.
-import { policy, deny, none, Adjustment, settingsJson, SettingsError } from 'nriwasm';
+import { policy, deny, none, Adjustment, settings, settingsJson, SettingsError } from 'nriwasm';
 
-/** @param {string} [text] */
-function parseSettings(text) {
+// Plain JavaScript that is TypeScript as well: rename this file policy.ts
+// and it builds and tests the same.
+function parseSettings(text = settings()) {
   const s = settingsJson(text, ['label', 'env', 'required']);
   const label = s.label ?? 'team';
   const env = s.env ?? 'TEAM';

@@ -144,13 +144,23 @@ pub struct RunArgs {
 #[cfg(feature = "demo")]
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Directory of policies to run instead of the built-in examples.
+    /// Directory of policies to run instead of the built-in examples (the
+    /// demo then reports what they did and judges nothing).
     #[arg(long)]
     pub policies: Option<PathBuf>,
+    /// A node's configuration file, for its engine, limits and defaults
+    /// (the policies are still --policies or the examples).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Pods of the simulated workload (the first few are the scenarios that
     /// trigger the examples; more are ordinary pods).
     #[arg(long, default_value_t = 11)]
     pub pods: usize,
+    /// Pods to play instead of the built-in ones: CreateContainer requests
+    /// in NRI's JSON (`{"event": "CreateContainer", "request": {...}}`, as
+    /// `eval --input` reads them), one after another.
+    #[arg(long, value_name = "FILE", conflicts_with = "pods")]
+    pub pods_file: Option<PathBuf>,
     /// NRI version the simulated runtime speaks.
     #[arg(long, default_value = "v0.12.0")]
     pub nri_version: String,

@@ -1,6 +1,8 @@
 //! The checked-in bindings match the WIT package: the JavaScript SDK's
-//! `src/world.js` and `types/world.d.ts` and the Go SDK's `wit/bindings.go`
-//! are what their generators make of `wit/` now. (The C and Python bindings
+//! `src/world.js`, `src/schema.js` and `types/world.d.ts` and the Go SDK's
+//! `wit/types.go`, `wit/bindings.go` and `wit/native.go` are what their
+//! generators make of `wit/` now, and so is the C test host's
+//! `testing/schema.c`. (The C and Python bindings
 //! are generated from `wit/` by every build.)
 #![cfg(feature = "languages")]
 
@@ -26,4 +28,5 @@ fn javascript_bindings_and_types_match_the_wit() {
 #[test]
 fn go_bindings_match_the_wit() {
     run_check("guest-sdk/go/gen-bindings.sh");
+    run_check("guest-sdk/c/gen.sh");
 }

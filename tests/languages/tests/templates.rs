@@ -7,6 +7,7 @@
 #![cfg(feature = "languages")]
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use nri_wasm::policy::chain::ChainError;
 use nri_wasm::policy::limits::Limits;
@@ -98,6 +99,74 @@ fn python() {
     check("Python", templates::PYTHON);
 }
 
+/// The template's native tests (its `./test.sh`: the handler on the host
+/// machine, no WebAssembly build) pass as generated, and fail when an
+/// expectation is wrong: a copy of the project whose test expects another
+/// variable must fail, naming both lines.
+fn native_tests(lang: &str, wasm: &str, test_file: &str) {
+    let project = project(wasm);
+    let run = |dir: &Path| {
+        let out = Command::new(dir.join("test.sh")).current_dir(dir).output().expect("running test.sh");
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let (ok, output) = run(&project);
+    assert!(ok, "{lang}: the template's native tests fail:\n{output}");
+
+    let broken = project.with_file_name("template-native-broken");
+    let _ = std::fs::remove_dir_all(&broken);
+    copy_dir(&project, &broken);
+    let test = broken.join(test_file);
+    let text = std::fs::read_to_string(&test).unwrap();
+    assert!(text.contains("env TEAM=payments"), "{lang}: {test_file} expects the variable");
+    std::fs::write(&test, text.replace("env TEAM=payments", "env TEAM=someone-else")).unwrap();
+    let (ok, output) = run(&broken);
+    assert!(!ok, "{lang}: a wrong expectation passed:\n{output}");
+    assert!(output.contains("env TEAM=payments") && output.contains("env TEAM=someone-else"), "{lang}: {output}");
+    std::fs::remove_dir_all(&broken).unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name == "target" {
+            continue;
+        }
+        let kind = e.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), to.join(&name)).unwrap();
+        } else if kind.is_dir() {
+            copy_dir(&e.path(), &to.join(&name));
+        } else {
+            std::fs::copy(e.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn javascript_native_tests() {
+    native_tests("JavaScript", templates::JS, "policy.test.js");
+}
+
+#[test]
+fn c_native_tests() {
+    native_tests("C", templates::C, "policy_test.c");
+}
+
+#[test]
+fn go_native_tests() {
+    native_tests("Go", templates::GO, "main_test.go");
+}
+
+#[test]
+fn python_native_tests() {
+    native_tests("Python", templates::PYTHON, "test_policy.py");
+}
+
 /// Every file a MANIFEST lists exists, and the project has every file the
 /// template directory holds (none forgotten in the MANIFEST).
 #[test]
@@ -118,10 +187,7 @@ fn manifests_list_every_file() {
         walk(&template, &template, &mut found);
         found.sort();
         assert_eq!(listed, found, "{lang}");
-        assert!(
-            manifest.contains("{{name}}") && manifest.contains("{{sdk}}"),
-            "{lang}: the header names the placeholders"
-        );
+        assert!(manifest.contains("{{name}}"), "{lang}: the header names the placeholder");
     }
 }
 

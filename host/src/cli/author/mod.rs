@@ -98,11 +98,22 @@ pub enum SetupError {
     Usage(String),
 }
 
-/// The host's configuration, checked, or the defaults.
+/// How long `check` and `eval` let a compile take without a configuration:
+/// a node's default (60 s) protects a node, but an author's busy laptop
+/// compiling an 18 MB Python component takes longer, and would be refused
+/// for nothing. With `--config`, the node's own limit applies.
+const AUTHOR_COMPILE_TIMEOUT_MS: u64 = 600_000;
+
+/// The host's configuration, checked, or the defaults (with a compile
+/// limit for an author's machine).
 fn host_config(args: &HostArgs) -> Result<Config, SetupError> {
     let config = match &args.config {
         Some(path) => Config::load(path)?,
-        None => Config::default(),
+        None => {
+            let mut config = Config::default();
+            config.engine.compile_timeout_ms = config.engine.compile_timeout_ms.max(AUTHOR_COMPILE_TIMEOUT_MS);
+            config
+        }
     };
     config.policies.limits().validate("[policies.limits]").map_err(SetupError::InvalidConfig)?;
     config.engine.validate(&config.policies.limits()).map_err(SetupError::InvalidConfig)?;

@@ -13,6 +13,11 @@
 //! kebab-case), `{{name_snake}}` (the same with `_`, for identifiers and the
 //! file name Cargo gives a component) and `{{sdk}}` (the absolute path of
 //! the SDK the project depends on).
+//!
+//! A project must build wherever it is cloned, so the templates of the
+//! languages built by scripts name no path of this machine: their `sdk.sh`
+//! finds the SDK through `$NRI_WASM_SDK` or the link `.sdk`, which `new`
+//! makes to the SDK and their `.gitignore` keeps out of the repository.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt as _;
@@ -161,8 +166,17 @@ pub fn create(template: &Template, name: &str, dir: &Path, sdk: &Path) -> Result
         }
         written.push(path);
     }
+    if template.files.iter().any(|f| f.path == SDK_SCRIPT) {
+        let link = dir.join(SDK_LINK);
+        std::os::unix::fs::symlink(sdk, &link).map_err(write_err(&link))?;
+    }
     Ok(written)
 }
+
+/// The script of a template that finds its SDK (see the module's documentation).
+const SDK_SCRIPT: &str = "sdk.sh";
+/// The link to the SDK `new` makes beside that script.
+const SDK_LINK: &str = ".sdk";
 
 /// `nri-wasm new`: writes what it did to `out`, errors to `err`.
 pub fn new(args: &NewArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
@@ -195,6 +209,14 @@ fn run(args: &NewArgs, out: &mut dyn Write) -> Result<(), NewError> {
         written.len(),
         sdk.display()
     );
+    if template.files.iter().any(|f| f.path == SDK_SCRIPT) {
+        let _ = writeln!(
+            out,
+            "the SDK is linked as {}, which is not committed; where the project is cloned, \
+             set NRI_WASM_SDK to the guest-sdk directory of an nri-wasm checkout",
+            dir.join(SDK_LINK).display()
+        );
+    }
     if written.iter().any(|p| p.ends_with("README.md")) {
         let _ = writeln!(
             out,
@@ -238,6 +260,22 @@ mod tests {
         let again = create(rust, "team-env", &project, Path::new("/opt/sdk")).unwrap_err();
         assert!(matches!(again, NewError::Exists(_)), "{again}");
         assert_eq!(again.exit_code(), 2);
+    }
+
+    #[test]
+    fn projects_built_by_scripts_name_no_path_and_link_their_sdk() {
+        let dir = tempfile::tempdir().unwrap();
+        for t in TEMPLATES.iter().filter(|t| t.lang != "rust") {
+            let project = dir.path().join(t.lang);
+            let written = create(t, "team-env", &project, Path::new("/opt/sdk")).unwrap();
+            for path in &written {
+                let text = std::fs::read_to_string(path).unwrap();
+                assert!(!text.contains("/opt/sdk"), "{}: {} names the SDK's path", t.lang, path.display());
+            }
+            assert_eq!(std::fs::read_link(project.join(SDK_LINK)).unwrap(), Path::new("/opt/sdk"), "{}", t.lang);
+            let ignore = std::fs::read_to_string(project.join(".gitignore")).unwrap();
+            assert!(ignore.lines().any(|l| l == "/.sdk"), "{}: {ignore}", t.lang);
+        }
     }
 
     #[test]

@@ -25,10 +25,12 @@ pub enum Expect {
 #[derive(Debug, Clone)]
 pub struct Scenario {
     /// What the pod shows, in a few words.
-    pub shows: &'static str,
+    pub shows: String,
     pub pod: pb::PodSandbox,
     pub container: pb::Container,
-    pub expect: Expect,
+    /// What the built-in chain should do; `None` for pods of a file, which
+    /// nothing is expected of.
+    pub expect: Option<Expect>,
     /// Stopped and removed at the end of the demo.
     pub removed_at_end: bool,
 }
@@ -61,7 +63,7 @@ pub fn arriving(cpus: usize) -> Vec<Scenario> {
         let mut container = workload::container(&pod, 0);
         rename_container(&mut container, ctr);
         edit(&mut pod, &mut container);
-        out.push(Scenario { shows, pod, container, expect, removed_at_end: false });
+        out.push(Scenario { shows: String::from(shows), pod, container, expect: Some(expect), removed_at_end: false });
     };
     add(
         "pod labels and annotations become environment variables",
@@ -185,12 +187,56 @@ pub fn ordinary(n: usize) -> Scenario {
     let pod = workload::pod(200 + n);
     let container = workload::container(&pod, 0);
     Scenario {
-        shows: "an ordinary pod",
+        shows: "an ordinary pod".into(),
         pod,
         container,
-        expect: Expect::Created(&["pod-metadata-env"]),
+        expect: Some(Expect::Created(&["pod-metadata-env"])),
         removed_at_end: false,
     }
+}
+
+/// The pods of a file to play instead of the built-in ones: CreateContainer
+/// requests in NRI's JSON, `{"event": "CreateContainer", "request": {...}}`
+/// as `eval --input` reads them (one per line, or pretty-printed one after
+/// another). Nothing is expected of them.
+pub fn from_file(path: &std::path::Path) -> Result<Vec<Scenario>, PodsFileError> {
+    let err = |why: String| PodsFileError { path: path.to_path_buf(), why };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::new();
+    for (i, value) in serde_json::Deserializer::from_str(&text).into_iter::<serde_json::Value>().enumerate() {
+        let value = value.map_err(|e| err(format!("document {}: {e}", i + 1)))?;
+        let doc = crate::nri::record::parse_document(&value.to_string(), None)
+            .map_err(|e| err(format!("document {}: {e}", i + 1)))?;
+        let crate::nri::record::Request::CreateContainer(req) = doc.request else {
+            return Err(err(format!(
+                "document {}: a {} request; the demo plays CreateContainer requests (a pod and its container)",
+                i + 1,
+                doc.request.name()
+            )));
+        };
+        let (Some(pod), Some(container)) = (req.pod.into_option(), req.container.into_option()) else {
+            return Err(err(format!("document {}: the request needs a pod and a container", i + 1)));
+        };
+        out.push(Scenario {
+            shows: format!("from {}", path.display()),
+            pod,
+            container,
+            expect: None,
+            removed_at_end: false,
+        });
+    }
+    if out.is_empty() {
+        return Err(err("no CreateContainer request in it".into()));
+    }
+    Ok(out)
+}
+
+/// A pods file the demo cannot play.
+#[derive(Debug, thiserror::Error)]
+#[error("pods file {}: {why}", path.display())]
+pub struct PodsFileError {
+    pub path: std::path::PathBuf,
+    pub why: String,
 }
 
 fn rename_pod(pod: &mut pb::PodSandbox, namespace: &str, name: &str) {
@@ -239,6 +285,6 @@ mod tests {
             assert_eq!(s.container.annotations["io.kubernetes.cri.container-name"], s.container.name);
             assert_eq!(s.pod.labels["io.kubernetes.pod.namespace"], s.pod.namespace);
         }
-        assert_eq!(arriving(1)[5].expect, Expect::Denied("exclusive-cpus"));
+        assert_eq!(arriving(1)[5].expect, Some(Expect::Denied("exclusive-cpus")));
     }
 }
