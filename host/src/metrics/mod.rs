@@ -104,6 +104,17 @@ pub struct PolicyStatus {
     /// was not read when it was installed, if it was not.
     #[serde(default)]
     pub state_error: String,
+    /// For a policy named by reference: the reference, the manifest's
+    /// digest, the key that signed it (or empty), and whether it was
+    /// loaded from the node's cache because the registry was unreachable.
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub manifest: String,
+    #[serde(default)]
+    pub signer: String,
+    #[serde(default)]
+    pub from_cache: bool,
 }
 
 impl PolicyStatus {
@@ -418,6 +429,10 @@ impl Metrics {
                         calls: self.calls_of(p.name()),
                         failures: e.failures(),
                         quarantined: e.quarantined(),
+                        source: p.spec.provenance.as_ref().map(|v| v.source.clone()).unwrap_or_default(),
+                        manifest: p.spec.provenance.as_ref().map(|v| v.manifest.clone()).unwrap_or_default(),
+                        signer: p.spec.provenance.as_ref().and_then(|v| v.signer.clone()).unwrap_or_default(),
+                        from_cache: p.spec.provenance.as_ref().is_some_and(|v| v.from_cache),
                         ..PolicyStatus::default()
                     }
                     .with_state(health.get(p.name())),
