@@ -68,6 +68,16 @@ struct InfoLabels {
     sha256: String,
     mode: String,
     on_error: String,
+    /// For a policy named by reference, its manifest digest's short form
+    /// (`sha256:` and 12 hex digits); empty for a file. Only loaded
+    /// versions have a series, so this adds none.
+    manifest: String,
+}
+
+/// `sha256:` and the first 12 hex digits of a `sha256:<hex>` digest.
+fn short_digest(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -380,6 +390,7 @@ impl Metrics {
                     sha256: p.digest().into(),
                     mode: format!("{:?}", p.spec.mode).to_lowercase(),
                     on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
+                    manifest: p.spec.provenance.as_ref().map(|v| short_digest(&v.manifest)).unwrap_or_default(),
                 })
                 .set(1);
         }

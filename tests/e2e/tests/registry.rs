@@ -526,6 +526,11 @@ fn the_host_loads_and_reloads_policies_by_reference() {
         assert_eq!(shown.manifest, format!("sha256:{d2}"));
         assert_eq!(shown.source, format!("{v2}@sha256:{d2}"));
         assert_eq!(shown.status, "loaded");
+        // Metrics: the loaded version only, by its manifest's short digest.
+        let text = host.metrics.encode();
+        let info: Vec<&str> = text.lines().filter(|l| l.starts_with("nri_wasm_policy_info{")).collect();
+        assert_eq!(info.len(), 1, "{info:?}");
+        assert!(info[0].contains(&format!("manifest=\"sha256:{}\"", &d2[..12])), "{info:?}");
 
         conn.close().await;
         h.shutdown().await;
