@@ -26,6 +26,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub policies: PoliciesConfig,
     pub engine: EngineSettings,
+    pub registry: crate::registry::RegistrySettings,
     pub chain: ChainSettings,
     pub metrics: MetricsConfig,
     pub logging: LoggingConfig,
@@ -239,6 +240,7 @@ const TABLES: &[(&str, &[&str])] = &[
             "compile-memory-mib",
         ],
     ),
+    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys"]),
     ("chain", &["budget-fraction", "breaker-failures", "breaker-backoff-ms", "min-call-ms"]),
     ("metrics", &["address"]),
     ("logging", &["level", "format"]),
@@ -415,6 +417,7 @@ impl Config {
         limits.validate("[policies.limits]")?;
         self.chain.validate()?;
         self.engine.validate(&limits)?;
+        self.registry.validate()?;
         self.metrics.socket_addr()?;
         check_log_filter(&self.logging.level).map_err(|why| {
             format!(
@@ -555,8 +558,11 @@ mod tests {
                 let documented = row.split('|').nth(2).unwrap().trim().trim_matches('`');
                 // The cache's default depends on the user; the table shows root's.
                 let root_cache = toml::Value::from(crate::policy::engine::ROOT_CACHE_DIR);
+                let root_oci = toml::Value::from("/var/cache/nri-wasm-oci");
                 let value = if (table, key) == ("engine", "cache-dir") {
                     Some(&root_cache)
+                } else if (table, key) == ("registry", "cache-dir") {
+                    Some(&root_oci)
                 } else {
                     values.and_then(|t| t.get(key))
                 };

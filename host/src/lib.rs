@@ -8,6 +8,8 @@
 //! - [`merge`] and [`convert`]: what the runtime would do with several
 //!   plugins' replies, and the mapping between NRI and the WIT interface;
 //! - [`node`]: the view of the node's pods and containers policies read;
+//! - [`registry`]: policies named by an OCI reference, pulled, verified
+//!   (digests, signatures) and cached by digest;
 //! - [`config`]: the operator's configuration file, validated up front;
 //! - [`metrics`]: Prometheus metrics, health and status over HTTP;
 //! - [`cli`]: the command line of the `nri-wasm` binary.
@@ -21,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod nri;
 pub mod policy;
+pub mod registry;
 pub mod watch;
 
 pub use nri_wasm_api as api;

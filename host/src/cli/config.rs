@@ -68,6 +68,9 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                         if s.sha256.is_some() { " sha256-pinned" } else { "" },
                     )?;
                     writeln!(out, "  {:<24} {}", "", grants_line(s))?;
+                    if let Some(source) = &s.source {
+                        writeln!(out, "  {:<24} source={}", "", source.reference)?;
+                    }
                 }
                 if specs.is_empty() && errors.is_empty() {
                     writeln!(out, "  (none)")?;
@@ -77,8 +80,17 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                 writeln!(err, "error: {e}")?;
                 ok = false;
             }
-            // Limits a settings file asks for must fit the engine as well.
+            // Limits a settings file asks for must fit the engine as well;
+            // a reference must be usable with the keys that apply to it.
             for s in &specs {
+                if let Some(source) = &s.source {
+                    let checked = crate::registry::keys_for(source, &config.registry)
+                        .and_then(|keys| crate::registry::check_pinning(&source.reference, keys.len()));
+                    if let Err(e) = checked {
+                        writeln!(err, "error: policy {}: source {}: {e}", s.name, source.reference)?;
+                        ok = false;
+                    }
+                }
                 if let Err(e) = config.engine.validate(&s.limits) {
                     writeln!(err, "error: policy {}: {e}", s.name)?;
                     ok = false;

@@ -10,6 +10,7 @@
 //! - `status.rs`: a running host's chain and counters, over its endpoint;
 //! - `log.rs`: the serving host's log writer, which never blocks the thread
 //!   that logs;
+//! - `oci.rs`: `push`, `pull`, `sign` and `verify`, policies in OCI registries;
 //! - `author/`: the policy author's `check`, `eval` (and `eval --replay`)
 //!   and `new`.
 
@@ -18,6 +19,7 @@ mod config;
 #[cfg(feature = "demo")]
 mod demo;
 pub mod log;
+pub mod oci;
 mod run;
 mod status;
 
@@ -72,6 +74,16 @@ pub enum Command {
     /// Create a policy project (handler, settings, native tests, a fixture,
     /// a README with the build and install commands) from its SDK's template.
     New(author::new::NewArgs),
+    /// Push a policy component to an OCI registry as a wasm artifact; prints
+    /// the reference pinned to the pushed manifest's digest.
+    Push(oci::PushArgs),
+    /// Pull a policy from an OCI registry as a node would (digests checked,
+    /// signatures with --key) and write it to a file.
+    Pull(oci::PullArgs),
+    /// Sign a policy in a registry, cosign-compatible (or --generate a key pair).
+    Sign(oci::SignArgs),
+    /// Verify a policy's signature in a registry with public keys, as a node would.
+    Verify(oci::VerifyArgs),
     /// Compile a component from stdin to stdout (the host's own child process).
     #[command(hide = true)]
     InternalCompile(InternalCompileArgs),
@@ -301,6 +313,22 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
         Some(Command::New(args)) => {
             init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
             Ok(author::new::new(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
+        }
+        Some(Command::Push(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            Ok(oci::push(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
+        }
+        Some(Command::Pull(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            Ok(oci::pull(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
+        }
+        Some(Command::Sign(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            Ok(oci::sign(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
+        }
+        Some(Command::Verify(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
+            Ok(oci::verify(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
         }
         Some(Command::InternalCompile(_)) => unreachable!("handled before anything else"),
     }

@@ -127,7 +127,13 @@ pub fn policy_host_observed(
     metrics: Arc<Metrics>,
     observer: Option<Arc<dyn Observer>>,
 ) -> anyhow::Result<PolicyHost> {
-    let engine = Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler));
+    let registry = crate::registry::client::Registry::new(&config.registry, config.engine.max_component_mib << 20)
+        .map(Arc::new)
+        .map_err(|e| format!("[registry] cannot be used: {e}"));
+    if let Err(e) = &registry {
+        tracing::error!(error = %e, "policies named by reference cannot load");
+    }
+    let engine = Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler).with_registry(registry));
     if let Allocator::OnDemand(why) = engine.allocator() {
         tracing::info!(reason = %why, "instances are allocated on demand");
     }

@@ -58,6 +58,16 @@ pub fn print(s: &HostStatus, out: &mut dyn Write) -> std::io::Result<()> {
         if !p.refused.is_empty() {
             writeln!(out, "    new version refused, this one keeps running: {}", p.refused)?;
         }
+        if !p.source.is_empty() {
+            writeln!(
+                out,
+                "    source: {}   manifest: {}   signer: {}{}",
+                p.source,
+                p.manifest,
+                if p.signer.is_empty() { "-" } else { &p.signer },
+                if p.from_cache { "   (from the node's cache: registry unreachable)" } else { "" }
+            )?;
+        }
         if p.state_save_failures > 0 || p.state_unsaved || !p.state_error.is_empty() {
             writeln!(
                 out,
@@ -96,6 +106,10 @@ mod tests {
                     state_save_failures: 4,
                     state_unsaved: true,
                     state_error: "No space left on device".into(),
+                    source: "oci://h:5000/p/a:v1".into(),
+                    manifest: "sha256:ab12".into(),
+                    signer: "/k.pub (sha256:0011)".into(),
+                    from_cache: true,
                     ..Default::default()
                 },
                 PolicyStatus {
@@ -117,5 +131,11 @@ mod tests {
             "{out}"
         );
         assert_eq!(out.matches("state:").count(), 1, "only the policy with a problem: {out}");
+        assert!(
+            out.contains("source: oci://h:5000/p/a:v1   manifest: sha256:ab12   signer: /k.pub (sha256:0011)")
+                && out.contains("from the node's cache"),
+            "{out}"
+        );
+        assert_eq!(out.matches("source:").count(), 1, "only the policy named by reference: {out}");
     }
 }

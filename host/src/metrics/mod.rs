@@ -68,6 +68,16 @@ struct InfoLabels {
     sha256: String,
     mode: String,
     on_error: String,
+    /// For a policy named by reference, its manifest digest's short form
+    /// (`sha256:` and 12 hex digits); empty for a file. Only loaded
+    /// versions have a series, so this adds none.
+    manifest: String,
+}
+
+/// `sha256:` and the first 12 hex digits of a `sha256:<hex>` digest.
+fn short_digest(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,6 +118,17 @@ pub struct PolicyStatus {
     /// was not read when it was installed, if it was not.
     #[serde(default)]
     pub state_error: String,
+    /// For a policy named by reference: the reference, the manifest's
+    /// digest, the key that signed it (or empty), and whether it was
+    /// loaded from the node's cache because the registry was unreachable.
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub manifest: String,
+    #[serde(default)]
+    pub signer: String,
+    #[serde(default)]
+    pub from_cache: bool,
 }
 
 impl PolicyStatus {
@@ -385,6 +406,7 @@ impl Metrics {
                     sha256: p.digest().into(),
                     mode: format!("{:?}", p.spec.mode).to_lowercase(),
                     on_error: format!("{:?}", p.spec.on_error).to_lowercase(),
+                    manifest: p.spec.provenance.as_ref().map(|v| short_digest(&v.manifest)).unwrap_or_default(),
                 })
                 .set(1);
         }
@@ -460,6 +482,10 @@ impl Metrics {
                         calls: self.calls_of(p.name()),
                         failures: e.failures(),
                         quarantined: e.quarantined(),
+                        source: p.spec.provenance.as_ref().map(|v| v.source.clone()).unwrap_or_default(),
+                        manifest: p.spec.provenance.as_ref().map(|v| v.manifest.clone()).unwrap_or_default(),
+                        signer: p.spec.provenance.as_ref().and_then(|v| v.signer.clone()).unwrap_or_default(),
+                        from_cache: p.spec.provenance.as_ref().is_some_and(|v| v.from_cache),
                         ..PolicyStatus::default()
                     }
                     .with_state(health.get(p.name())),

@@ -236,7 +236,7 @@ pub(crate) fn open_regular(path: &Path) -> std::io::Result<Result<(std::fs::File
 }
 
 /// 32 bytes from the kernel's random source.
-fn random_key() -> std::io::Result<[u8; KEY_BYTES]> {
+pub(crate) fn random_key() -> std::io::Result<[u8; KEY_BYTES]> {
     let mut key = [0u8; KEY_BYTES];
     let mut filled = 0;
     while filled < KEY_BYTES {

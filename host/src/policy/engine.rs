@@ -283,6 +283,9 @@ pub struct PolicyEngine {
     /// host last loaded, refused or found at start, by policy name: what
     /// [`Self::prune_cache`] keeps.
     records: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Where policies named by reference are pulled from (`[registry]`);
+    /// one with the default settings is made on first use if none was given.
+    registry: std::sync::OnceLock<Result<Arc<crate::registry::client::Registry>, String>>,
 }
 
 /// What [`PolicyEngine::prune_cache`] removed.
@@ -421,10 +424,32 @@ impl PolicyEngine {
             no_state: Arc::default(),
             in_use: Default::default(),
             records: Default::default(),
+            registry: std::sync::OnceLock::new(),
         })
     }
 
     /// Compiles with `compiler` (the binary compiles in a child process).
+    /// Pulls policies named by reference with `registry` (or fails their
+    /// load with its error: the settings could not be used).
+    pub fn with_registry(self, registry: Result<Arc<crate::registry::client::Registry>, String>) -> Self {
+        let _ = self.registry.set(registry);
+        self
+    }
+
+    /// The registry client (made with the default `[registry]` settings if
+    /// none was given).
+    pub fn registry(&self) -> Result<Arc<crate::registry::client::Registry>, String> {
+        self.registry
+            .get_or_init(|| {
+                crate::registry::client::Registry::new(
+                    &crate::registry::RegistrySettings::default(),
+                    self.settings.max_component_mib << 20,
+                )
+                .map(Arc::new)
+            })
+            .clone()
+    }
+
     pub fn with_compiler(mut self, compiler: Compiler) -> Self {
         self.compiler = compiler;
         self

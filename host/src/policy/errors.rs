@@ -54,6 +54,10 @@ pub enum LoadError {
     Pin { policy: String, expected: String, actual: String },
     #[error("policy {policy}: {path} is {problem}, and [policies] strict-permissions is on")]
     Permissions { policy: String, path: String, problem: String },
+    /// Pulling or verifying a policy named by reference failed; `reason`
+    /// names the reference.
+    #[error("policy {policy}: from registry: {reason}")]
+    Registry { policy: String, reason: String },
 }
 
 impl LoadError {
@@ -61,6 +65,7 @@ impl LoadError {
     pub fn step(&self) -> &'static str {
         match self {
             Self::Read { .. } | Self::NotAFile { .. } | Self::Permissions { .. } | Self::Pin { .. } => "read",
+            Self::Registry { .. } => "pull",
             Self::TooLarge { .. } | Self::NotWasm { .. } | Self::CoreModule { .. } | Self::Invalid { .. } => "validate",
             Self::ForbiddenImport { .. } | Self::Version { .. } | Self::World { .. } | Self::Declaration { .. } => {
                 "world"

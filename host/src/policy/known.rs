@@ -129,6 +129,11 @@ pub fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
 /// the record's file name (the policy's current record), if the file could
 /// be read.
 pub fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) -> Option<String> {
+    // A policy named by reference has no file of its own to key a record by
+    // before it is pulled; it counts as unknown at the next start.
+    if spec.source.is_some() {
+        return None;
+    }
     let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
     let path = write(dir, &spec.name, &sha256_hex(&bytes), &spec.settings, Subscription::default());
     Some(file_name(&path))
@@ -161,6 +166,9 @@ fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: S
 /// Reads the policy file (at most `max_bytes`, as the load would).
 pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(Subscription, String)> {
     let dir = dir?;
+    if spec.source.is_some() {
+        return None;
+    }
     let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
     let path = record_path(dir, &sha256_hex(&bytes), &spec.settings);
     read_record(&path).map(|s| (s, file_name(&path)))

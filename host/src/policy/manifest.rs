@@ -67,6 +67,12 @@ pub struct PolicyFile {
     pub sha256: Option<String>,
     /// Capabilities granted beyond the default ones (`caps.rs`).
     pub grant: Option<Vec<String>>,
+    /// `oci://…`: the policy is pulled from a registry instead of read
+    /// from `NN-name.wasm` (see `registry`).
+    pub source: Option<String>,
+    /// Public keys (PEM) one of which must have signed the pulled policy;
+    /// replace `[registry] public-keys` for this policy.
+    pub public_keys: Option<Vec<PathBuf>>,
 }
 
 /// Everything needed to load one policy.
@@ -88,6 +94,11 @@ pub struct PolicySpec {
     pub strict_permissions: bool,
     /// What the operator grants: the default grant and the file's `grant`.
     pub grant: CapSet,
+    /// Where the component comes from when it is named by reference
+    /// (`wasm` is then the settings file, which names it).
+    pub source: Option<crate::registry::Source>,
+    /// Where the loaded version came from (set once pulled).
+    pub provenance: Option<crate::registry::Provenance>,
 }
 
 impl PolicySpec {
@@ -105,6 +116,8 @@ impl PolicySpec {
             sha256: None,
             strict_permissions: false,
             grant: CapSet::default_grant(),
+            source: None,
+            provenance: None,
         }
     }
 
@@ -147,7 +160,7 @@ pub enum SpecError {
     /// name; it is shown escaped, and the file is left alone.
     #[error("{}/{name}: file name is not UTF-8 (shown escaped); the file is ignored", dir.display())]
     NotUtf8 { dir: PathBuf, name: String },
-    #[error("{path}: settings file has no policy {wasm} beside it")]
+    #[error("{path}: settings file has no policy {wasm} beside it and names no source")]
     Orphan { path: PathBuf, wasm: PathBuf },
     /// The policy's settings file cannot be used. Its `on-error` is then
     /// unknown, and the policy counts as mandatory (`on-error = "fail"`):
@@ -186,6 +199,8 @@ const POLICY_KEYS: &[&str] = &[
     "limits",
     "sha256",
     "grant",
+    "source",
+    "public-keys",
     "fuel",
     "timeout-ms",
     "memory-mib",
@@ -247,6 +262,23 @@ pub fn read_spec(
         }
     }
     let grant = grant_of(file.grant.as_deref().unwrap_or_default()).map_err(&bad)?;
+    let source = match &file.source {
+        None => {
+            if file.public_keys.is_some() {
+                return Err(bad("public-keys applies only to a policy with a source".into()));
+            }
+            None
+        }
+        Some(text) => {
+            if file.sha256.is_some() {
+                return Err(bad(
+                    "sha256 and source exclude each other: pin the digest in the reference (…@sha256:…)".into()
+                ));
+            }
+            let reference = crate::registry::OciRef::parse(text).map_err(|e| bad(format!("source: {e}")))?;
+            Some(crate::registry::Source { reference, public_keys: file.public_keys.clone() })
+        }
+    };
     let settings = match file.settings {
         None => String::new(),
         Some(toml::Value::String(s)) => s,
@@ -261,6 +293,7 @@ pub fn read_spec(
         limits,
         sha256: file.sha256.map(|s| s.to_ascii_lowercase()),
         grant,
+        source,
         ..PolicySpec::new(name, wasm)
     })
 }
@@ -316,15 +349,27 @@ pub fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
             let toml = format!("{stem}.toml");
             let settings = names.contains(&toml).then(|| dir.join(&toml));
             match read_spec(&stem, &path, settings.as_deref(), defaults) {
+                Ok(spec) if spec.source.is_some() => errors.push(SpecError::Settings {
+                    policy: stem.clone(),
+                    path: dir.join(&toml),
+                    reason: format!("names a source, and {file_name} is there too: remove one of them"),
+                }),
                 Ok(spec) => specs.push(spec),
                 Err(e) => errors.push(e),
             }
         } else if let Some(stem) = policy_stem(file_name, "toml") {
-            if !names.contains(&format!("{stem}.wasm")) {
-                errors.push(SpecError::Orphan { path: path.clone(), wasm: path.with_extension("wasm") });
+            if names.contains(&format!("{stem}.wasm")) {
+                continue;
+            }
+            // A settings file alone is a policy if it names its source.
+            match read_spec(&stem, &path, Some(&path), defaults) {
+                Ok(spec) if spec.source.is_some() => specs.push(spec),
+                Ok(_) => errors.push(SpecError::Orphan { path: path.clone(), wasm: path.with_extension("wasm") }),
+                Err(e) => errors.push(e),
             }
         }
     }
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
     (specs, errors)
 }
 
@@ -471,6 +516,31 @@ mod tests {
                 && msg.contains("allowed: env"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_settings_file_naming_a_source_is_a_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |n: &str, s: &str| std::fs::write(dir.path().join(n), s).unwrap();
+        let d = "ab".repeat(32);
+        w("10-pulled.toml", &format!("source = \"oci://h:5000/p/x:v1@sha256:{d}\"\non-error = \"fail\"\n"));
+        w("20-both.wasm", "");
+        w("20-both.toml", &format!("source = \"oci://h/p@sha256:{d}\"\n"));
+        w("30-bad.toml", "source = \"h/p:v1\"\n");
+        w("40-keys.toml", "public-keys = [\"/k.pub\"]\n");
+        w("50-signed.toml", "source = \"oci://h/p:v1\"\npublic-keys = [\"/k.pub\"]\n");
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["10-pulled", "50-signed"]);
+        let source = specs[0].source.as_ref().unwrap();
+        assert_eq!(source.reference.digest.as_deref(), Some(d.as_str()));
+        assert_eq!(specs[0].on_error, OnError::Fail);
+        assert_eq!(specs[1].source.as_ref().unwrap().public_keys, Some(vec![PathBuf::from("/k.pub")]));
+        let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(msgs.len(), 3, "{msgs:?}");
+        assert!(msgs.iter().any(|m| m.contains("20-both.toml") && m.contains("20-both.wasm is there too")), "{msgs:?}");
+        assert!(msgs.iter().any(|m| m.contains("30-bad.toml") && m.contains("oci://")), "{msgs:?}");
+        assert!(msgs.iter().any(|m| m.contains("40-keys.toml") && m.contains("public-keys applies only")), "{msgs:?}");
     }
 
     #[test]

@@ -225,6 +225,9 @@ impl PolicyEngine {
     /// Reads, checks, compiles, links and configures one policy.
     pub async fn load_async(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
         let started = Instant::now();
+        if let Some(source) = &spec.source {
+            return self.load_from_registry(spec, source, facts).await;
+        }
         let max = self.settings().max_component_mib << 20;
         let owned = spec.clone();
         let bytes = tokio::task::spawn_blocking(move || read_policy_file(&owned, max)).await.map_err(|e| {
@@ -232,6 +235,27 @@ impl PolicyEngine {
         })??;
         let read = started.elapsed();
         let mut policy = self.load_bytes_async(spec, bytes.into(), facts).await?;
+        policy.timings.read = read;
+        Ok(policy)
+    }
+
+    /// A policy named by reference: pulled (or read from the cache) and
+    /// verified, then loaded pinned to the component's digest.
+    async fn load_from_registry(
+        &self,
+        spec: &PolicySpec,
+        source: &crate::registry::Source,
+        facts: &Arc<Facts>,
+    ) -> Result<CompiledPolicy, LoadError> {
+        let started = Instant::now();
+        let fail = |reason: String| LoadError::Registry { policy: spec.name.clone(), reason };
+        let registry = self.registry().map_err(fail)?;
+        let resolved = registry.resolve(source).await.map_err(|e| fail(e.to_string()))?;
+        let read = started.elapsed();
+        let mut pinned = spec.clone();
+        pinned.sha256 = Some(resolved.digest.clone());
+        pinned.provenance = Some(resolved.provenance);
+        let mut policy = self.load_bytes_async(&pinned, resolved.bytes.into(), facts).await?;
         policy.timings.read = read;
         Ok(policy)
     }

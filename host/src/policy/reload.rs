@@ -64,6 +64,11 @@ impl FileId {
 /// clock tick): for files changed in the last two seconds, compare contents.
 fn rewritten_lately(origin: &Origin, policy: &CompiledPolicy) -> bool {
     let Some(file) = origin.file else { return false };
+    if origin.spec.source.is_some() {
+        // Its file is the settings file, which names the component; the
+        // reference itself is compared with the spec.
+        return false;
+    }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
     if now - file.mtime_ns.max(file.ctime_ns) > 2_000_000_000 {
         return false;

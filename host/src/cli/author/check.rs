@@ -42,8 +42,10 @@ const NOOP_CALLS: usize = 20;
 #[command(after_help = "Exit codes: 0 the host loads it; 1 refused (the last line names the step); \
     2 usage, or a file that cannot be read.\nGuide: docs/writing-policies.md")]
 pub struct CheckArgs {
-    /// The policy component (`.wasm`; its `NN-name.toml` is read if it is beside it).
-    #[arg(value_name = "POLICY.wasm")]
+    /// The policy component (`.wasm`; its `NN-name.toml` is read if it is
+    /// beside it), or `oci://…` to pull it as a node would (with the
+    /// configuration's `[registry]`).
+    #[arg(value_name = "POLICY.wasm|oci://REF")]
     pub file: PathBuf,
     #[command(flatten)]
     pub settings: SettingsArgs,
@@ -210,13 +212,41 @@ fn noop_call(engine: &PolicyEngine, policy: &CompiledPolicy, env: &CallEnv) -> S
     )
 }
 
+/// `check oci://…`: pulls as a node with this configuration's `[registry]`
+/// would (digests, signatures with its `public-keys`), bypassing the
+/// node's cache, and says where the component came from.
+fn pull(text: &str, config: &crate::config::Config, out: &mut dyn Write) -> Result<Vec<u8>, CheckError> {
+    use crate::registry::{client::Registry, OciRef, RegistrySettings, Source};
+    let refused = |error: String| CheckError::Refused { step: "pull", error };
+    let reference = OciRef::parse(text).map_err(|e| refused(e.to_string()))?;
+    let settings = RegistrySettings { cache_dir: None, ..config.registry.clone() };
+    let registry = Registry::new(&settings, config.engine.max_component_mib << 20).map_err(refused)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| SetupError::Usage(format!("cannot start a runtime: {e}")))?;
+    let resolved = runtime
+        .block_on(registry.resolve(&Source { reference, public_keys: None }))
+        .map_err(|e| refused(e.to_string()))?;
+    let p = &resolved.provenance;
+    let _ = writeln!(out, "source    {}", p.source);
+    let _ = writeln!(out, "digest    manifest {}, component sha256:{}", p.manifest, resolved.digest);
+    let _ =
+        writeln!(out, "signer    {}", p.signer.as_deref().unwrap_or("none required ([registry] public-keys is empty)"));
+    Ok(resolved.bytes)
+}
+
 fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), CheckError> {
     let config = super::host_config(&HostArgs { config: args.config.clone(), cache_dir: None })?;
-    if !args.file.exists() {
+    let reference = args.file.to_str().filter(|t| t.starts_with("oci://"));
+    if reference.is_none() && !args.file.exists() {
         return Err(SetupError::Missing(args.file.clone()).into());
     }
     let spec = super::file_spec(&args.file, &args.settings, config.policies.limits())?;
-    let bytes = read_policy_file(&spec, config.engine.max_component_mib << 20)?;
+    let bytes = match reference {
+        Some(text) => pull(text, &config, out)?,
+        None => read_policy_file(&spec, config.engine.max_component_mib << 20)?,
+    };
     // Refused without a word of the content, in one line.
     let binary = inspect::binary(&spec.name, &bytes)?;
     let _ = writeln!(out, "policy    {} ({})", spec.name, args.file.display());

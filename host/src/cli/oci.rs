@@ -1,0 +1,204 @@
+//! `nri-wasm push`, `pull`, `sign` and `verify`: policies in OCI registries
+//! for authors and pipelines, with no other tool.
+//!
+//! They take the registry settings from `--config` (its `[registry]`
+//! table) and the flags, which override it. `pull` and `verify` go through
+//! the node's own pull path (bounds, digests, signatures), so a pipeline
+//! sees exactly what a node would accept; `pull` bypasses the node's cache.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::registry::client::Registry;
+use crate::registry::sign::SigningKeyFile;
+use crate::registry::{push, OciRef, RegistrySettings, Source};
+
+/// Registry settings shared by the four commands.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RegistryArgs {
+    /// A host configuration file whose `[registry]` table is used.
+    #[arg(long, short = 'c', env = "NRI_WASM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// A docker `config.json` with the registry's credentials.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// PEM certificates to trust for the registry (besides the system's).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Deadline of the whole operation, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl RegistryArgs {
+    fn settings(&self) -> Result<RegistrySettings, String> {
+        let mut settings = match &self.config {
+            Some(path) => crate::config::Config::load(path).map_err(|e| e.to_string())?.registry,
+            None => RegistrySettings::default(),
+        };
+        // The commands never use the node's cache.
+        settings.cache_dir = None;
+        if let Some(a) = &self.auth_file {
+            settings.auth_file = Some(a.clone());
+        }
+        if let Some(c) = &self.ca_file {
+            settings.ca_file = Some(c.clone());
+        }
+        if let Some(t) = self.timeout_ms {
+            settings.timeout_ms = t;
+        }
+        settings.validate()?;
+        Ok(settings)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The policy component (`.wasm`).
+    pub file: PathBuf,
+    /// Where to push it: `oci://host[:port]/repository:tag`.
+    pub reference: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// `oci://host[:port]/repository[:tag][@sha256:digest]`.
+    pub reference: String,
+    /// Where to write the component (written whole or not at all).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// Require a signature by this public key (PEM); repeatable.
+    #[arg(long = "key", value_name = "KEY.pub")]
+    pub keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SignArgs {
+    /// The policy to sign: `oci://host[:port]/repository[:tag][@sha256:digest]`
+    /// (a tag is resolved to its digest first).
+    #[arg(required_unless_present = "generate")]
+    pub reference: Option<String>,
+    /// The private key (PEM, PKCS#8, ECDSA P-256).
+    #[arg(long, value_name = "KEY", required_unless_present = "generate")]
+    pub key: Option<PathBuf>,
+    /// Instead of signing: write a new key pair to FILE (mode 0600) and FILE.pub.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["reference", "key"])]
+    pub generate: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// `oci://host[:port]/repository[:tag][@sha256:digest]`.
+    pub reference: String,
+    /// A public key (PEM) whose signature is required; repeatable.
+    #[arg(long = "key", value_name = "KEY.pub", required = true)]
+    pub keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+}
+
+fn report(err: &mut dyn Write, result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `nri-wasm push FILE REF`.
+pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let result = (|| {
+        let settings = args.registry.settings()?;
+        let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
+        let bytes = crate::registry::read_limited(&args.file, 1 << 30)?;
+        // The component must be one a host loads: the same check `check` starts with.
+        crate::policy::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
+        let hex = runtime()?.block_on(push::push(&settings, bytes, &reference)).map_err(|e| e.to_string())?;
+        let pinned = OciRef { digest: Some(hex), ..reference };
+        let _ = writeln!(out, "{pinned}");
+        Ok(())
+    })();
+    report(err, result)
+}
+
+/// `nri-wasm pull REF -o FILE`.
+pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let result = (|| {
+        let settings = RegistrySettings { public_keys: args.keys.clone(), ..args.registry.settings()? };
+        let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
+        let registry = Registry::new(&settings, 1 << 30)?;
+        let source = Source { reference, public_keys: None };
+        let resolved = runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())?;
+        crate::registry::write_atomically(&args.output, &resolved.bytes)?;
+        let p = &resolved.provenance;
+        let _ = writeln!(out, "{} manifest {} component sha256:{}", p.source, p.manifest, resolved.digest);
+        if let Some(s) = &p.signer {
+            let _ = writeln!(out, "signed by {s}");
+        }
+        Ok(())
+    })();
+    report(err, result)
+}
+
+/// `nri-wasm sign --key KEY REF`, or `nri-wasm sign --generate FILE`.
+pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let result = (|| {
+        if let Some(path) = &args.generate {
+            let key = SigningKeyFile::generate().map_err(|e| format!("no random bytes: {e}"))?;
+            let (private, public) = key.to_pem()?;
+            let public_path = PathBuf::from(format!("{}.pub", path.display()));
+            crate::registry::write_new(path, private.as_bytes(), 0o600)?;
+            crate::registry::write_new(&public_path, public.as_bytes(), 0o644)?;
+            let _ =
+                writeln!(out, "private key {} (keep it secret), public key {}", path.display(), public_path.display());
+            return Ok(());
+        }
+        let (Some(reference), Some(key)) = (&args.reference, &args.key) else {
+            return Err("sign needs a reference and --key (or --generate FILE)".into());
+        };
+        let settings = args.registry.settings()?;
+        let reference = OciRef::parse(reference).map_err(|e| e.to_string())?;
+        let key = SigningKeyFile::read(key).map_err(|e| e.to_string())?;
+        let (hex, tag) = runtime()?.block_on(push::sign(&settings, &key, &reference)).map_err(|e| e.to_string())?;
+        let _ = writeln!(out, "signed sha256:{hex} of {reference} (signature under tag {tag})");
+        Ok(())
+    })();
+    report(err, result)
+}
+
+/// `nri-wasm verify --key KEY.pub REF`: what a node would accept.
+pub fn verify(args: &VerifyArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let result = (|| {
+        let settings = RegistrySettings { public_keys: args.keys.clone(), ..args.registry.settings()? };
+        let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
+        let registry = Registry::new(&settings, 1 << 30)?;
+        let source = Source { reference, public_keys: None };
+        let resolved = runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())?;
+        let p = &resolved.provenance;
+        let _ = writeln!(
+            out,
+            "verified {} manifest {} component sha256:{} signed by {}",
+            p.source,
+            p.manifest,
+            resolved.digest,
+            p.signer.as_deref().unwrap_or("(no key)")
+        );
+        Ok(())
+    })();
+    report(err, result)
+}

@@ -1,0 +1,183 @@
+//! Pulled blobs kept by digest, so that the host starts without the registry.
+//!
+//! Layout, all under the host's own directory (mode 0700):
+//! `blobs/<sha256 hex>` (manifests, components, signature payloads) and
+//! `refs/<sha256 of the reference>` (the manifest digest a reference last
+//! resolved to, and that of its signature). Every file is written to a
+//! temporary name in the same directory, synced and renamed: a crash leaves
+//! either the old file or the new one, never a part. Nothing read back is
+//! trusted: a blob is returned only if its content has the digest it is
+//! named by; a reference's record only points at blobs, which are checked.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::prepare::sha256_hex;
+
+/// The digest cache.
+#[derive(Debug, Clone)]
+pub struct BlobCache {
+    dir: PathBuf,
+}
+
+/// What a reference resolved to when it was last pulled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefRecord {
+    pub reference: String,
+    /// Manifest digest, hex.
+    pub manifest: String,
+    /// The signature manifest's digest, hex, when one was verified.
+    pub signature: Option<String>,
+}
+
+impl BlobCache {
+    /// Opens (creating it, mode 0700) the cache in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, String> {
+        for sub in ["blobs", "refs"] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir.join(sub))
+                .map_err(|e| format!("cannot create the registry cache {}: {e}", dir.join(sub).display()))?;
+        }
+        Ok(Self { dir: dir.to_path_buf() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn blob_path(&self, hex: &str) -> PathBuf {
+        self.dir.join("blobs").join(hex)
+    }
+
+    fn ref_path(&self, reference: &str) -> PathBuf {
+        self.dir.join("refs").join(sha256_hex(reference.as_bytes()))
+    }
+
+    /// A new temporary file in `blobs/` (for a download), and its path.
+    pub fn temp_file(&self) -> Result<(std::fs::File, PathBuf), String> {
+        let path = self.dir.join("blobs").join(format!(".tmp-{}", crate::policy::cache::unique_suffix()));
+        let file = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok((file, path))
+    }
+
+    /// Moves a finished, verified temporary file to its digest's name.
+    pub fn commit(&self, file: std::fs::File, temp: &Path, hex: &str) -> Result<(), String> {
+        let result = file.sync_all().and_then(|()| std::fs::rename(temp, self.blob_path(hex)));
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(temp);
+            return Err(format!("cannot store blob {hex} in {}: {e}", self.dir.display()));
+        }
+        sync_dir(&self.dir.join("blobs"));
+        Ok(())
+    }
+
+    /// Stores `bytes` under their digest.
+    pub fn put(&self, bytes: &[u8]) -> Result<String, String> {
+        let hex = sha256_hex(bytes);
+        let (mut file, temp) = self.temp_file()?;
+        if let Err(e) = file.write_all(bytes) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(format!("cannot write {}: {e}", temp.display()));
+        }
+        self.commit(file, &temp, &hex)?;
+        Ok(hex)
+    }
+
+    /// The blob named `hex` if it is there, at most `max` bytes, and has
+    /// that digest. A blob whose content does not match is removed.
+    pub fn get(&self, hex: &str, max: u64) -> Result<Vec<u8>, String> {
+        use std::io::Read;
+        let path = self.blob_path(hex);
+        let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+        if !meta.is_file() || meta.len() > max {
+            return Err(format!("{}: not a regular file of at most {max} bytes", path.display()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let actual = sha256_hex(&bytes);
+        if actual != hex {
+            let _ = std::fs::remove_file(&path);
+            return Err(format!("{}: content has digest sha256:{actual}, not its name (removed)", path.display()));
+        }
+        Ok(bytes)
+    }
+
+    /// Whether a blob of that name is there (its content is checked on `get`).
+    pub fn has(&self, hex: &str) -> bool {
+        self.blob_path(hex).is_file()
+    }
+
+    /// Records what `reference` resolved to.
+    pub fn put_ref(&self, record: &RefRecord) -> Result<(), String> {
+        let path = self.ref_path(&record.reference);
+        let body = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+        let (mut file, temp) = self.temp_file()?;
+        let result = file.write_all(&body).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(&temp, &path));
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&temp);
+            return Err(format!("cannot write {}: {e}", path.display()));
+        }
+        sync_dir(&self.dir.join("refs"));
+        Ok(())
+    }
+
+    /// What `reference` last resolved to, if recorded.
+    pub fn get_ref(&self, reference: &str) -> Result<RefRecord, String> {
+        let path = self.ref_path(reference);
+        let bytes = super::read_small(&path)?;
+        let record: RefRecord =
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a reference record ({e})", path.display()))?;
+        if record.reference != reference {
+            return Err(format!("{}: records another reference", path.display()));
+        }
+        Ok(record)
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_are_returned_only_with_their_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlobCache::open(&dir.path().join("c")).unwrap();
+        let hex = cache.put(b"component").unwrap();
+        assert_eq!(cache.get(&hex, 100).unwrap(), b"component");
+        assert!(cache.get(&hex, 3).unwrap_err().contains("at most 3 bytes"));
+        std::fs::write(dir.path().join("c/blobs").join(&hex), b"tampered").unwrap();
+        let e = cache.get(&hex, 100).unwrap_err();
+        assert!(e.contains("not its name"), "{e}");
+        assert!(!cache.has(&hex), "a tampered blob is removed");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("c/blobs")).unwrap().collect();
+        assert!(leftovers.is_empty(), "no temporary file is left: {leftovers:?}");
+    }
+
+    #[test]
+    fn reference_records_round_trip_and_name_their_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlobCache::open(dir.path()).unwrap();
+        let r = RefRecord { reference: "oci://h/p:v".into(), manifest: "a".repeat(64), signature: None };
+        cache.put_ref(&r).unwrap();
+        assert_eq!(cache.get_ref("oci://h/p:v").unwrap(), r);
+        assert!(cache.get_ref("oci://h/p:w").is_err());
+    }
+}

@@ -1,0 +1,816 @@
+//! Policies from OCI registries, against a real registry: Debian's
+//! `docker-registry` (the CNCF distribution registry), started by each test
+//! on loopback with TLS (a CA the test makes) and basic auth, in a temp
+//! dir, and killed by its pid when the test ends. And against a hostile
+//! registry the test plays itself (over the same TLS): one that stalls,
+//! lies about digests and media types, announces or sends too much,
+//! redirects in a loop, or is not there.
+//!
+//! What is asserted is what the operator relies on: a policy pushed with
+//! `nri-wasm push` loads by reference, its digest and signer are what
+//! `/status` shows, the host starts from the node's cache with the
+//! registry down, a signature is required when a key is configured, a
+//! changed reference is a reload that keeps the previous version until the
+//! new one is verified, and a registry that misbehaves is named with the
+//! reference, leaves no file behind and never holds an event.
+//!
+//! The tests skip, saying so, only when `docker-registry` is not installed
+//! (`tests/registry/install.sh` installs it; `.ci/run` runs that first).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nri_sim::RuntimeProfile;
+use nri_wasm::config::Config;
+use nri_wasm::metrics::Metrics;
+use nri_wasm::policy::compile::Compiler;
+use nri_wasm::registry::client::Registry;
+use nri_wasm::registry::sign::SigningKeyFile;
+use nri_wasm::registry::{push, OciRef, RegistrySettings, Source};
+use nri_wasm_components::guests;
+use nri_wasm_e2e::{engine_settings, init_logging, Harness};
+
+const USER: &str = "alice";
+const PASSWORD: &str = "correct-horse";
+
+/// The registry binary, or `None` (and a message) when it is not installed.
+fn registry_binary() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/docker-registry");
+    if path.exists() {
+        return Some(path);
+    }
+    let why = "/usr/bin/docker-registry is not installed (tests/registry/install.sh installs it; .ci/run does)";
+    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "in CI the registry tests must run: {why}");
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA and a server certificate for 127.0.0.1, made with openssl.
+struct Tls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn make_tls(dir: &Path) -> Tls {
+    let p = |n: &str| dir.join(n);
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args([
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=nri-wasm test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            p("ca.key").to_str().unwrap(),
+            "-out",
+            p("ca.crt").to_str().unwrap(),
+        ]));
+    run(Command::new("openssl")
+        .args(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            p("server.key").to_str().unwrap(),
+            "-out",
+            p("server.csr").to_str().unwrap(),
+        ]));
+    std::fs::write(
+        p("ext.cnf"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n\
+         subjectAltName=IP:127.0.0.1\n",
+    )
+    .unwrap();
+    run(Command::new("openssl").args(["x509", "-req", "-days", "2", "-CAcreateserial"]).args([
+        "-in",
+        p("server.csr").to_str().unwrap(),
+        "-CA",
+        p("ca.crt").to_str().unwrap(),
+        "-CAkey",
+        p("ca.key").to_str().unwrap(),
+        "-extfile",
+        p("ext.cnf").to_str().unwrap(),
+        "-out",
+        p("server.crt").to_str().unwrap(),
+    ]));
+    Tls { ca: p("ca.crt"), cert: p("server.crt"), key: p("server.key") }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `docker-registry` on loopback, killed by its pid when dropped.
+struct RealRegistry {
+    child: Option<Child>,
+    port: u16,
+    config: PathBuf,
+    binary: PathBuf,
+}
+
+impl RealRegistry {
+    fn start(binary: &Path, dir: &Path, tls: &Tls) -> Self {
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let port = free_port();
+        let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+        std::fs::write(dir.join("htpasswd"), format!("{USER}:{hash}\n")).unwrap();
+        let config = dir.join("registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    \
+                 enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {cert}\n    key: {key}\n\
+                 auth:\n  htpasswd:\n    realm: nri-wasm-test\n    path: {htpasswd}\n",
+                data = dir.join("data").display(),
+                cert = tls.cert.display(),
+                key = tls.key.display(),
+                htpasswd = dir.join("htpasswd").display(),
+            ),
+        )
+        .unwrap();
+        let mut r = Self { child: None, port, config, binary: binary.to_path_buf() };
+        r.restart();
+        r
+    }
+
+    fn restart(&mut self) {
+        let child = Command::new(&self.binary)
+            .arg("serve")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("docker-registry exited at start: {status}");
+            }
+            assert!(Instant::now() < deadline, "docker-registry did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills it by its pid and waits for it.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RealRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A temp dir with TLS material, credentials, keys and caches.
+struct Fixture {
+    dir: tempfile::TempDir,
+    tls: Tls,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        init_logging();
+        let dir = tempfile::tempdir().unwrap();
+        let tls = make_tls(dir.path());
+        Self { dir, tls }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Settings for a registry on `port`, with a cache of `cache` (a name in the temp dir).
+    fn settings(&self, port: u16, cache: Option<&str>) -> RegistrySettings {
+        let auth = self.path(&format!("auth-{port}.json"));
+        let token = base64_encode(&format!("{USER}:{PASSWORD}"));
+        std::fs::write(&auth, format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"auth":"{token}"}}}}}}"#)).unwrap();
+        RegistrySettings {
+            cache_dir: cache.map(|c| self.path(c)),
+            auth_file: Some(auth),
+            ca_file: Some(self.tls.ca.clone()),
+            timeout_ms: 20_000,
+            public_keys: Vec::new(),
+        }
+    }
+
+    fn key_pair(&self, name: &str) -> (SigningKeyFile, PathBuf) {
+        let key = SigningKeyFile::generate().unwrap();
+        let (_, public) = key.to_pem().unwrap();
+        let path = self.path(&format!("{name}.pub"));
+        std::fs::write(&path, public).unwrap();
+        (key, path)
+    }
+}
+
+fn base64_encode(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn source(reference: &str, keys: Option<Vec<PathBuf>>) -> Source {
+    Source { reference: OciRef::parse(reference).unwrap(), public_keys: keys }
+}
+
+/// Files in the registry cache's blob directory (temporary files included).
+fn cache_files(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir.join("blobs")) {
+        Ok(entries) => entries.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Push, pull by digest through TLS and basic auth, the cache as the
+/// registry goes away, and a refusal without credentials.
+#[test]
+fn a_pushed_policy_is_pulled_by_digest_and_kept_for_when_the_registry_is_down() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let mut registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    let settings = f.settings(port, Some("cache"));
+    let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+    let component = read(guests::ANNOTATE);
+    let manifest = rt.block_on(push::push(&settings, component.clone(), &tag)).expect("push");
+    let pinned = format!("{tag}@sha256:{manifest}");
+
+    // Without credentials the registry refuses, and the error says so.
+    let anonymous = RegistrySettings { auth_file: None, ..f.settings(port, None) };
+    let e = rt
+        .block_on(Registry::new(&anonymous, 64 << 20).unwrap().resolve(&source(&pinned, None)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&pinned) && e.contains("password"), "{e}");
+    // Without the CA, TLS fails.
+    let untrusted = RegistrySettings { ca_file: None, ..f.settings(port, None) };
+    let e = rt
+        .block_on(Registry::new(&untrusted, 64 << 20).unwrap().resolve(&source(&pinned, None)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&pinned) && e.to_lowercase().contains("certificate"), "{e}");
+
+    let pulled =
+        rt.block_on(Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None))).expect("pull");
+    assert_eq!(pulled.bytes, component, "the component pulled is the one pushed");
+    assert_eq!(pulled.provenance.manifest, format!("sha256:{manifest}"));
+    assert!(!pulled.provenance.from_cache);
+    let files = cache_files(&f.path("cache"));
+    assert!(files.contains(&pulled.digest), "the component is cached by its digest: {files:?}");
+    assert!(!files.iter().any(|n| n.starts_with('.')), "no temporary file is left: {files:?}");
+
+    // The registry goes away: a digest pinned, a tag recorded, both from the cache.
+    registry.stop();
+    let offline = Registry::new(&settings, 64 << 20).unwrap();
+    let again = rt.block_on(offline.resolve(&source(&pinned, None))).expect("from the cache");
+    assert!(again.provenance.from_cache && again.bytes == component);
+    // A tag-only reference with no key is refused before anything is fetched.
+    let e = rt.block_on(offline.resolve(&source(&tag.to_string(), None))).unwrap_err().to_string();
+    assert!(e.contains("pin its digest"), "{e}");
+
+    // The cache is not trusted: a tampered component is refused (and removed).
+    let cached = f.path("cache/blobs").join(&pulled.digest);
+    std::fs::write(&cached, b"\0asm tampered").unwrap();
+    let e = rt.block_on(offline.resolve(&source(&pinned, None))).unwrap_err().to_string();
+    assert!(e.contains(&pinned) && e.contains(&format!("127.0.0.1:{port}")), "{e}");
+    assert!(!cached.exists(), "the tampered copy is removed");
+    // And with no cache at all, the error names the registry's failure.
+    let e = rt
+        .block_on(Registry::new(&f.settings(port, None), 64 << 20).unwrap().resolve(&source(&pinned, None)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&pinned) && e.contains(&format!("127.0.0.1:{port}")), "{e}");
+}
+
+/// `sign` and `verify` as a pipeline runs them (the CLI's own functions),
+/// and what a node with keys accepts.
+#[test]
+fn signatures_are_required_once_a_key_is_configured() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    let settings = f.settings(port, Some("cache"));
+    let signed_tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:signed")).unwrap();
+    let unsigned_tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/noop:v1")).unwrap();
+    let signed = rt.block_on(push::push(&settings, read(guests::ANNOTATE), &signed_tag)).unwrap();
+
+    // A key pair from the CLI, and a signature pushed with it.
+    let key = f.path("author");
+    let args = |cmd: &[&str]| {
+        let mut all = vec!["nri-wasm"];
+        all.extend_from_slice(cmd);
+        all.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let cli = |argv: Vec<String>| -> (std::process::ExitCode, String, String) {
+        use clap::Parser;
+        let parsed = nri_wasm::cli::Cli::try_parse_from(argv).expect("arguments");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = match parsed.command.unwrap() {
+            nri_wasm::cli::Command::Sign(a) => nri_wasm::cli::oci::sign(&a, &mut out, &mut err),
+            nri_wasm::cli::Command::Verify(a) => nri_wasm::cli::oci::verify(&a, &mut out, &mut err),
+            nri_wasm::cli::Command::Pull(a) => nri_wasm::cli::oci::pull(&a, &mut out, &mut err),
+            nri_wasm::cli::Command::Push(a) => nri_wasm::cli::oci::push(&a, &mut out, &mut err),
+            other => panic!("not a registry command: {other:?}"),
+        };
+        (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+    };
+    let (code, out, err) = cli(args(&["sign", "--generate", key.to_str().unwrap()]));
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+    let public = f.path("author.pub");
+    let auth = settings.auth_file.clone().unwrap();
+    let ca = f.tls.ca.clone();
+    let registry_flags = ["--auth-file", auth.to_str().unwrap(), "--ca-file", ca.to_str().unwrap()];
+    // `push` as a pipeline runs it: prints the reference pinned to the manifest.
+    let mut push_cmd = args(&["push", guests::NOOP, &unsigned_tag.to_string()]);
+    push_cmd.extend(registry_flags.iter().map(|s| s.to_string()));
+    let (code, out, err) = cli(push_cmd);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+    let pinned_out = OciRef::parse(out.trim()).expect("push prints a reference");
+    assert_eq!(pinned_out.tag, unsigned_tag.tag);
+    let unsigned = pinned_out.digest.expect("pinned to the pushed manifest");
+    // A file that is not a component is refused before anything is sent.
+    let not_wasm = f.path("notes.txt");
+    std::fs::write(&not_wasm, "not a policy").unwrap();
+    let mut bad_push = args(&["push", not_wasm.to_str().unwrap(), &unsigned_tag.to_string()]);
+    bad_push.extend(registry_flags.iter().map(|s| s.to_string()));
+    let (code, _, err) = cli(bad_push);
+    assert_eq!(code, std::process::ExitCode::FAILURE);
+    assert!(err.contains("notes.txt"), "{err}");
+
+    let mut sign = args(&["sign", "--key", key.to_str().unwrap(), &signed_tag.to_string()]);
+    sign.extend(registry_flags.iter().map(|s| s.to_string()));
+    let (code, out, err) = cli(sign);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+    assert!(out.contains(&format!("sha256:{signed}")) && out.contains(&format!("sha256-{signed}.sig")), "{out}");
+
+    let mut verify = args(&["verify", "--key", public.to_str().unwrap(), &signed_tag.to_string()]);
+    verify.extend(registry_flags.iter().map(|s| s.to_string()));
+    let (code, out, err) = cli(verify);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+    assert!(out.contains("signed by") && out.contains("author.pub"), "{out}");
+
+    // Pull as a pipeline would: the file written is the component pushed.
+    let pulled_file = f.path("pulled.wasm");
+    let mut pull = args(&["pull", "-o", pulled_file.to_str().unwrap(), "--key", public.to_str().unwrap()]);
+    pull.push(signed_tag.to_string());
+    pull.extend(registry_flags.iter().map(|s| s.to_string()));
+    let (code, out, err) = cli(pull);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+    assert_eq!(std::fs::read(&pulled_file).unwrap(), read(guests::ANNOTATE));
+
+    // `check` pulls as a node with this configuration would, and says so.
+    let host_config = f.path("host.toml");
+    std::fs::write(
+        &host_config,
+        format!(
+            "[registry]\nauth-file = {:?}\nca-file = {:?}\npublic-keys = [{:?}]\n",
+            auth.display().to_string(),
+            ca.display().to_string(),
+            public.display().to_string()
+        ),
+    )
+    .unwrap();
+    {
+        use clap::Parser;
+        let argv = ["nri-wasm", "check", "-c", host_config.to_str().unwrap(), &signed_tag.to_string()];
+        let nri_wasm::cli::Command::Check(check) = nri_wasm::cli::Cli::try_parse_from(argv).unwrap().command.unwrap()
+        else {
+            panic!("not check")
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = nri_wasm::cli::author::check::check(&check, Compiler::InProcess, &mut out, &mut err);
+        let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+        assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+        assert!(out.contains(&format!("source    {signed_tag}")), "{out}");
+        assert!(out.contains(&format!("manifest sha256:{signed}")) && out.contains("author.pub"), "{out}");
+        assert!(out.contains("result    loads"), "{out}");
+    }
+
+    // A node with the key: a tag alone is enough when signed.
+    let with_key = RegistrySettings { public_keys: vec![public.clone()], ..settings.clone() };
+    let node = Registry::new(&with_key, 64 << 20).unwrap();
+    let ok = rt.block_on(node.resolve(&source(&signed_tag.to_string(), None))).expect("signed policy");
+    let signer = ok.provenance.signer.clone().unwrap();
+    assert!(signer.contains("author.pub") && signer.contains("sha256:"), "{signer}");
+    assert_eq!(ok.provenance.manifest, format!("sha256:{signed}"));
+
+    // Unsigned: refused, naming the reference.
+    let pinned_unsigned = format!("{unsigned_tag}@sha256:{unsigned}");
+    let e = rt.block_on(node.resolve(&source(&pinned_unsigned, None))).unwrap_err().to_string();
+    assert!(e.contains(&pinned_unsigned) && e.contains("no signature"), "{e}");
+    // Signed by someone else: refused.
+    let (_, stranger) = f.key_pair("stranger");
+    let e = rt
+        .block_on(node.resolve(&source(&signed_tag.to_string(), Some(vec![stranger.clone()]))))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("verifies with the configured keys") && e.contains("stranger.pub"), "{e}");
+    // Offline, the signature is checked again from the cache.
+    drop(registry);
+    let offline = rt.block_on(node.resolve(&source(&signed_tag.to_string(), None))).expect("from the cache");
+    assert!(offline.provenance.from_cache && offline.provenance.signer.is_some());
+    let e = rt.block_on(node.resolve(&source(&signed_tag.to_string(), Some(vec![stranger])))).unwrap_err().to_string();
+    assert!(e.contains("verifies with the configured keys"), "{e}");
+}
+
+/// The host end to end: a mandatory policy named by reference is pending
+/// (events fail naming it) until pulled, then runs; a changed reference
+/// that cannot be verified keeps the running version; a good one replaces
+/// it; `/status` data shows digest, source and signer.
+#[test]
+fn the_host_loads_and_reloads_policies_by_reference() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let settings = f.settings(port, Some("oci-cache"));
+        let v1 = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let v2 = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v2")).unwrap();
+        let d1 = push::push(&settings, read(guests::ANNOTATE), &v1).await.unwrap();
+        // v2: the same policy as another file, so another digest.
+        let wat = another_file_of(guests::ANNOTATE);
+        let d2 = push::push(&settings, wat, &v2).await.unwrap();
+        assert_ne!(d1, d2);
+
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let file = policies.join("10-pulled.toml");
+        let write = |reference: &str| {
+            std::fs::write(&file, format!("source = \"{reference}\"\nsettings = \"pulled\"\non-error = \"fail\"\n"))
+                .unwrap()
+        };
+        write(&format!("{v1}@sha256:{d1}"));
+
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = settings.clone();
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        let report = reloads.borrow().1.clone();
+        assert_eq!(report.added, ["10-pulled"], "{report:?}");
+        let h = Harness::start_policies(RuntimeProfile::v0_12(), host.dispatcher.clone()).await;
+        let conn = h.connect().await;
+        conn.synchronize(&[], &[], 0).await.unwrap();
+        let created = AtomicUsize::new(0);
+        let create = || {
+            let n = created.fetch_add(1, Ordering::Relaxed);
+            let pod = nri_sim::workload::pod(1);
+            let ctr = nri_sim::workload::container(&pod, n);
+            (pod, ctr)
+        };
+        let (pod, ctr) = create();
+        let reply = conn.create_container(&pod, &ctr).await.expect("answered");
+        assert_eq!(reply.adjust.unwrap().annotations.get("example.com/pulled"), Some(&ctr.name));
+        let digest_of = || host.dispatcher.chain().policies().map(|p| p.digest().to_string()).collect::<Vec<_>>();
+        let first = digest_of();
+        let provenance = host.dispatcher.chain().policies().next().unwrap().spec.provenance.clone().unwrap();
+        assert_eq!(provenance.manifest, format!("sha256:{d1}"));
+        assert_eq!(provenance.source, format!("{v1}@sha256:{d1}"));
+
+        // A reference whose digest the registry does not have: refused, the
+        // previous version keeps answering.
+        let missing = format!("{v2}@sha256:{}", "0".repeat(64));
+        write(&missing);
+        let report = host.reloader.reload().await;
+        assert_eq!(report.refused.len(), 1, "{report:?}");
+        assert!(report.refused[0].1.contains(&missing), "{:?}", report.refused);
+        assert_eq!(digest_of(), first);
+        let (pod, ctr) = create();
+        let reply = conn.create_container(&pod, &ctr).await.expect("answered by the previous version");
+        assert!(reply.adjust.unwrap().annotations.contains_key("example.com/pulled"));
+
+        // A verified new reference replaces it.
+        write(&format!("{v2}@sha256:{d2}"));
+        let report = host.reloader.reload().await;
+        assert_eq!(report.replaced, ["10-pulled"], "{report:?}");
+        assert_ne!(digest_of(), first);
+        let status = host.metrics.status();
+        let shown = status.policies.iter().find(|p| p.name == "10-pulled").expect("in /status");
+        assert_eq!(shown.manifest, format!("sha256:{d2}"));
+        assert_eq!(shown.source, format!("{v2}@sha256:{d2}"));
+        assert_eq!(shown.status, "loaded");
+        // Metrics: the loaded version only, by its manifest's short digest.
+        let text = host.metrics.encode();
+        let info: Vec<&str> = text.lines().filter(|l| l.starts_with("nri_wasm_policy_info{")).collect();
+        assert_eq!(info.len(), 1, "{info:?}");
+        assert!(info[0].contains(&format!("manifest=\"sha256:{}\"", &d2[..12])), "{info:?}");
+
+        conn.close().await;
+        h.shutdown().await;
+    });
+    drop(registry);
+}
+
+/// The same component as another file: a custom section appended changes
+/// the digest, not what the component does.
+fn another_file_of(path: &str) -> Vec<u8> {
+    let mut bytes = read(path);
+    bytes.extend_from_slice(&[0, 6, 5, b'n', b'o', b't', b'e', b'!']);
+    bytes
+}
+
+// ---------------------------------------------------------------------
+// A registry that misbehaves.
+
+/// How the hostile registry answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Accepts, reads the request, never answers.
+    Stall,
+    /// A manifest whose digest is not the one asked for.
+    WrongDigest,
+    /// An image's manifest instead of a wasm artifact.
+    WrongMediaType,
+    /// A layer larger than a policy may be.
+    Oversized,
+    /// A manifest that never ends.
+    EndlessManifest,
+    /// A component whose body never ends.
+    EndlessBlob,
+    /// A component whose content is not its digest.
+    WrongBlob,
+    /// Every request redirected to itself.
+    RedirectLoop,
+}
+
+struct Hostile {
+    port: u16,
+    requests: Arc<AtomicUsize>,
+    blob_requests: Arc<AtomicUsize>,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+const GOOD_LAYER: &[u8] = b"\0asm\x0d\0\x01\0";
+
+fn sha(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn wasm_manifest(config_type: &str, layer: &[u8], size: u64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": config_type, "digest": format!("sha256:{}", sha(b"{}")), "size": 2},
+        "layers": [{"mediaType": "application/wasm", "digest": format!("sha256:{}", sha(layer)), "size": size}],
+    }))
+    .unwrap()
+}
+
+/// The manifest each mode serves (for the ones that serve one).
+fn hostile_manifest(mode: Mode) -> Vec<u8> {
+    match mode {
+        Mode::WrongMediaType => {
+            wasm_manifest("application/vnd.oci.image.config.v1+json", GOOD_LAYER, GOOD_LAYER.len() as u64)
+        }
+        Mode::Oversized => wasm_manifest("application/vnd.wasm.config.v0+json", GOOD_LAYER, 1 << 40),
+        _ => wasm_manifest("application/vnd.wasm.config.v0+json", GOOD_LAYER, GOOD_LAYER.len() as u64),
+    }
+}
+
+async fn start_hostile(tls: &Tls, mode: Mode) -> Hostile {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    nri_wasm::registry::client::crypto();
+    let certs: Vec<rustls_pki_types::CertificateDer<'static>> = {
+        use rustls_pki_types::pem::PemObject;
+        rustls_pki_types::CertificateDer::pem_file_iter(&tls.cert).unwrap().map(|c| c.unwrap()).collect()
+    };
+    let key = {
+        use rustls_pki_types::pem::PemObject;
+        rustls_pki_types::PrivateKeyDer::from_pem_file(&tls.key).unwrap()
+    };
+    let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let blob_requests = Arc::new(AtomicUsize::new(0));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (req, blobs) = (requests.clone(), blob_requests.clone());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            let acceptor = acceptor.clone();
+            let (req, blobs) = (req.clone(), blobs.clone());
+            tokio::spawn(async move {
+                let Ok(mut s) = acceptor.accept(tcp).await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                req.fetch_add(1, Ordering::Relaxed);
+                let text = String::from_utf8_lossy(&head).to_string();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let is_blob = path.contains("/blobs/");
+                if is_blob {
+                    blobs.fetch_add(1, Ordering::Relaxed);
+                }
+                let ok = |body: &[u8], len: Option<usize>| {
+                    let mut h =
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n".to_string();
+                    if let Some(n) = len {
+                        h.push_str(&format!("Content-Length: {n}\r\n"));
+                    }
+                    h.push_str("Connection: close\r\n\r\n");
+                    let mut out = h.into_bytes();
+                    out.extend_from_slice(body);
+                    out
+                };
+                match mode {
+                    Mode::Stall => {
+                        tokio::time::sleep(Duration::from_secs(120)).await;
+                    }
+                    Mode::RedirectLoop => {
+                        let r = format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                        let _ = s.write_all(r.as_bytes()).await;
+                    }
+                    Mode::WrongDigest => {
+                        let m = wasm_manifest("application/vnd.wasm.config.v0+json", b"other", 5);
+                        let _ = s.write_all(&ok(&m, Some(m.len()))).await;
+                    }
+                    Mode::EndlessManifest if !is_blob => {
+                        let _ = s.write_all(&ok(b"{\"schemaVersion\": 2, \"x\": \"", None)).await;
+                        let chunk = vec![b'a'; 64 << 10];
+                        // Bounded: 64 MiB at most, or until the client hangs up.
+                        for _ in 0..1024 {
+                            if s.write_all(&chunk).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Mode::EndlessBlob if is_blob => {
+                        let _ = s.write_all(&ok(GOOD_LAYER, None)).await;
+                        let chunk = vec![0u8; 64 << 10];
+                        for _ in 0..1024 {
+                            if s.write_all(&chunk).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Mode::WrongBlob if is_blob => {
+                        let bad = b"\0asm\x0d\0\x01\x01";
+                        let _ = s.write_all(&ok(bad, Some(bad.len()))).await;
+                    }
+                    _ if is_blob => {
+                        let _ = s.write_all(&ok(GOOD_LAYER, Some(GOOD_LAYER.len()))).await;
+                    }
+                    _ => {
+                        let m = hostile_manifest(mode);
+                        let _ = s.write_all(&ok(&m, Some(m.len()))).await;
+                    }
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Hostile { port, requests, blob_requests, stop }
+}
+
+/// Each misbehaviour is an error naming the reference and what went
+/// wrong, within the deadline, with nothing left in the cache.
+#[test]
+fn a_registry_that_stalls_lies_or_floods_is_refused_with_the_reference_and_leaves_nothing() {
+    let f = Fixture::new();
+    let rt = rt();
+    rt.block_on(async {
+        for (mode, expect) in [
+            (Mode::Stall, "within 1500 ms"),
+            (Mode::WrongDigest, "not the sha256:"),
+            (Mode::WrongMediaType, "not a wasm artifact"),
+            (Mode::Oversized, "not downloaded"),
+            (Mode::EndlessManifest, "larger than 262144 bytes"),
+            (Mode::EndlessBlob, "more than the manifest's"),
+            (Mode::WrongBlob, "content has digest"),
+            (Mode::RedirectLoop, "redirect"),
+        ] {
+            let hostile = start_hostile(&f.tls, mode).await;
+            let cache = format!("cache-{mode:?}");
+            let settings = RegistrySettings { timeout_ms: 1500, ..f.settings(hostile.port, Some(&cache)) };
+            let registry = Registry::new(&settings, 1 << 20).unwrap();
+            let digest = match mode {
+                Mode::WrongDigest => sha(&hostile_manifest(Mode::Stall)),
+                _ => sha(&hostile_manifest(mode)),
+            };
+            let reference = format!("oci://127.0.0.1:{}/p/x:v1@sha256:{digest}", hostile.port);
+            let started = Instant::now();
+            let e = registry.resolve(&source(&reference, None)).await.unwrap_err().to_string();
+            // Generous: the deadline is 1.5 s; this only proves the pull ends.
+            assert!(started.elapsed() < Duration::from_secs(60), "{mode:?} took {:?}", started.elapsed());
+            assert!(e.contains(&reference), "{mode:?}: the error names the reference: {e}");
+            assert!(e.contains(expect), "{mode:?}: {expect:?} missing: {e}");
+            let left = cache_files(&f.path(&cache));
+            assert!(
+                left.iter().all(|n| n != &sha(GOOD_LAYER) && !n.starts_with('.')),
+                "{mode:?}: nothing unverified or partial is kept: {left:?}"
+            );
+            if mode == Mode::Oversized {
+                assert_eq!(hostile.blob_requests.load(Ordering::Relaxed), 0, "an oversized blob is not requested");
+            }
+            assert!(hostile.requests.load(Ordering::Relaxed) > 0 || mode == Mode::Stall);
+            let _ = hostile.stop.send(());
+        }
+
+        // Down: nothing listens.
+        let port = free_port();
+        let settings = f.settings(port, Some("cache-down"));
+        let reference = format!("oci://127.0.0.1:{port}/p/x@sha256:{}", "1".repeat(64));
+        let e = Registry::new(&settings, 1 << 20).unwrap().resolve(&source(&reference, None)).await.unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains(&reference) && e.contains(&format!("127.0.0.1:{port}/v2/p/x/manifests")), "{e}");
+        assert!(e.contains("the node's cache has no usable copy"), "{e}");
+    });
+}
+
+/// While a pull stalls, events are answered: a mandatory policy named by
+/// reference fails them naming itself, an optional one is skipped.
+#[test]
+fn a_stalled_pull_never_holds_an_event() {
+    let f = Fixture::new();
+    let rt = rt();
+    rt.block_on(async {
+        let hostile = start_hostile(&f.tls, Mode::Stall).await;
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let reference = format!("oci://127.0.0.1:{}/p/x:v1@sha256:{}", hostile.port, "2".repeat(64));
+        std::fs::write(policies.join("10-stalled.toml"), format!("source = \"{reference}\"\non-error = \"fail\"\n"))
+            .unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = RegistrySettings { timeout_ms: 600_000, ..f.settings(hostile.port, Some("cache")) };
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let h = Harness::start_policies(RuntimeProfile::v0_12(), host.dispatcher.clone()).await;
+        let conn = h.connect().await;
+        conn.synchronize(&[], &[], 0).await.unwrap();
+        // Wait until the pull is under way (the registry saw the request).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while hostile.requests.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "the pull never reached the registry");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for n in 0..5 {
+            let pod = nri_sim::workload::pod(1);
+            let ctr = nri_sim::workload::container(&pod, n);
+            let answer = tokio::time::timeout(Duration::from_secs(30), conn.create_container(&pod, &ctr))
+                .await
+                .expect("answered while the pull stalls");
+            match answer {
+                Err(nri_sim::SimError::Failed { status, .. }) => {
+                    assert!(status.message().contains("10-stalled"), "{}", status.message())
+                }
+                other => panic!("a mandatory policy that is not loaded fails the event, got {other:?}"),
+            }
+        }
+        conn.close().await;
+        h.shutdown().await;
+        let _ = hostile.stop.send(());
+    });
+}
