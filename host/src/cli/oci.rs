@@ -136,14 +136,20 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
     report(err, result)
 }
 
+/// `reference` through the node's own pull path, with `keys` as the
+/// signature requirement (what `pull` and `verify` share).
+fn resolve(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> Result<crate::registry::Resolved, String> {
+    let settings = RegistrySettings { public_keys: keys.to_vec(), ..registry.settings()? };
+    let reference = OciRef::parse(reference).map_err(|e| e.to_string())?;
+    let registry = Registry::new(&settings, 1 << 30)?;
+    let source = Source { reference, public_keys: None };
+    runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())
+}
+
 /// `nri-wasm pull REF -o FILE`.
 pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
-        let settings = RegistrySettings { public_keys: args.keys.clone(), ..args.registry.settings()? };
-        let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
-        let registry = Registry::new(&settings, 1 << 30)?;
-        let source = Source { reference, public_keys: None };
-        let resolved = runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())?;
+        let resolved = resolve(&args.registry, &args.keys, &args.reference)?;
         crate::registry::write_atomically(&args.output, &resolved.bytes)?;
         let p = &resolved.provenance;
         let _ = writeln!(out, "{} manifest {} component sha256:{}", p.source, p.manifest, resolved.digest);
@@ -184,11 +190,7 @@ pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
 /// `nri-wasm verify --key KEY.pub REF`: what a node would accept.
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
-        let settings = RegistrySettings { public_keys: args.keys.clone(), ..args.registry.settings()? };
-        let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
-        let registry = Registry::new(&settings, 1 << 30)?;
-        let source = Source { reference, public_keys: None };
-        let resolved = runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())?;
+        let resolved = resolve(&args.registry, &args.keys, &args.reference)?;
         let p = &resolved.provenance;
         let _ = writeln!(
             out,
