@@ -412,12 +412,12 @@ fn records(host: &Host, message: &str) -> usize {
         .count()
 }
 
-/// What `/readyz` answers, polled until `want` is in it (at most 30 s).
+/// What `/readyz` answers, polled until its body is `want` (at most 30 s).
 async fn readyz_until(addr: SocketAddr, want: &str) -> (u16, String) {
     let mut last = (0, String::new());
     for _ in 0..300 {
         last = nri_wasm::metrics::get(addr, "/readyz").await.expect("/readyz answers");
-        if last.1.contains(want) {
+        if last.1.trim() == want {
             return last;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -444,14 +444,14 @@ async fn a_refused_registration_is_counted_summarised_and_named_by_readyz() {
         let refused = tokio::time::timeout(Duration::from_secs(30), sim.accept()).await.expect("the host tries");
         assert!(refused.is_err(), "the simulator refused the registration");
     }
-    let (code, body) = readyz_until(addr, "not registered").await;
+    let (code, body) = readyz_until(addr, "not ready: not registered with the runtime").await;
     assert_eq!((code, body.trim()), (503, "not ready: not registered with the runtime"));
     let reconnects = counter(addr, "nri_wasm_reconnects_total").await;
     assert!(reconnects >= 3, "4 refused registrations, {reconnects} reconnects counted");
-    let first = host.record("the runtime did not accept the registration; retrying");
+    let first = host.record("registration with the runtime failed; retrying");
     assert!(field(&first, "error").contains("already registered"), "{first}");
-    assert_eq!(records(&host, "the runtime did not accept the registration; retrying"), 1);
-    assert_eq!(records(&host, "the runtime still does not accept the registration"), 0);
+    assert_eq!(records(&host, "registration with the runtime failed; retrying"), 1);
+    assert_eq!(records(&host, "registration with the runtime still fails"), 0);
     assert_eq!(records(&host, "disconnected from the runtime; reconnecting"), 0);
 
     sim.set_profile(RuntimeProfile::v0_12());

@@ -67,7 +67,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                         l.memory_mib,
                         if s.sha256.is_some() { " sha256-pinned" } else { "" },
                     )?;
-                    writeln!(out, "  {:<24} {}", "", grants_line(s))?;
+                    writeln!(out, "  {:<24} {}", "", grants_line(s, config.engine.max_component_mib << 20))?;
                     if let Some(source) = &s.source {
                         writeln!(out, "  {:<24} source={}", "", source.reference)?;
                     }
@@ -106,8 +106,8 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
 }
 
 /// What a settings file grants, beside what the component declares (read
-/// from the file without compiling it).
-fn grants_line(spec: &crate::policy::manifest::PolicySpec) -> String {
+/// from the file, as the host reads it, without compiling it).
+fn grants_line(spec: &crate::policy::manifest::PolicySpec, max_bytes: u64) -> String {
     use crate::policy::caps::{parse_declaration, Allowed, CapSet};
     let extra = spec.grant.dangerous();
     let granted = if extra.is_empty() {
@@ -115,9 +115,14 @@ fn grants_line(spec: &crate::policy::manifest::PolicySpec) -> String {
     } else {
         format!("grant=default + {}", extra.describe())
     };
-    let declared = std::fs::read(&spec.wasm)
-        .ok()
-        .and_then(|bytes| crate::policy::inspect::survey(&spec.name, &bytes).ok())
+    if spec.source.is_some() {
+        return format!("{granted}; declares: known once pulled (`nri-wasm check` on the reference shows it)");
+    }
+    let bytes = crate::policy::prepare::read_policy_file(spec, max_bytes).ok();
+    let declared = bytes
+        .as_deref()
+        .and_then(|bytes| crate::policy::inspect::binary(&spec.name, bytes).ok())
+        .and_then(|binary| crate::policy::inspect::survey(&spec.name, &binary).ok())
         .map(|found| found.declaration.as_deref().map(parse_declaration));
     let declared = match declared {
         None => return format!("{granted}; declares: (not a readable component)"),

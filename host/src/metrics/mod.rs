@@ -253,7 +253,7 @@ impl Metrics {
         registry.register("nri_wasm_registered", "1 while registered with the runtime", registered.clone());
         registry.register(
             "nri_wasm_reconnects",
-            "Connections to the runtime after the first (after a lost connection or a refused registration)",
+            "Connections to the runtime after the first (after a lost connection or a failed registration)",
             reconnects.clone(),
         );
         registry.register("nri_wasm_policies", "Policies by status (loaded, failed, loading)", policies.clone());

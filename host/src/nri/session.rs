@@ -36,7 +36,8 @@ pub struct Status {
     pub phase: Phase,
     /// Successful registrations since start (1 + reconnects).
     pub registrations: u64,
-    /// Connections on which the runtime did not accept the registration
+    /// Connections on which the registration failed (refused, or the
+    /// connection closed or timed out before the runtime answered)
     /// (each is followed by another attempt: a reconnect too).
     pub registration_failures: u64,
 }

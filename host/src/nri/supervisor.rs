@@ -222,10 +222,10 @@ impl Failures {
                     tracing::warn!(error = %reason, attempts = n, waited_s, "runtime still not reachable")
                 }
                 (Trouble::Refused, 1) => {
-                    tracing::warn!(error = %reason, "the runtime did not accept the registration; retrying")
+                    tracing::warn!(error = %reason, "registration with the runtime failed; retrying")
                 }
                 (Trouble::Refused, n) => {
-                    tracing::warn!(error = %reason, attempts = n, waited_s, "the runtime still does not accept the registration")
+                    tracing::warn!(error = %reason, attempts = n, waited_s, "registration with the runtime still fails")
                 }
             }
             self.reported = Some(now);

@@ -110,6 +110,11 @@ impl CallEvent {
         self.container.as_deref()
     }
 
+    /// The same, shared: kept past the call without a copy.
+    pub fn container_shared(&self) -> Option<Arc<pb::Container>> {
+        self.container.clone()
+    }
+
     /// The whole event as WIT, as `whole` returns it.
     pub fn to_wit(&self) -> wit::Event {
         use wit::{Event as E, EventKind as K};

@@ -181,14 +181,10 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
                 }
             }
             Payload::CustomSection(reader) if reader.name() == super::caps::SECTION => {
-                let text = std::str::from_utf8(reader.data()).map_err(|_| LoadError::Invalid {
-                    policy: policy.into(),
-                    reason: format!("its {} section is not UTF-8", super::caps::SECTION),
-                })?;
-                let declaration = found.declaration.get_or_insert_with(String::new);
-                declaration.push(' ');
-                declaration.push_str(text);
-                if declaration.len() > MAX_DECLARATION_BYTES {
+                // The size first: a hostile section is refused before it is
+                // checked or copied.
+                let held = found.declaration.as_ref().map_or(0, String::len);
+                if held + 1 + reader.data().len() > MAX_DECLARATION_BYTES {
                     return Err(LoadError::Invalid {
                         policy: policy.into(),
                         reason: format!(
@@ -197,6 +193,13 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
                         ),
                     });
                 }
+                let text = std::str::from_utf8(reader.data()).map_err(|_| LoadError::Invalid {
+                    policy: policy.into(),
+                    reason: format!("its {} section is not UTF-8", super::caps::SECTION),
+                })?;
+                let declaration = found.declaration.get_or_insert_with(String::new);
+                declaration.push(' ');
+                declaration.push_str(text);
             }
             Payload::ComponentImportSection(reader) if depth == 1 => {
                 for import in reader {

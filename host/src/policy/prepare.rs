@@ -130,7 +130,6 @@ impl CompiledPolicy {
     }
 }
 
-/// A stable seed from a policy's name (FNV-1a).
 /// What a policy may use: its spec's grant and its declaration. A
 /// declaration the grant does not cover loads (its output that needs the
 /// rest is refused at event time, `chain/pipeline.rs`), with a warning, as
@@ -160,6 +159,7 @@ pub fn allowed(spec: &PolicySpec, inspection: &Inspection) -> Result<Allowed, Lo
     Ok(allowed)
 }
 
+/// A stable seed from a policy's name (FNV-1a).
 fn seed_of(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

@@ -104,6 +104,9 @@ pub struct ReloadReport {
     /// Problems that are not about one policy (bad file names, orphan
     /// settings, an unreadable directory).
     pub problems: Vec<String>,
+    /// Policies in `refused` or `failed` whose file was not tried again
+    /// (refused before, unchanged since): already reported.
+    pub not_retried: Vec<String>,
     /// A new chain was installed.
     pub installed: bool,
     /// The events the runtime should send changed.
@@ -222,8 +225,12 @@ impl Reloader {
         };
         let current = self.dispatcher.chain();
         if let Some(SpecError::Directory { .. }) = errors.first() {
+            // Nothing was read: what the last reload found refused still is.
+            let last = self.done.borrow().1.clone();
             report.problems = errors.iter().map(ToString::to_string).collect();
             report.unchanged = current.policies().map(|p| p.name().to_string()).collect();
+            report.refused = last.refused.clone();
+            report.not_retried = last.refused.iter().map(|(n, _)| n.clone()).collect();
             return (report, None);
         }
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
@@ -249,6 +256,7 @@ impl Reloader {
             let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned();
             if let Some((was, why)) = refused.filter(|(was, _)| *was == origin) {
                 // Refused before, unchanged since: not tried again.
+                report.not_retried.push(name.clone());
                 match old {
                     Some((policy, old_origin)) => {
                         next.push(((*policy).clone(), old_origin.clone()));
@@ -305,8 +313,16 @@ impl Reloader {
                     next.push((Arc::new(policy), origin));
                 }
                 Err(error) => {
+                    // A registry that could not be reached is tried again at
+                    // the next reload; a file that failed, only once changed.
+                    let unreachable = matches!(error, LoadError::Registry { .. });
                     let why = LoadProblem::Load { path: spec.wasm.clone(), error }.to_string();
-                    self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), (origin, why.clone()));
+                    if !unreachable {
+                        self.refused
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(name.clone(), (origin, why.clone()));
+                    }
                     match old {
                         Some((policy, old_origin)) => {
                             next.push(((*policy).clone(), old_origin.clone()));
@@ -424,20 +440,23 @@ impl Reloader {
     }
 }
 
-/// Logs what a reload did. What the previous reload already reported in
-/// the same words (a refused version, a policy left out, a settings file
-/// left behind by a removed policy) is not an error again at every
-/// reload: `/status` keeps showing it, the log says it at debug level.
+/// Logs what a reload did. A version not tried again because it was
+/// refused before and has not changed, and a directory problem the
+/// previous reload reported in the same words (a settings file left behind
+/// by a removed policy), are not errors again at every reload: `/status`
+/// keeps showing them, the log says them at debug level. A file that was
+/// tried and failed is an error every time.
 fn log_report(r: &ReloadReport, before: &ReloadReport, took: std::time::Duration) {
+    let repeated = |policy: &String| r.not_retried.contains(policy);
     for (policy, why) in &r.refused {
-        if before.refused.iter().any(|(p, w)| p == policy && w == why) {
+        if repeated(policy) {
             tracing::debug!(policy, error = why, "new version of the policy still refused");
         } else {
             tracing::error!(policy, error = why, "new version of the policy refused; the previous version stays");
         }
     }
     for (policy, why) in &r.failed {
-        if before.failed.iter().any(|(p, w)| p == policy && w == why) {
+        if repeated(policy) {
             tracing::debug!(policy, error = why, "policy still left out");
         } else {
             tracing::error!(policy, error = why, "policy left out");

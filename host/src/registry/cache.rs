@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::prepare::sha256_hex;
 
+/// Older than this, a temporary download file is left over from a download
+/// that was cut off: every pull ends well before (`[registry]` deadline).
+const STALE_DOWNLOAD: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The digest cache.
 #[derive(Debug, Clone)]
 pub struct BlobCache {
@@ -43,6 +47,21 @@ impl BlobCache {
                 .mode(0o700)
                 .create(dir.join(sub))
                 .map_err(|e| format!("cannot create the registry cache {}: {e}", dir.join(sub).display()))?;
+        }
+        // A download cut off by its deadline or a stop leaves its temporary
+        // file. Those older than any download may take go; a younger one
+        // may be another process's download in progress (`check` and
+        // `pull` share a node's cache).
+        if let Ok(entries) = std::fs::read_dir(dir.join("blobs")) {
+            for entry in entries.flatten() {
+                let stale = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > STALE_DOWNLOAD));
+                if stale && entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
         }
         Ok(Self { dir: dir.to_path_buf() })
     }

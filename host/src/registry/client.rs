@@ -268,7 +268,9 @@ impl Registry {
             None => None,
         };
         let mut hasher = Sha256::new();
-        let mut bytes = Vec::with_capacity(size.min(self.max_blob) as usize);
+        // Grown as bytes arrive: a manifest's declared size alone reserves
+        // no more than a MiB.
+        let mut bytes = Vec::with_capacity(size.min(self.max_blob).min(1 << 20) as usize);
         let result: Result<(), String> = async {
             while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
                 if bytes.len() as u64 + chunk.len() as u64 > size {

@@ -257,14 +257,15 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     // compiles once per machine rather than once per command (a temporary
     // one when there is none). The second load reads the compiled code, as
     // a node's restart does.
-    let shared = args.cache_dir.clone().or_else(|| config.engine.cache_dir.clone()).or_else(super::user_cache_dir);
-    let temporary = match shared {
-        Some(_) => None,
-        None => Some(
-            tempfile::tempdir().map_err(|e| SetupError::Usage(format!("cannot create a temporary directory: {e}")))?,
-        ),
+    let mut temporary = None;
+    let cache = match super::cache_dir(&args.cache_dir, &config.engine) {
+        Some(dir) => dir,
+        None => {
+            let dir = tempfile::tempdir()
+                .map_err(|e| SetupError::Usage(format!("cannot create a temporary directory: {e}")))?;
+            temporary.insert(dir).path().to_path_buf()
+        }
     };
-    let cache = shared.unwrap_or_else(|| temporary.as_ref().map(|t| t.path().to_path_buf()).unwrap_or_default());
     let engine = super::engine(&config.engine, Some(cache), compiler)?;
     let facts = Arc::new(super::facts());
     let started = Instant::now();

@@ -294,7 +294,7 @@ impl Session {
         preload(&states, &preloaded)
             .map_err(|reason| EvalError::State { path: state.unwrap_or(path).into(), reason })?;
 
-        let cache = host.cache_dir.clone().or_else(|| config.engine.cache_dir.clone()).or_else(super::user_cache_dir);
+        let cache = super::cache_dir(&host.cache_dir, &config.engine);
         let engine = super::engine(&config.engine, cache, compiler)?;
         let facts = Arc::new(super::facts());
         let loaded = engine.block_on(loader::load_specs(&engine, specs, spec_errors, &facts));

@@ -121,6 +121,12 @@ fn host_config(args: &HostArgs) -> Result<Config, SetupError> {
     Ok(config)
 }
 
+/// The compile cache `check` and `eval` share with the host: the one the
+/// command line names, else the configuration's, else the user's.
+fn cache_dir(named: &Option<PathBuf>, settings: &EngineSettings) -> Option<PathBuf> {
+    named.clone().or_else(|| settings.cache_dir.clone()).or_else(user_cache_dir)
+}
+
 /// The user's cache of compiled policies.
 fn user_cache_dir() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {

@@ -238,7 +238,7 @@ impl Chain {
         }
         // The event's own container: updating it needs only the capability
         // of the resources changed; updating any other needs `updates`.
-        let own = event.container_record().map(|c| c.id.clone());
+        let own_container = event.container_shared();
         let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
         let may = entry.policy.allowed().effective();
@@ -255,7 +255,7 @@ impl Chain {
                 self.succeeded(entry);
                 return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Ok(reply)) => match caps::missing(&reply, own.as_deref(), may) {
+            Ok(Ok(reply)) => match caps::missing(&reply, own_container.as_deref().map(|c| c.id.as_str()), may) {
                 Some(c) => {
                     let failure = self.failed(entry, ungranted(policy, name, c));
                     return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
