@@ -452,7 +452,7 @@ fn signatures_are_required_once_a_key_is_configured() {
 fn the_host_loads_and_reloads_policies_by_reference() {
     let Some(binary) = registry_binary() else { return };
     let f = Fixture::new();
-    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let mut registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
     let port = registry.port;
     let rt = rt();
     rt.block_on(async {
@@ -531,6 +531,27 @@ fn the_host_loads_and_reloads_policies_by_reference() {
         let info: Vec<&str> = text.lines().filter(|l| l.starts_with("nri_wasm_policy_info{")).collect();
         assert_eq!(info.len(), 1, "{info:?}");
         assert!(info[0].contains(&format!("manifest=\"sha256:{}\"", &d2[..12])), "{info:?}");
+
+        // A new reference while the registry is down (nothing cached): the
+        // pull fails and the previous version answers; the same settings
+        // file is pulled again at every reload, and loads once the
+        // registry is back.
+        let v3 = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v3")).unwrap();
+        let mut third = another_file_of(guests::ANNOTATE);
+        third.extend_from_slice(&[0, 6, 5, b't', b'h', b'r', b'e', b'e']);
+        let d3 = push::push(&settings, third, &v3).await.unwrap();
+        registry.stop();
+        write(&format!("{v3}@sha256:{d3}"));
+        for _ in 0..2 {
+            let report = host.reloader.reload().await;
+            assert_eq!(report.refused.len(), 1, "{report:?}");
+            assert!(report.not_retried.is_empty(), "a failed pull is tried again: {report:?}");
+        }
+        let (pod, ctr) = create();
+        conn.create_container(&pod, &ctr).await.expect("answered by the previous version");
+        registry.restart();
+        let report = host.reloader.reload().await;
+        assert_eq!(report.replaced, ["10-pulled"], "pulled once the registry is back: {report:?}");
 
         conn.close().await;
         h.shutdown().await;
