@@ -42,7 +42,7 @@ DEBIAN_LLVM14=1:14.0.6-12
 DEBIAN_WASI_LIBC=0.0~git20220510.9886d3d-2
 APT_PACKAGES=("clang=$DEBIAN_LLVM" "lld=$DEBIAN_LLVM" "wasi-libc=$DEBIAN_WASI_LIBC" "libclang-rt-14-dev-wasm32=$DEBIAN_LLVM14")
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 TOOLS=${NRI_WASM_GUEST_TOOLS:-$TARGET/guest-tools}
 MODE=install

@@ -12,7 +12,7 @@
 # reaches the host through stderr). OUT defaults to
 # POLICY_DIR/target/<dir name>.wasm. CFLAGS adds compiler flags.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need clang wasm-ld wit-bindgen wasm-tools
 adapter="$NRI_WASM_GUEST_TOOLS/wasi/wasi_snapshot_preview1.reactor.wasm"

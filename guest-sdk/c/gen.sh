@@ -4,7 +4,7 @@
 # from wit/ (run guest-sdk/js/gen.sh first after a WIT change); `--check`
 # only says whether it is current.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need node
 tmp=$(mktemp)

@@ -10,7 +10,7 @@
 # world's imported functions), and runs the tests, each call in a process
 # of its own. TEST_NAME runs only the tests whose names contain it.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need wit-bindgen
 cc=${CC:-clang}

@@ -10,7 +10,7 @@
 # information is embedded; wasm-tools makes the component, with the SDK's
 # own WASI adapter (adapter/adapter.wat) for what Go's runtime imports.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need go wasm-tools
 

@@ -3,7 +3,7 @@
 # native build of a policy's tests) from the repository's wit/ (run after a
 # WIT change); `--check` only says whether the checked-in files are current.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need wasm-tools go
 tmp=$(mktemp -d)

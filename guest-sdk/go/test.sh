@@ -8,7 +8,7 @@
 # itself in init as in the component; its tests run it with the SDK's test
 # host, package nri-wasm.local/nriwasm/nritest.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need go
 src=$(cd "${1:-.}" && pwd)

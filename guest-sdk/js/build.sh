@@ -17,7 +17,7 @@
 # Only what guest-sdk/install-tools.sh installed is used; nothing is
 # downloaded.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need node
 

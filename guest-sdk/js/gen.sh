@@ -2,7 +2,7 @@
 # Regenerates src/world.js, src/schema.js and types/world.d.ts from the repository's wit/
 # (run after a WIT change); `--check` only says whether they are current.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need node wasm-tools
 tmp=$(mktemp -d)

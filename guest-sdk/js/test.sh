@@ -9,7 +9,7 @@
 # project has) and `nriwasm/testing` (testing/index.mjs); testing/
 # register.mjs maps the world's interfaces to the test host's fakes.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need node
 cd "${1:-.}"

@@ -13,7 +13,7 @@
 # and stubbing them (--stub-wasi) would add an instance per interface, 38
 # core instances in all, more than the host allows a component.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need componentize-py
 

@@ -9,7 +9,7 @@
 # (nriwasm/, whose nriwasm.testing is the test host) and the bindings on
 # the path. Tests are test*.py files (unittest's discovery).
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need componentize-py python3
 src=$(cd "${1:-.}" && pwd)

@@ -15,7 +15,7 @@ if [ ! -d "$here/.sdk" ]; then
     echo "no nri-wasm SDK for this project: set NRI_WASM_SDK to the guest-sdk directory of an nri-wasm checkout (SDK $sdk_version)" >&2
     exit 2
 fi
-sdk=$(cd "$here/.sdk" && pwd)
+sdk=$(cd "$here/.sdk" && pwd -P)
 have=$(sed -n 's/^package nri-wasm:policy@\(.*\);$/\1/p' "$sdk/../../wit/world.wit" 2>/dev/null || true)
 if [ "$have" != "$sdk_version" ]; then
     echo "this project is written for the SDK of nri-wasm:policy@$sdk_version; $sdk is ${have:-not an nri-wasm SDK}" >&2

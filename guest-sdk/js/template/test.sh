@@ -2,6 +2,6 @@
 # Runs the native tests (policy.test.js) on Node, with the nri-wasm SDK
 # that sdk.sh finds.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 . "$here/sdk.sh"
 exec "$sdk/test.sh" "$here" "$@"
