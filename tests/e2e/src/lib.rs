@@ -341,6 +341,15 @@ pub fn eval_cx(budget: Duration) -> nri_wasm::policy::chain::EvalContext {
     )
 }
 
+/// The default limits with a time limit (2 s) that no busy machine
+/// reaches: for the tests that are about anything but time. A test about a
+/// time limit sets its own and asserts which limit fired; with the default
+/// 100 ms, a healthy policy on a loaded 2-core machine can run out of time
+/// and fail a test that is about something else.
+pub fn roomy() -> nri_wasm::policy::limits::Limits {
+    nri_wasm::policy::limits::Limits { timeout_ms: 2_000, ..nri_wasm::policy::limits::Limits::default() }
+}
+
 /// A policy spec as the loader would build it from `NN-name.wasm` + `.toml`.
 pub fn policy_spec(
     name: &str,

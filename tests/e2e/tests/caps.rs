@@ -15,7 +15,7 @@ use nri_wasm::policy::engine::{CompiledPolicy, Facts};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine};
 
 fn facts() -> Arc<Facts> {
     Arc::new(nri_wasm_e2e::test_facts())
@@ -25,7 +25,7 @@ fn facts() -> Arc<Facts> {
 const BUDGET: Duration = Duration::from_secs(10);
 
 fn load(wasm: &str, mode: &str, on_error: OnError, grant: CapSet) -> CompiledPolicy {
-    let spec = PolicySpec { grant, ..policy_spec("20-overreach", wasm, mode, on_error, Limits::default()) };
+    let spec = PolicySpec { grant, ..policy_spec("20-overreach", wasm, mode, on_error, roomy()) };
     engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
 }
 

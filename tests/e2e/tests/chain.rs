@@ -15,7 +15,7 @@ use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, Harness};
+use nri_wasm_e2e::{guests, roomy, Harness};
 
 use nri_wasm_e2e::{policy_spec, shared_engine as engine};
 
@@ -29,7 +29,7 @@ fn load(name: &str, wasm: &str, settings: &str, on_error: OnError, mode: Mode, l
 }
 
 fn annotate(name: &str, tag: &str) -> CompiledPolicy {
-    load(name, guests::ANNOTATE, tag, OnError::Fail, Mode::Enforce, Limits::default())
+    load(name, guests::ANNOTATE, tag, OnError::Fail, Mode::Enforce, roomy())
 }
 
 fn faulty(name: &str, settings: &str, on_error: OnError, limits: Limits) -> CompiledPolicy {
@@ -112,7 +112,7 @@ fn each_policy_sees_the_container_as_the_policies_before_it_left_it() {
 /// show the container as the policy before it left it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_it() {
-    let probe = load("20-probe", guests::PROBE, "read-all", OnError::Fail, Mode::Enforce, Limits::default());
+    let probe = load("20-probe", guests::PROBE, "read-all", OnError::Fail, Mode::Enforce, roomy());
     let chain = Chain::new(vec![annotate("10-a", "a"), probe], ChainSettings::default());
     let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, DEFAULT_TIMEOUT).await;
     let reply = conn.create_container(&pod, &ctr).await.expect("the probe finds no difference");
@@ -128,7 +128,7 @@ async fn the_pieces_of_the_event_agree_with_the_whole_as_earlier_policies_left_i
 /// of every event against the whole one and counts the event in its state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_reaches_a_policy_and_its_pieces_agree_with_the_whole() {
-    let probe = load("20-probe", guests::PROBE, "every-event", OnError::Fail, Mode::Enforce, Limits::default());
+    let probe = load("20-probe", guests::PROBE, "every-event", OnError::Fail, Mode::Enforce, roomy());
     let chain = Chain::new(vec![annotate("10-a", "a"), probe], ChainSettings::default());
     let Served { h, conn, dispatcher, pod, ctr } = serve(chain, DEFAULT_TIMEOUT).await;
     conn.synchronize(&[], &[], 0).await.unwrap();
@@ -172,7 +172,7 @@ async fn every_event_reaches_a_policy_and_its_pieces_agree_with_the_whole() {
 /// policy's memory slot warm: a global counter reads 1 in every call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_of_a_policy_starts_afresh_in_every_call() {
-    let probe = load("20-probe", guests::PROBE, "global", OnError::Fail, Mode::Enforce, Limits::default());
+    let probe = load("20-probe", guests::PROBE, "global", OnError::Fail, Mode::Enforce, roomy());
     let chain = Chain::new(vec![probe], ChainSettings::default());
     let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, DEFAULT_TIMEOUT).await;
     for run in 0..20 {
@@ -233,11 +233,10 @@ async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
 /// policy that cannot be loaded.
 #[test]
 fn an_audited_policy_that_fails_does_not_fail_the_event() {
-    let trapping = load("20-audit", guests::FAULTS, "unreachable", OnError::Fail, Mode::Audit, Limits::default());
-    let spec =
-        PolicySpec { mode: Mode::Audit, ..policy_spec("30-broken", "broken", "", OnError::Fail, Limits::default()) };
+    let trapping = load("20-audit", guests::FAULTS, "unreachable", OnError::Fail, Mode::Audit, roomy());
+    let spec = PolicySpec { mode: Mode::Audit, ..policy_spec("30-broken", "broken", "", OnError::Fail, roomy()) };
     let e = engine()
-        .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, Limits::default()), b"junk", &facts())
+        .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, roomy()), b"junk", &facts())
         .unwrap_err();
     let broken = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
     let chain =
@@ -254,7 +253,7 @@ fn an_audited_policy_that_fails_does_not_fail_the_event() {
 
 #[test]
 fn audit_mode_reports_but_changes_and_denies_nothing() {
-    let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
+    let audited = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, roomy());
     let chain = Chain::new(vec![annotate("10-a", "a"), audited], ChainSettings::default());
     let mut req = request();
     let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &req).unwrap();
@@ -266,7 +265,7 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
 
     // The annotate guest denies containers annotated example.com/deny.
     req.container.mut_or_insert_default().annotations.insert("example.com/deny".into(), "no".into());
-    let audit_only = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, Limits::default());
+    let audit_only = load("20-audit", guests::ANNOTATE, "audited", OnError::Fail, Mode::Audit, roomy());
     let chain = Chain::new(vec![audit_only], ChainSettings::default());
     let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     assert!(steps[0].audit);
@@ -282,7 +281,7 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
 #[test]
 fn a_failing_policy_is_quarantined_then_retried() {
     let settings = ChainSettings { breaker_failures: 3, breaker_backoff_ms: 300, ..ChainSettings::default() };
-    let p = faulty("20-trap", "unreachable", OnError::Ignore, Limits::default());
+    let p = faulty("20-trap", "unreachable", OnError::Ignore, roomy());
     let chain = Chain::new(vec![annotate("10-a", "a"), p], settings);
     let req = request();
     let failure_of = |steps: &[Step]| match steps.last().map(|s| &s.outcome) {
@@ -306,7 +305,7 @@ fn a_failing_policy_is_quarantined_then_retried() {
 
     // With on-error = fail a quarantined policy fails the event, and says so.
     let settings = ChainSettings { breaker_failures: 1, breaker_backoff_ms: 60_000, ..ChainSettings::default() };
-    let chain = Chain::new(vec![faulty("20-trap", "unreachable", OnError::Fail, Limits::default())], settings);
+    let chain = Chain::new(vec![faulty("20-trap", "unreachable", OnError::Fail, roomy())], settings);
     assert!(create(&chain, TWO_S, &req).is_err());
     let err = create(&chain, TWO_S, &req).unwrap_err().to_string();
     assert!(err.contains("20-trap") && err.contains("quarantined after 1 consecutive failures"), "{err}");
@@ -322,11 +321,11 @@ fn a_looping_policy_leaves_the_later_ones_their_share() {
         let chain = Chain::new(
             vec![
                 faulty("10-loop", "loop", on_error, looping),
-                load("20-a", guests::ANNOTATE, "a", OnError::Fail, Mode::Enforce, Limits::default()),
+                load("20-a", guests::ANNOTATE, "a", OnError::Fail, Mode::Enforce, roomy()),
             ],
             ChainSettings::default(),
         );
-        // A budget of 1 s for 10 s + 100 ms of limits: shares of 900 and 100 ms (each limit capped at one level).
+        // A budget of 1 s for 10 s + 2 s of limits: shares of 500 ms each (each limit capped at one level).
         match (on_error, create(&chain, Duration::from_secs(1), &request())) {
             (OnError::Ignore, Ok(Evaluated { value: resp, steps, .. })) => {
                 assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
@@ -361,8 +360,7 @@ fn the_same_input_gives_the_same_output_and_the_same_fuel() {
 
 #[test]
 fn randomness_is_seeded_per_policy_so_results_repeat() {
-    let chain =
-        Chain::new(vec![faulty("10-random", "random", OnError::Fail, Limits::default())], ChainSettings::default());
+    let chain = Chain::new(vec![faulty("10-random", "random", OnError::Fail, roomy())], ChainSettings::default());
     let Evaluated { value: first, steps: _, .. } = create(&chain, TWO_S, &request()).unwrap();
     let order = annotations(&first);
     assert_eq!(order.len(), 1);
@@ -376,7 +374,7 @@ fn randomness_is_seeded_per_policy_so_results_repeat() {
 
 #[test]
 fn policy_validation_sees_the_merged_result_and_may_reject_it() {
-    let validator = || faulty("90-validate", "validate", OnError::Fail, Limits::default());
+    let validator = || faulty("90-validate", "validate", OnError::Fail, roomy());
     let chain = Chain::new(vec![annotate("10-a", "a"), validator()], ChainSettings::default());
     assert!(chain.wants(nri_wasm::nri::EventKind::CreateContainer));
     let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &request()).unwrap();
@@ -407,7 +405,7 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
     std::fs::write(dir.path().join("30-junk.toml"), "on-error = \"fail\"\n").unwrap();
     std::fs::copy(guests::ANNOTATE, dir.path().join("40-bad-settings.wasm")).unwrap();
     std::fs::write(dir.path().join("40-bad-settings.toml"), "settings = \"two words\"\n").unwrap();
-    let options = loader::DirOptions { defaults: Limits::default(), strict_permissions: false };
+    let options = loader::DirOptions { defaults: roomy(), strict_permissions: false };
     let loaded = nri_wasm_e2e::block_on(loader::load_dir(&engine(), dir.path(), options, &facts()));
     let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
     assert_eq!(names, ["10-first", "20-second"]);
@@ -427,12 +425,12 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
 /// time, and the policy after them still gets its share of the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_looping_policies_answer_inside_the_request_timeout() {
-    let request_timeout = Duration::from_millis(1_000);
+    let request_timeout = Duration::from_millis(2_000);
     for on_error in [OnError::Ignore, OnError::Fail] {
-        let looping = Limits { fuel: u64::MAX / 2, ..Limits::default() };
+        let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 10, ..roomy() };
         let mut policies: Vec<_> =
             (0..30).map(|i| faulty(&format!("{:02}-loop", i + 10), "loop", on_error, looping)).collect();
-        policies.push(load("90-last", guests::ANNOTATE, "last", on_error, Mode::Enforce, Limits::default()));
+        policies.push(load("90-last", guests::ANNOTATE, "last", on_error, Mode::Enforce, roomy()));
         let chain = Chain::new(policies, ChainSettings::default());
         let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
         for _ in 0..3 {
@@ -441,8 +439,9 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
             let took = started.elapsed();
             assert!(took < request_timeout, "{on_error:?}: the runtime would have dropped us after {took:?}");
             match on_error {
-                // 31 limits of 100 ms in a budget of 500 ms: each loop is
-                // cut at its share, and the last policy runs in its own.
+                // Limits of 30 x 10 ms + 2 s in a budget of 1 s: each loop
+                // is cut at its own limit, and the last policy's limit is
+                // cut to the 700 ms the loops leave, which it runs in.
                 OnError::Ignore => {
                     let reply = result.unwrap();
                     assert!(
@@ -471,12 +470,12 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
 #[test]
 fn a_conflict_fails_the_event_unless_the_later_policy_yields() {
     use nri_wasm::policy::manifest::OnConflict;
-    let first = load("10-a", guests::REPLAY, "memory-limit 1000", OnError::Fail, Mode::Enforce, Limits::default());
+    let first = load("10-a", guests::REPLAY, "memory-limit 1000", OnError::Fail, Mode::Enforce, roomy());
     let second = |on_error, on_conflict, mode| {
         let spec = PolicySpec {
             mode,
             on_conflict,
-            ..policy_spec("20-b", guests::REPLAY, "memory-limit 2000; env X=1", on_error, Limits::default())
+            ..policy_spec("20-b", guests::REPLAY, "memory-limit 2000; env X=1", on_error, roomy())
         };
         engine().load(&spec, &facts()).unwrap()
     };

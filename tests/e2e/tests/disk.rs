@@ -35,7 +35,7 @@ use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::prepare::{sha256_hex, CompiledPolicy};
 use nri_wasm::policy::state::{StateStore, StateWriter};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{create_event, guests};
+use nri_wasm_e2e::{create_event, guests, roomy};
 
 /// A policy pinned to the file it is loaded from, as an operator pins it.
 fn pinned(name: &str, wasm: &str, settings: &str) -> PolicySpec {
@@ -226,7 +226,7 @@ struct Counting {
 impl Counting {
     async fn start(states: StateStore) -> Self {
         let engine = nri_wasm_e2e::shared_engine();
-        let spec = nri_wasm_e2e::policy_spec("20-count", guests::PROBE, "count", OnError::Fail, Limits::default());
+        let spec = nri_wasm_e2e::policy_spec("20-count", guests::PROBE, "count", OnError::Fail, roomy());
         let probe = engine.load_async(&spec, &facts()).await.expect("the probe loads");
         let states = Arc::new(states);
         let metrics = Arc::new(Metrics::new());

@@ -11,7 +11,7 @@ use nri_wasm::policy::engine::{
 };
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
-use nri_wasm_e2e::{create_event, guests};
+use nri_wasm_e2e::{create_event, guests, roomy};
 
 fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
     PolicySpec {
@@ -44,7 +44,7 @@ fn compiled_components_are_cached_and_reused() {
     let dir = tempfile::tempdir().unwrap();
     let settings = EngineSettings { cache_dir: Some(dir.path().join("cache")), ..EngineSettings::default() };
     let f = facts();
-    let s = spec("10-noop", guests::NOOP, "", Limits::default());
+    let s = spec("10-noop", guests::NOOP, "", roomy());
     let first = PolicyEngine::new(&settings).unwrap();
     first.load(&s, &f).unwrap();
     // Beside each artifact (`.cwasm`) the cache keeps the subscription the
@@ -69,7 +69,7 @@ fn compiled_components_are_cached_and_reused() {
 fn a_policy_answers_and_consumes_deterministic_fuel() {
     let engine = engine();
     let f = facts();
-    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", Limits::default()), &f).unwrap();
+    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", roomy()), &f).unwrap();
     assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
     let first = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     let reply = first.outcome.clone().unwrap().unwrap();
@@ -87,8 +87,7 @@ fn a_policy_answers_and_consumes_deterministic_fuel() {
 #[test]
 fn settings_are_validated_at_load() {
     let engine = engine();
-    let err =
-        engine.load(&spec("10-annotate", guests::ANNOTATE, "two words", Limits::default()), &facts()).unwrap_err();
+    let err = engine.load(&spec("10-annotate", guests::ANNOTATE, "two words", roomy()), &facts()).unwrap_err();
     assert!(
         matches!(&err, LoadError::Init { policy, reason } if policy == "10-annotate" && reason.contains("single word")),
         "{err}"
@@ -122,7 +121,7 @@ fn an_infinite_loop_runs_out_of_fuel() {
 
 #[test]
 fn memory_growth_stops_at_the_cap() {
-    let limits = Limits { memory_mib: 16, ..Limits::default() };
+    let limits = Limits { memory_mib: 16, ..roomy() };
     let (err, _) = run_fault("grow", limits);
     assert_eq!(err.limit(), Some(LimitKind::Memory), "{err}");
     assert!(err.to_string().contains("16 MiB"), "{err}");
@@ -130,15 +129,15 @@ fn memory_growth_stops_at_the_cap() {
 
 #[test]
 fn traps_panics_and_stack_overflows_are_reported() {
-    let (err, _) = run_fault("unreachable", Limits::default());
+    let (err, _) = run_fault("unreachable", roomy());
     assert!(matches!(err, CallError::Trap { .. }), "{err}");
-    let (err, _) = run_fault("panic", Limits::default());
+    let (err, _) = run_fault("panic", roomy());
     assert!(matches!(err, CallError::Trap { .. }), "{err}");
     // The panic message the guest wrote to stderr is part of the error.
     assert!(err.to_string().contains("policy panicked on purpose for app"), "{err}");
     // Rust keeps its stack in linear memory: overflowing it faults below
     // address 0 rather than exhausting the engine's call stack.
-    let (err, _) = run_fault("stack", Limits::default());
+    let (err, _) = run_fault("stack", roomy());
     let text = err.to_string();
     assert!(err.limit() == Some(LimitKind::Stack) || text.contains("out of bounds"), "{err}");
 }
@@ -147,7 +146,7 @@ fn traps_panics_and_stack_overflows_are_reported() {
 fn a_policy_can_deny() {
     let engine = engine();
     let f = facts();
-    let p = engine.load(&spec("20-faults", guests::FAULTS, "deny", Limits::default()), &f).unwrap();
+    let p = engine.load(&spec("20-faults", guests::FAULTS, "deny", roomy()), &f).unwrap();
     let r = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert_eq!(r.outcome, Ok(Err("denied on purpose".to_string())));
 }
@@ -169,12 +168,12 @@ fn output_past_what_the_host_keeps_is_dropped_not_fatal() {
     let engine = engine();
     let f = facts();
     let env = CallEnv::detached(f.clone());
-    let chatty = engine.load(&spec("20-faults", guests::FAULTS, "chatty", Limits::default()), &f).unwrap();
+    let chatty = engine.load(&spec("20-faults", guests::FAULTS, "chatty", roomy()), &f).unwrap();
     let reply = engine.call(&chatty, create_event(), &env, None, Duration::from_secs(5)).outcome.unwrap().unwrap();
     let adjust = reply.adjust.expect("an answer");
     assert_eq!(adjust.annotations, vec![wit::KeyValue { key: "example.com/faults".into(), value: "ok".into() }]);
 
-    let panics = engine.load(&spec("20-faults", guests::FAULTS, "chatty-panic", Limits::default()), &f).unwrap();
+    let panics = engine.load(&spec("20-faults", guests::FAULTS, "chatty-panic", roomy()), &f).unwrap();
     let err = engine.call(&panics, create_event(), &env, None, Duration::from_secs(5)).outcome.unwrap_err();
     let CallError::Trap { trap, .. } = &err else { panic!("{err}") };
     assert!(trap.contains("panicked on purpose after logging too much"), "{trap}");
@@ -184,8 +183,7 @@ fn output_past_what_the_host_keeps_is_dropped_not_fatal() {
 /// the policy does not load, with the reason.
 #[test]
 fn reading_the_event_in_configure_keeps_the_policy_from_loading() {
-    let err =
-        engine().load(&spec("20-probe", guests::PROBE, "event-in-configure", Limits::default()), &facts()).unwrap_err();
+    let err = engine().load(&spec("20-probe", guests::PROBE, "event-in-configure", roomy()), &facts()).unwrap_err();
     assert!(matches!(err, LoadError::Init { .. }), "{err}");
     let text = err.to_string();
     assert!(text.contains("20-probe") && text.contains("read outside handle"), "{text}");
@@ -197,8 +195,7 @@ fn forbidden_imports_are_refused_with_the_import_named() {
         (import "wasi:http/outgoing-handler@0.2.0" (instance))
     )"#;
     let engine = engine();
-    let err =
-        engine.load_bytes(&spec("30-http", "inline", "", Limits::default()), wat.as_bytes(), &facts()).unwrap_err();
+    let err = engine.load_bytes(&spec("30-http", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
     assert!(
         matches!(&err, LoadError::ForbiddenImport { import, .. } if import == "wasi:http/outgoing-handler@0.2.0"),
         "{err}"
@@ -212,9 +209,7 @@ fn components_built_against_another_package_version_are_refused_with_the_reason(
     for old in ["0.1.0", "0.2.0"] {
         let import = format!("nri-wasm:policy/host@{old}");
         let wat = format!(r#"(component (import "{import}" (instance)))"#);
-        let err = engine()
-            .load_bytes(&spec("31-old", "inline", "", Limits::default()), wat.as_bytes(), &facts())
-            .unwrap_err();
+        let err = engine().load_bytes(&spec("31-old", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
         assert!(matches!(&err, LoadError::Version { import: i, .. } if *i == import), "{err}");
         let text = err.to_string();
         let current = format!("nri-wasm:policy@{}.x", nri_wasm::policy::engine::WIT_VERSION);
@@ -225,13 +220,12 @@ fn components_built_against_another_package_version_are_refused_with_the_reason(
 #[test]
 fn garbage_and_wrong_worlds_are_refused() {
     let engine = engine();
-    let err = engine.load_bytes(&spec("40-junk", "inline", "", Limits::default()), b"not wasm", &facts()).unwrap_err();
+    let err = engine.load_bytes(&spec("40-junk", "inline", "", roomy()), b"not wasm", &facts()).unwrap_err();
     assert!(matches!(err, LoadError::NotWasm { .. }), "{err}");
     assert_eq!(err.to_string(), "policy 40-junk: not a WebAssembly file (no \\0asm header)");
-    let core = engine.load_bytes(&spec("42-core", "inline", "", Limits::default()), b"(module)", &facts()).unwrap_err();
+    let core = engine.load_bytes(&spec("42-core", "inline", "", roomy()), b"(module)", &facts()).unwrap_err();
     assert!(matches!(core, LoadError::CoreModule { .. }), "{core}");
-    let err =
-        engine.load_bytes(&spec("41-empty", "inline", "", Limits::default()), b"(component)", &facts()).unwrap_err();
+    let err = engine.load_bytes(&spec("41-empty", "inline", "", roomy()), b"(component)", &facts()).unwrap_err();
     assert!(matches!(err, LoadError::World { .. }), "{err}");
 }
 
@@ -248,7 +242,7 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
     let engine = PolicyEngine::new(&settings).expect("the engine still starts");
     assert!(matches!(engine.allocator(), Allocator::OnDemand(why) if !why.is_empty()), "{:?}", engine.allocator());
     let f = facts();
-    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "x", Limits::default()), &f).unwrap();
+    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "x", roomy()), &f).unwrap();
     assert!(engine
         .call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1))
         .outcome

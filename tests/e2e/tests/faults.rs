@@ -23,7 +23,7 @@ use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, Harness};
+use nri_wasm_e2e::{guests, roomy, Harness};
 
 const RUNS: usize = 1_000;
 /// Memory is compared between this run and the last one.
@@ -60,7 +60,7 @@ fn chain(fault: &Fault, on_error: OnError) -> Chain {
     let engine = engine();
     let f = Arc::new(facts());
     let healthy = |name: &str, tag: &str| {
-        engine.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, Limits::default()), &f).expect("healthy policy")
+        engine.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, roomy()), &f).expect("healthy policy")
     };
     let before = healthy("10-before", "before");
     let after = healthy("30-after", "after");
@@ -170,18 +170,17 @@ async fn memory_growth_past_the_cap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_trap() {
-    run_matrix(Fault { settings: Some("unreachable"), limits: Limits::default(), says: &["trapped", "unreachable"] })
-        .await;
+    run_matrix(Fault { settings: Some("unreachable"), limits: roomy(), says: &["trapped", "unreachable"] }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_panic() {
-    run_matrix(Fault { settings: Some("panic"), limits: Limits::default(), says: &["trapped"] }).await;
+    run_matrix(Fault { settings: Some("panic"), limits: roomy(), says: &["trapped"] }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_overflow() {
-    run_matrix(Fault { settings: Some("native-stack"), limits: Limits::default(), says: &["stack overflow"] }).await;
+    run_matrix(Fault { settings: Some("native-stack"), limits: roomy(), says: &["stack overflow"] }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,8 +192,7 @@ async fn huge_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_output() {
-    run_matrix(Fault { settings: Some("invalid"), limits: Limits::default(), says: &["invalid output", "mount"] })
-        .await;
+    run_matrix(Fault { settings: Some("invalid"), limits: roomy(), says: &["invalid output", "mount"] }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +205,7 @@ async fn settings_step_loops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_import() {
     let says = &["not loaded", "wasi:http/outgoing-handler@0.2.0"];
-    run_matrix(Fault { settings: None, limits: Limits::default(), says }).await;
+    run_matrix(Fault { settings: None, limits: roomy(), says }).await;
 }
 
 /// A million env entries, as the issue puts it: the guest's own limits stop
@@ -239,7 +237,7 @@ async fn a_million_env_entries() {
 
 #[test]
 fn unloadable_policies_with_on_error_ignore_are_reported_and_fail_nothing() {
-    let spec = spec("20-faulty", "x", "", OnError::Ignore, Limits::default());
+    let spec = spec("20-faulty", "x", "", OnError::Ignore, roomy());
     let e = LoadError::Compile { policy: "20-faulty".into(), reason: "bad".into() };
     let missing = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
     let chain = Chain::new(Vec::new(), ChainSettings::default()).with_unloadable(vec![missing]);

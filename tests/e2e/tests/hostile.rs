@@ -26,7 +26,7 @@ use nri_wasm::policy::engine::LoadError;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine, test_facts, Harness};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, test_facts, Harness};
 
 /// Counts the bytes this process has allocated and not freed.
 struct Counting;
@@ -134,7 +134,9 @@ fn c_one(pod: &pb::PodSandbox) -> pb::Container {
 }
 
 fn healthy(name: &str, tag: &str) -> nri_wasm::policy::engine::CompiledPolicy {
-    let spec = policy_spec(name, guests::ANNOTATE, tag, OnError::Fail, Limits::default());
+    // 250 ms: room on a busy machine, and the two of them leave an
+    // attacker half of the chain's budget of 1 s.
+    let spec = policy_spec(name, guests::ANNOTATE, tag, OnError::Fail, Limits { timeout_ms: 250, ..roomy() });
     engine().load(&spec, &Arc::new(test_facts())).expect("healthy policy")
 }
 
@@ -286,7 +288,7 @@ async fn a_poll_that_never_fires_is_cut_at_the_time_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdin_is_empty_and_does_not_block() {
     let expect = Expect::Answers("example.com/stdin", "0");
-    run_attack(Attack { settings: "stdin", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "stdin", limits: roomy(), expect, runs: RUNS }).await;
 }
 
 // ---------------------------------------------------------------- host resources
@@ -294,13 +296,13 @@ async fn stdin_is_empty_and_does_not_block() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holding_ever_more_pollables_hits_the_handle_limit() {
     let expect = Expect::Fails(&["more than 1024 resource handles"]);
-    run_attack(Attack { settings: "pollables", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "pollables", limits: roomy(), expect, runs: RUNS }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asking_for_megabytes_of_random_bytes_traps() {
     let expect = Expect::Fails(&["trapped", "exceeds limit 65536"]);
-    run_attack(Attack { settings: "random-huge", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "random-huge", limits: roomy(), expect, runs: RUNS }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,11 +322,11 @@ async fn a_flood_of_log_lines_reaches_the_log_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_log_line_is_clipped_and_a_forged_one_escaped() {
     let expect = Expect::Answers("example.com/hostile", "logged");
-    let log = run_attack(Attack { settings: "log-huge", limits: Limits::default(), expect, runs: 20 }).await;
+    let log = run_attack(Attack { settings: "log-huge", limits: roomy(), expect, runs: 20 }).await;
     let longest = log.lines().map(str::len).max().unwrap_or(0);
     assert!(longest < 4096, "a log line of {longest} bytes");
     assert!(log.contains("more bytes cut]"), "the cut is marked");
-    let log = run_attack(Attack { settings: "log-forge", limits: Limits::default(), expect, runs: 5 }).await;
+    let log = run_attack(Attack { settings: "log-forge", limits: roomy(), expect, runs: 5 }).await;
     assert!(!log.lines().any(|l| l.starts_with("2026-01-01T00:00:00Z ERROR")), "a forged line: {log}");
     assert!(log.contains(r"harmless\\n2026-01-01") && !log.contains('\u{1b}'), "{log}");
 }
@@ -339,7 +341,7 @@ async fn endless_output_is_cut_at_the_time_limit_and_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_stops_at_its_limit() {
     // 64 KiB of state: keys of about 4 KiB, fifteen of them fit.
-    let limits = Limits { state_kib: 64, ..Limits::default() };
+    let limits = Limits { state_kib: 64, ..roomy() };
     run_attack(Attack {
         settings: "state-flood",
         limits,
@@ -354,26 +356,26 @@ async fn state_stops_at_its_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eight_mebibyte_denial_reaches_the_runtime_clipped() {
     let expect = Expect::Denies(&["denied CreateContainer", "more bytes cut]"], 8192);
-    run_attack(Attack { settings: "deny-huge", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "deny-huge", limits: roomy(), expect, runs: RUNS }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_denial_is_one_line() {
     let expect = Expect::Denies(&["no\\n2026-01-01"], 8192);
-    run_attack(Attack { settings: "deny-forge", limits: Limits::default(), expect, runs: 20 }).await;
+    run_attack(Attack { settings: "deny-forge", limits: roomy(), expect, runs: 20 }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_past_the_transfer_limit_is_refused_before_the_host_copies_it() {
     let expect = Expect::Fails(&["more than the 16777216 bytes one transfer may carry"]);
-    let limits = Limits { memory_mib: 64, ..Limits::default() };
+    let limits = Limits { memory_mib: 64, ..roomy() };
     run_attack(Attack { settings: "reply-transfer", limits, expect, runs: 20 }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_past_the_reply_limit_is_invalid_output() {
     let expect = Expect::Fails(&["invalid output", "exceeds the limit of 1048576 bytes"]);
-    run_attack(Attack { settings: "reply-large", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "reply-large", limits: roomy(), expect, runs: RUNS }).await;
 }
 
 // ---------------------------------------------------------------- host work
@@ -407,7 +409,7 @@ async fn four_thousand_updates_of_one_container_merge_in_linear_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_of_containers_the_node_does_not_have_are_invalid() {
     let expect = Expect::Fails(&["invalid output", "no container gone-0 on this node"]);
-    run_attack(Attack { settings: "unknown-updates:10", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "unknown-updates:10", limits: roomy(), expect, runs: RUNS }).await;
     let expect = Expect::Fails(&["invalid output", "5000 updates; at most 4096 per reply"]);
     run_attack(Attack { settings: "unknown-updates:5000", limits: limits(900), expect, runs: 3 }).await;
 }
@@ -433,7 +435,7 @@ async fn outputs_the_runtime_would_refuse_are_invalid_with_the_field_named() {
     ];
     for (settings, says) in cases {
         let says: &'static [&'static str] = Vec::leak([&["invalid output"][..], says].concat());
-        run_attack(Attack { settings, limits: Limits::default(), expect: Expect::Fails(says), runs: 20 }).await;
+        run_attack(Attack { settings, limits: roomy(), expect: Expect::Fails(says), runs: 20 }).await;
     }
 }
 
@@ -441,13 +443,8 @@ async fn outputs_the_runtime_would_refuse_are_invalid_with_the_field_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_is_a_one_line_failure() {
-    run_attack(Attack {
-        settings: "exit",
-        limits: Limits::default(),
-        expect: Expect::Fails(&["called exit(0)"]),
-        runs: RUNS,
-    })
-    .await;
+    run_attack(Attack { settings: "exit", limits: roomy(), expect: Expect::Fails(&["called exit(0)"]), runs: RUNS })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,7 +455,7 @@ async fn there_is_no_file_network_or_environment_to_reach() {
         ("env", "example.com/env", "vars=0 args=0"),
     ];
     for (settings, key, value) in cases {
-        run_attack(Attack { settings, limits: Limits::default(), expect: Expect::Answers(key, value), runs: 20 }).await;
+        run_attack(Attack { settings, limits: roomy(), expect: Expect::Answers(key, value), runs: 20 }).await;
     }
 }
 
@@ -507,7 +504,7 @@ fn configure_that_prints_panics_sleeps_or_exits_fails_the_load_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lying_pointers_and_bad_strings_are_one_line_traps() {
     let expect = Expect::Fails(&["trapped", "out of bounds"]);
-    run_attack(Attack { settings: "bad-pointer", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "bad-pointer", limits: roomy(), expect, runs: RUNS }).await;
     let expect = Expect::Fails(&["trapped", "utf-8"]);
-    run_attack(Attack { settings: "bad-utf8", limits: Limits::default(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "bad-utf8", limits: roomy(), expect, runs: RUNS }).await;
 }

@@ -25,7 +25,7 @@ use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, Harness};
+use nri_wasm_e2e::{guests, roomy, Harness};
 use protobuf::MessageField;
 
 const NAMES: [&str; 4] = ["10-a", "20-b", "30-c", "40-d"];
@@ -256,7 +256,7 @@ fn chain(replies: &[&str]) -> Chain {
                 settings: (*text).into(),
                 on_error: OnError::Fail,
                 mode: Mode::Enforce,
-                limits: Limits::default(),
+                limits: roomy(),
                 ..PolicySpec::granting_all(name, guests::REPLAY)
             };
             engine().load(&spec, &Arc::new(facts())).unwrap_or_else(|e| panic!("{name}: {e}"))

@@ -14,7 +14,7 @@ use nri_wasm::policy::engine::CompiledPolicy;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, shared_engine, test_facts, Harness};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine, test_facts, Harness};
 use protobuf::MessageField;
 
 const EXCLUSIVE: &str = "exclusive-cpus.nri-wasm.io/count";
@@ -113,7 +113,7 @@ fn allocations(d: &PolicyDispatcher) -> BTreeMap<String, String> {
 /// CPU is back in the pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_cpus_over_200_pods_in_random_order_with_a_restart() {
-    let policy = load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=1-7", Limits::default());
+    let policy = load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=1-7", roomy());
     let d = dispatcher(vec![policy]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let model = NodeModel::shared();
@@ -194,7 +194,7 @@ async fn exclusive_cpus_over_200_pods_in_random_order_with_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exclusive_cpus_are_numa_aligned_when_a_node_has_room() {
     // Test topology: node 0 has CPUs 0-3, node 1 has 4-7; CPU 0 stays shared.
-    let policy = load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=1-7", Limits::default());
+    let policy = load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=1-7", roomy());
     let d = dispatcher(vec![policy]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let rt = SimRuntime::new(h.connect().await, NodeModel::shared());
@@ -228,8 +228,7 @@ fn memory_high(c: &pb::Container) -> Option<String> {
 /// container stops everything is restored in the StopContainer reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn colocation_qos_throttles_offline_work_while_latency_critical_work_runs() {
-    let policy =
-        load("20-colocation-qos", guests::COLOCATION_QOS, "cpu-percent=25 memory-high=128M", Limits::default());
+    let policy = load("20-colocation-qos", guests::COLOCATION_QOS, "cpu-percent=25 memory-high=128M", roomy());
     let d = dispatcher(vec![policy]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let model = NodeModel::shared();
@@ -280,8 +279,8 @@ async fn colocation_qos_throttles_offline_work_while_latency_critical_work_runs(
 /// policy, and the size limit is enforced with an error that says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
-    let count = || load("10-count", guests::PROBE, "count", Limits::default());
-    let d = dispatcher(vec![count(), load("20-deny", guests::PROBE, "deny", Limits::default())]);
+    let count = || load("10-count", guests::PROBE, "count", roomy());
+    let d = dispatcher(vec![count(), load("20-deny", guests::PROBE, "deny", roomy())]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let rt = SimRuntime::new(h.connect().await, NodeModel::shared());
     rt.synchronize().await.unwrap();
@@ -295,7 +294,7 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
     assert!(d.states().snapshot("10-count").is_empty(), "a denied event commits nothing");
 
     // A failed call discards its own writes; on-error = ignore lets the event through.
-    let trap = policy_spec("10-count", guests::PROBE, "count;trap", OnError::Ignore, Limits::default());
+    let trap = policy_spec("10-count", guests::PROBE, "count;trap", OnError::Ignore, roomy());
     let trapping = shared_engine().load(&trap, &Arc::new(test_facts())).unwrap();
     d.replace_chain(Chain::new(vec![trapping], ChainSettings::default()));
     rt.create(&create(1)).await.unwrap();
@@ -308,7 +307,7 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
     d.replace_chain(Chain::new(vec![count()], ChainSettings::default()));
     assert_eq!(counted(&rt.create(&create(4)).await.unwrap()).as_deref(), Some("3"), "state survives the reload");
 
-    let tight = Limits { state_kib: 1, ..Limits::default() };
+    let tight = Limits { state_kib: 1, ..roomy() };
     d.replace_chain(Chain::new(vec![load("30-fill", guests::PROBE, "fill:1000", tight)], ChainSettings::default()));
     rt.create(&create(5)).await.expect("1000 bytes fit in 1 KiB");
     d.replace_chain(Chain::new(vec![load("30-fill", guests::PROBE, "fill:2000", tight)], ChainSettings::default()));
@@ -323,7 +322,7 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
 /// would drop the plugin): the host answers, stays connected and serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_failing_on_synchronize_does_not_fail_it() {
-    let spec = policy_spec("10-sync", guests::PROBE, "sync-trap;count", OnError::Fail, Limits::default());
+    let spec = policy_spec("10-sync", guests::PROBE, "sync-trap;count", OnError::Fail, roomy());
     let policy = shared_engine().load(&spec, &Arc::new(test_facts())).unwrap();
     let d = dispatcher(vec![policy]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
@@ -343,8 +342,8 @@ async fn a_policy_failing_on_synchronize_does_not_fail_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_view_shows_the_event_container_as_earlier_policies_left_it() {
     let d = dispatcher(vec![
-        load("10-count", guests::PROBE, "count", Limits::default()),
-        load("20-self", guests::PROBE, "self;list-ids", Limits::default()),
+        load("10-count", guests::PROBE, "count", roomy()),
+        load("20-self", guests::PROBE, "self;list-ids", roomy()),
     ]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let rt = SimRuntime::new(h.connect().await, NodeModel::shared());
@@ -453,8 +452,8 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 /// truth, comparing the view with the truth after every step.
 async fn view_follows_the_runtime(ops: Vec<Op>) {
     let d = dispatcher(vec![
-        load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=2-7", Limits::default()),
-        load("20-annotate", guests::ANNOTATE, "seen", Limits::default()),
+        load("10-exclusive-cpus", guests::EXCLUSIVE_CPUS, "pool=2-7", roomy()),
+        load("20-annotate", guests::ANNOTATE, "seen", roomy()),
     ]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let model = NodeModel::shared();
