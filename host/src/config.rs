@@ -240,7 +240,7 @@ const TABLES: &[(&str, &[&str])] = &[
             "compile-memory-mib",
         ],
     ),
-    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys"]),
+    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys", "tag-recheck-ms"]),
     ("chain", &["budget-fraction", "breaker-failures", "breaker-backoff-ms", "min-call-ms"]),
     ("metrics", &["address"]),
     ("logging", &["level", "format"]),

@@ -177,8 +177,10 @@ pub fn policy_host_observed(
     };
     let dispatcher = Arc::new(dispatcher);
     let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain };
-    let reloader =
-        Arc::new(Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts)));
+    let reloader = Arc::new(
+        Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts))
+            .with_tag_recheck(config.registry.tag_recheck()),
+    );
     let first = reloader.clone();
     let chain_settings = config.chain;
     let fallback = dispatcher.clone();

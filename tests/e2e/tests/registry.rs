@@ -11,8 +11,9 @@
 //! `/status` shows, the host starts from the node's cache with the
 //! registry down, a signature is required when a key is configured, a
 //! changed reference is a reload that keeps the previous version until the
-//! new one is verified, and a registry that misbehaves is named with the
-//! reference, leaves no file behind and never holds an event.
+//! new one is verified, a tag moved in the registry reaches a running host
+//! by itself, and a registry that misbehaves is named with the reference,
+//! leaves no file behind and never holds an event.
 //!
 //! The tests skip, saying so, only when `docker-registry` is not installed
 //! (`tests/registry/install.sh` installs it; `.ci/run` runs that first).
@@ -212,6 +213,7 @@ impl Fixture {
             ca_file: Some(self.tls.ca.clone()),
             timeout_ms: 20_000,
             public_keys: Vec::new(),
+            ..RegistrySettings::default()
         }
     }
 
@@ -555,6 +557,93 @@ fn the_host_loads_and_reloads_policies_by_reference() {
 
         conn.close().await;
         h.shutdown().await;
+    });
+    drop(registry);
+}
+
+/// A tag moved in the registry reaches a running host without a touch of
+/// its directory: the host asks where the tag points every
+/// `tag-recheck-ms` (one manifest request), an unmoved tag reloads nothing,
+/// a moved one replaces the version once the new one is verified, a tag
+/// moved to an unsigned version keeps the signed one (and is tried again
+/// at the next checks), and a registry gone keeps the running version.
+#[test]
+fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let mut registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let (key, public) = f.key_pair("author");
+        let base = f.settings(port, Some("oci-cache"));
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:stable")).unwrap();
+        let d1 = push::push(&base, read(guests::ANNOTATE), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let file = policies.join("10-pulled.toml");
+        std::fs::write(&file, format!("source = \"{tag}\"\nsettings = \"pulled\"\non-error = \"fail\"\n")).unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = RegistrySettings { public_keys: vec![public.clone()], tag_recheck_ms: 1_000, ..base.clone() };
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        host.dispatcher.engine().handle().spawn(nri_wasm::policy::reload::watch(
+            host.reloader.clone(),
+            Duration::from_millis(config.policies.reload_debounce_ms),
+            false,
+            stop.clone(),
+        ));
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        assert_eq!(reloads.borrow().1.added, ["10-pulled"], "{:?}", reloads.borrow().1);
+        let manifest = || host.dispatcher.chain().policies().next().unwrap().spec.provenance.clone().unwrap().manifest;
+        assert_eq!(manifest(), format!("sha256:{d1}"));
+        let file_before = std::fs::metadata(&file).unwrap().modified().unwrap();
+
+        // Unmoved: the checks (the host's every second, and this one) find
+        // nothing to do, and nothing is reloaded.
+        assert!(host.reloader.check_tags().await.is_empty());
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        assert_eq!(reloads.borrow().0, 1, "an unmoved tag reloads nothing: {:?}", reloads.borrow().1);
+
+        // Moved: another version pushed and signed under the same tag.
+        let d2 = push::push(&base, another_file_of(guests::ANNOTATE), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+        let replaced = reloads.wait_for(|(_, r)| r.replaced == ["10-pulled"]);
+        tokio::time::timeout(Duration::from_secs(120), replaced)
+            .await
+            .expect("the moved tag reached the host")
+            .unwrap();
+        assert_eq!(manifest(), format!("sha256:{d2}"));
+        let signer = host.dispatcher.chain().policies().next().unwrap().spec.provenance.clone().unwrap().signer;
+        assert!(signer.is_some_and(|s| s.contains("author.pub")));
+        let reloaded = reloads.borrow().0;
+
+        // Moved to a version nobody signed: the signed one keeps running, and
+        // the tag is tried again at the next checks (a signature may follow).
+        let mut third = another_file_of(guests::ANNOTATE);
+        third.extend_from_slice(&[0, 6, 5, b't', b'h', b'r', b'e', b'e']);
+        push::push(&base, third, &tag).await.unwrap();
+        for round in 1..=2 {
+            let tried = reloads.wait_for(|(n, _)| *n >= reloaded + round);
+            tokio::time::timeout(Duration::from_secs(120), tried).await.expect("the moved tag was tried").unwrap();
+            assert_eq!(manifest(), format!("sha256:{d2}"), "{:?}", reloads.borrow().1);
+        }
+        assert_eq!(host.reloader.check_tags().await, ["10-pulled"]);
+
+        // The registry gone: checks change nothing.
+        registry.stop();
+        assert!(host.reloader.check_tags().await.is_empty());
+        assert!(host.reloader.check_tags().await.is_empty());
+        assert_eq!(manifest(), format!("sha256:{d2}"));
+        assert_eq!(std::fs::metadata(&file).unwrap().modified().unwrap(), file_before, "the directory was not touched");
+        stop.cancel();
     });
     drop(registry);
 }
