@@ -1,7 +1,8 @@
 //! Policies from OCI registries, against a real registry: Debian's
 //! `docker-registry` (the CNCF distribution registry), started by each test
-//! on loopback with TLS (a CA the test makes) and basic auth, in a temp
-//! dir, and killed by its pid when the test ends. And against a hostile
+//! on loopback with TLS (a CA the test makes) and basic auth (or token
+//! auth, with a token server of the test's own that signs ES256 JWTs), in a
+//! temp dir, and killed by its pid when the test ends. And against a hostile
 //! registry the test plays itself (over the same TLS): one that stalls,
 //! lies about digests and media types, announces or sends too much,
 //! redirects in a loop, or is not there.
@@ -12,8 +13,8 @@
 //! registry down, a signature is required when a key is configured, a
 //! changed reference is a reload that keeps the previous version until the
 //! new one is verified, a tag moved in the registry reaches a running host
-//! by itself, and a registry that misbehaves is named with the reference,
-//! leaves no file behind and never holds an event.
+//! by itself, bearer tokens work, and a registry that misbehaves is named
+//! with the reference, leaves no file behind and never holds an event.
 //!
 //! The tests skip, saying so, only when `docker-registry` is not installed
 //! (`tests/registry/install.sh` installs it; `.ci/run` runs that first).
@@ -125,22 +126,32 @@ struct RealRegistry {
 }
 
 impl RealRegistry {
+    /// With basic auth (htpasswd).
     fn start(binary: &Path, dir: &Path, tls: &Tls) -> Self {
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        let port = free_port();
+        std::fs::create_dir_all(dir).unwrap();
         let hash = bcrypt::hash(PASSWORD, 4).unwrap();
         std::fs::write(dir.join("htpasswd"), format!("{USER}:{hash}\n")).unwrap();
+        let auth = format!(
+            "  htpasswd:\n    realm: nri-wasm-test\n    path: {htpasswd}\n",
+            htpasswd = dir.join("htpasswd").display()
+        );
+        Self::start_with_auth(binary, dir, tls, &auth)
+    }
+
+    /// With `auth` (the lines under `auth:` of its configuration).
+    fn start_with_auth(binary: &Path, dir: &Path, tls: &Tls, auth: &str) -> Self {
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let port = free_port();
         let config = dir.join("registry.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    \
                  enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {cert}\n    key: {key}\n\
-                 auth:\n  htpasswd:\n    realm: nri-wasm-test\n    path: {htpasswd}\n",
+                 auth:\n{auth}",
                 data = dir.join("data").display(),
                 cert = tls.cert.display(),
                 key = tls.key.display(),
-                htpasswd = dir.join("htpasswd").display(),
             ),
         )
         .unwrap();
@@ -657,6 +668,225 @@ fn another_file_of(path: &str) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------
+// Bearer tokens: the registry's `auth: token`, and a token server of the
+// test's own.
+
+const SERVICE: &str = "nri-wasm-test-registry";
+const ISSUER: &str = "nri-wasm-test-tokens";
+
+/// An ECDSA P-256 key and its self-signed certificate (openssl), for
+/// signing tokens.
+struct TokenSigner {
+    key: p256::ecdsa::SigningKey,
+    cert_der: Vec<u8>,
+    cert: PathBuf,
+}
+
+fn token_signer(dir: &Path, name: &str) -> TokenSigner {
+    use p256::pkcs8::DecodePrivateKey;
+    use rustls_pki_types::pem::PemObject;
+    let (key, cert) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.crt")));
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", &format!("/CN={name}"), "-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap()]));
+    let secret = p256::SecretKey::from_pkcs8_pem(&std::fs::read_to_string(&key).unwrap()).unwrap();
+    let der = rustls_pki_types::CertificateDer::from_pem_file(&cert).unwrap();
+    TokenSigner { key: p256::ecdsa::SigningKey::from(secret), cert_der: der.to_vec(), cert }
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A JWT as the registry's token auth reads it: ES256, the signing
+/// certificate in `x5c`, access to what each scope asks.
+fn token(signer: &TokenSigner, subject: &str, scopes: &[String]) -> String {
+    use base64::Engine as _;
+    use p256::ecdsa::signature::Signer as _;
+    let x5c = base64::engine::general_purpose::STANDARD.encode(&signer.cert_der);
+    let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [x5c]});
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let access: Vec<serde_json::Value> = scopes
+        .iter()
+        .filter_map(|s| {
+            let mut parts = s.splitn(3, ':');
+            let (kind, name, actions) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(serde_json::json!({"type": kind, "name": name, "actions": actions.split(',').collect::<Vec<_>>()}))
+        })
+        .collect();
+    let claims = serde_json::json!({
+        "iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now,
+        "jti": format!("{now}-{}", scopes.len()), "access": access,
+    });
+    let signed = format!("{}.{}", b64url(header.to_string().as_bytes()), b64url(claims.to_string().as_bytes()));
+    let signature: p256::ecdsa::Signature = signer.key.sign(signed.as_bytes());
+    format!("{signed}.{}", b64url(&signature.to_bytes()))
+}
+
+/// `%XX` of a query value, and `+` as a space.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The token server: HTTPS on loopback, basic auth with the test's user,
+/// a token signed by `trusted` (or, once `untrusted` is set, by a key the
+/// registry does not know). Records the query of every request.
+struct TokenServer {
+    port: u16,
+    queries: Arc<std::sync::Mutex<Vec<String>>>,
+    untrusted: Arc<std::sync::atomic::AtomicBool>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_token_server(tls: &Tls, trusted: TokenSigner, stranger: TokenSigner) -> TokenServer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    nri_wasm::registry::client::crypto();
+    let acceptor = tls_acceptor(tls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let untrusted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signers = Arc::new((trusted, stranger));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (seen, bad) = (queries.clone(), untrusted.clone());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            let (acceptor, seen, bad, signers) = (acceptor.clone(), seen.clone(), bad.clone(), signers.clone());
+            tokio::spawn(async move {
+                let Ok(mut s) = acceptor.accept(tcp).await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let target = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let query = target.split_once('?').map_or("", |(_, q)| q).to_string();
+                seen.lock().unwrap().push(percent_decode(&query));
+                let authorized = text.lines().any(|l| {
+                    let l = l.to_ascii_lowercase();
+                    l.starts_with("authorization: basic ")
+                        && l.ends_with(&base64_encode(&format!("{USER}:{PASSWORD}")).to_ascii_lowercase())
+                });
+                let scopes: Vec<String> = query
+                    .split('&')
+                    .filter_map(|kv| kv.strip_prefix("scope="))
+                    .flat_map(|s| percent_decode(s).split(' ').map(str::to_string).collect::<Vec<_>>())
+                    .collect();
+                let answer = if authorized {
+                    let signer = if bad.load(Ordering::Relaxed) { &signers.1 } else { &signers.0 };
+                    let jwt = token(signer, USER, &scopes);
+                    let body = serde_json::json!({"token": jwt, "access_token": jwt, "expires_in": 300}).to_string();
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: \
+                         close\r\n\r\n{body}",
+                        body.len()
+                    )
+                } else {
+                    "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+                };
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    TokenServer { port, queries, untrusted, _stop: stop }
+}
+
+/// A TLS acceptor with the test's server certificate (127.0.0.1).
+fn tls_acceptor(tls: &Tls) -> tokio_rustls::TlsAcceptor {
+    use rustls_pki_types::pem::PemObject;
+    let certs: Vec<rustls_pki_types::CertificateDer<'static>> =
+        rustls_pki_types::CertificateDer::pem_file_iter(&tls.cert).unwrap().map(|c| c.unwrap()).collect();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&tls.key).unwrap();
+    let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A registry with token auth (realm, service, issuer, and the token
+/// signer's certificate as its root bundle): a policy is pushed and pulled
+/// through the token flow; a wrong password gets no token, and a token
+/// signed by a key the registry does not trust is refused by the registry.
+#[test]
+fn bearer_tokens_from_a_token_server_the_registry_trusts() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let rt = rt();
+    rt.block_on(async {
+        let trusted = token_signer(f.dir.path(), "token-signer");
+        let stranger = token_signer(f.dir.path(), "stranger-signer");
+        let bundle = trusted.cert.clone();
+        let tokens = start_token_server(&f.tls, trusted, stranger).await;
+        let realm = format!("https://127.0.0.1:{}/token", tokens.port);
+        let auth = format!(
+            "  token:\n    realm: {realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n    rootcertbundle: {}\n",
+            bundle.display()
+        );
+        let registry = RealRegistry::start_with_auth(&binary, &f.path("registry"), &f.tls, &auth);
+        let port = registry.port;
+        let settings = f.settings(port, None);
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.expect("pushed with a token");
+
+        // Pulled through the challenge, the token and the retry.
+        let pinned = source(&format!("{tag}@sha256:{digest}"), None);
+        let pulled = Registry::new(&settings, 64 << 20).unwrap().resolve(&pinned).await.expect("pulled with a token");
+        assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+        assert!(!pulled.provenance.from_cache);
+        let queries = tokens.queries.lock().unwrap().clone();
+        let pull_scope = "scope=repository:policies/annotate:pull";
+        assert!(
+            queries.iter().any(|q| q.contains(pull_scope) && q.contains(&format!("service={SERVICE}"))),
+            "{queries:?}"
+        );
+
+        // A wrong password: the token server refuses, and the error says where.
+        let wrong = f.path("wrong-auth.json");
+        let creds = base64_encode(&format!("{USER}:not-the-password"));
+        std::fs::write(&wrong, format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"auth":"{creds}"}}}}}}"#)).unwrap();
+        let refused = RegistrySettings { auth_file: Some(wrong), ..settings.clone() };
+        let e = Registry::new(&refused, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("token from {realm}: HTTP 401")) && e.contains(&tag.to_string()), "{e}");
+
+        // A token the registry does not trust: refused by the registry.
+        tokens.untrusted.store(true, Ordering::Relaxed);
+        let e = Registry::new(&settings, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
+        assert!(e.contains("/manifests/") && e.contains("HTTP 401"), "{e}");
+        assert!(!e.contains("token from"), "the token server answered; the registry refused: {e}");
+        drop(registry);
+    });
+}
+
+// ---------------------------------------------------------------------
 // A registry that misbehaves.
 
 /// How the hostile registry answers.
@@ -718,16 +948,7 @@ fn hostile_manifest(mode: Mode) -> Vec<u8> {
 async fn start_hostile(tls: &Tls, mode: Mode) -> Hostile {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     nri_wasm::registry::client::crypto();
-    let certs: Vec<rustls_pki_types::CertificateDer<'static>> = {
-        use rustls_pki_types::pem::PemObject;
-        rustls_pki_types::CertificateDer::pem_file_iter(&tls.cert).unwrap().map(|c| c.unwrap()).collect()
-    };
-    let key = {
-        use rustls_pki_types::pem::PemObject;
-        rustls_pki_types::PrivateKeyDer::from_pem_file(&tls.key).unwrap()
-    };
-    let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = tls_acceptor(tls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(AtomicUsize::new(0));
