@@ -13,8 +13,9 @@
 //! registry down, a signature is required when a key is configured, a
 //! changed reference is a reload that keeps the previous version until the
 //! new one is verified, a tag moved in the registry reaches a running host
-//! by itself, bearer tokens work, and a registry that misbehaves is named
-//! with the reference, leaves no file behind and never holds an event.
+//! by itself, bearer tokens and proxies from the environment work, and a
+//! registry that misbehaves is named with the reference, leaves no file
+//! behind and never holds an event.
 //!
 //! The tests skip, saying so, only when `docker-registry` is not installed
 //! (`tests/registry/install.sh` installs it; `.ci/run` runs that first).
@@ -884,6 +885,134 @@ fn bearer_tokens_from_a_token_server_the_registry_trusts() {
         assert!(!e.contains("token from"), "the token server answered; the registry refused: {e}");
         drop(registry);
     });
+}
+
+// ---------------------------------------------------------------------
+// Proxies from the environment.
+
+/// Set in the process that runs the proxy test on its own.
+const PROXY_CHILD: &str = "NRI_WASM_TEST_PROXY_CHILD";
+
+/// A CONNECT proxy on loopback that records the `host:port` of every
+/// tunnel it is asked for.
+struct Proxy {
+    port: u16,
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_proxy() -> Proxy {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let seen = asked.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                // Byte by byte: nothing of the tunnel is read with the request.
+                while !head.ends_with(b"\r\n\r\n") {
+                    match client.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let mut words = text.split_whitespace();
+                let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
+                    let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n").await;
+                    return;
+                };
+                seen.lock().unwrap().push(target.to_string());
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n").await;
+                    return;
+                };
+                if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    Proxy { port, asked, _stop: stop }
+}
+
+/// A host started with `HTTPS_PROXY` pulls through the proxy (the tunnel
+/// to the registry is the one it asks for); with the registry in
+/// `NO_PROXY`, it goes direct. The environment is the process's, so the
+/// test runs in a process of its own (this test binary, this test only).
+#[test]
+fn proxies_from_the_environment_are_used_and_no_proxy_is_respected() {
+    const NAME: &str = "proxies_from_the_environment_are_used_and_no_proxy_is_respected";
+    if std::env::var_os(PROXY_CHILD).is_none() {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+            .env(PROXY_CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        for var in
+            ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"]
+        {
+            std::env::remove_var(var);
+        }
+        let settings = f.settings(port, None);
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.unwrap();
+        let pinned = format!("{tag}@sha256:{digest}");
+        let proxy = start_proxy().await;
+        std::env::set_var("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port));
+
+        // The host, as a node starts it: the policy comes through the proxy.
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("10-pulled.toml"), format!("source = \"{pinned}\"\nsettings = \"pulled\"\n"))
+            .unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = settings.clone();
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        assert_eq!(reloads.borrow().1.added, ["10-pulled"], "{:?}", reloads.borrow().1);
+        let asked = proxy.asked.lock().unwrap().clone();
+        assert!(!asked.is_empty() && asked.iter().all(|a| *a == format!("127.0.0.1:{port}")), "{asked:?}");
+
+        // The registry in NO_PROXY: straight to it, the proxy asked nothing.
+        proxy.asked.lock().unwrap().clear();
+        std::env::set_var("NO_PROXY", "127.0.0.1");
+        let direct = Registry::new(&settings, 64 << 20).unwrap();
+        let pulled = direct.resolve(&source(&pinned, None)).await.expect("pulled directly");
+        assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+        assert!(proxy.asked.lock().unwrap().is_empty(), "{:?}", proxy.asked.lock().unwrap());
+
+        // Without NO_PROXY, a proxy that is gone fails the pull.
+        std::env::remove_var("NO_PROXY");
+        std::env::set_var("HTTPS_PROXY", format!("http://127.0.0.1:{}", free_port()));
+        let e = Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None)).await.unwrap_err();
+        assert!(e.to_string().contains(&pinned), "{e}");
+    });
+    drop(registry);
 }
 
 // ---------------------------------------------------------------------
