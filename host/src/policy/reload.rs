@@ -139,6 +139,8 @@ pub struct PolicySource {
     pub dir: Option<PathBuf>,
     pub options: DirOptions,
     pub chain: ChainSettings,
+    /// Policies the host configuration names by reference (`[policies.sources]`).
+    pub sources: Vec<(String, crate::registry::OciRef)>,
 }
 
 /// Loads the policy directory into a dispatcher, again and again.
@@ -331,7 +333,7 @@ impl Reloader {
         // Tags found moved since the last reload: resolved again even though
         // their settings files did not change.
         let moved: HashSet<String> = std::mem::take(&mut *lock(&self.moved));
-        let (specs, errors) = match &self.source.dir {
+        let (mut specs, mut errors) = match &self.source.dir {
             Some(dir) => loader::scan(dir, self.source.options),
             None => Default::default(),
         };
@@ -345,6 +347,8 @@ impl Reloader {
             report.not_retried = last.refused.iter().map(|(n, _)| n.clone()).collect();
             return (report, None);
         }
+        let dir = self.source.dir.as_deref();
+        loader::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
             current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
         let installed = self.installed.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -660,6 +660,89 @@ fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
     drop(registry);
 }
 
+/// A policy named in the host configuration (`[policies.sources]`) rather
+/// than in a settings file: pulled, verified and run with the settings of
+/// its `NN-name.toml`. A settings file that names a source too, or a
+/// `.wasm` beside the name, is refused naming both.
+#[test]
+fn a_policy_named_in_the_host_configuration_is_pulled_and_run() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let settings = f.settings(port, Some("oci-cache"));
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.unwrap();
+        let pinned = format!("{tag}@sha256:{digest}");
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        // Its settings file gives settings and on-error, no source.
+        std::fs::write(policies.join("10-configured.toml"), "settings = \"configured\"\non-error = \"fail\"\n")
+            .unwrap();
+
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.policies.sources =
+            ["10-configured", "20-both", "30-twice"].iter().map(|n| (n.to_string(), pinned.clone())).collect();
+        config.engine = engine_settings();
+        config.registry = settings.clone();
+        config.validate().unwrap();
+        // Valid with all three; first the one whose files are in order.
+        config.policies.sources.retain(|n, _| n == "10-configured");
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        let report = reloads.borrow().1.clone();
+        assert_eq!(report.added, ["10-configured"], "{report:?}");
+        assert!(report.is_clean(), "{report:?}");
+        let policy = host.dispatcher.chain().policies().next().unwrap().clone();
+        assert_eq!(policy.spec.provenance.as_ref().unwrap().source, pinned);
+        assert_eq!(policy.spec.settings, "configured");
+
+        let h = Harness::start_policies(RuntimeProfile::v0_12(), host.dispatcher.clone()).await;
+        let conn = h.connect().await;
+        conn.synchronize(&[], &[], 0).await.unwrap();
+        let pod = nri_sim::workload::pod(1);
+        let ctr = nri_sim::workload::container(&pod, 0);
+        let reply = conn.create_container(&pod, &ctr).await.expect("answered");
+        assert_eq!(reply.adjust.unwrap().annotations.get("example.com/configured"), Some(&ctr.name));
+        // Unchanged: a reload keeps it as it is.
+        let report = host.reloader.reload().await;
+        assert_eq!(report.unchanged, ["10-configured"], "{report:?}");
+        conn.close().await;
+        h.shutdown().await;
+
+        // Named twice: refused, each naming what is in the way.
+        std::fs::write(policies.join("20-both.toml"), format!("source = \"{pinned}\"\nsettings = \"x\"\n")).unwrap();
+        std::fs::write(policies.join("30-twice.wasm"), read(guests::ANNOTATE)).unwrap();
+        std::fs::write(policies.join("30-twice.toml"), "settings = \"x\"\n").unwrap();
+        let mut config = config.clone();
+        config.policies.sources =
+            ["10-configured", "20-both", "30-twice"].iter().map(|n| (n.to_string(), pinned.clone())).collect();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        let report = reloads.borrow().1.clone();
+        assert_eq!(report.added, ["10-configured"], "{report:?}");
+        let why = |name: &str| {
+            report
+                .failed
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, w)| w.clone())
+                .unwrap_or_else(|| panic!("{report:?}"))
+        };
+        let both = why("20-both");
+        assert!(both.contains("20-both.toml") && both.contains("the host configuration names one too"), "{both}");
+        let twice = why("30-twice");
+        assert!(twice.contains("30-twice.wasm is there too") && twice.contains("[policies.sources]"), "{twice}");
+    });
+    drop(registry);
+}
+
 /// The same component as another file: a custom section appended changes
 /// the digest, not what the component does.
 fn another_file_of(path: &str) -> Vec<u8> {
