@@ -109,6 +109,11 @@ pub struct PoliciesConfig {
     /// How long the directory must be quiet before a reload, in milliseconds
     /// (editors, `kubectl cp` and ConfigMap updates write in several steps).
     pub reload_debounce_ms: u64,
+    /// Policies named by reference in the host configuration rather than in
+    /// a settings file: `"NN-name" = "oci://…"`. The policy's `NN-name.toml`
+    /// in `dir`, if there, gives its settings and must not name a source.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for PoliciesConfig {
@@ -120,6 +125,7 @@ impl Default for PoliciesConfig {
             strict_permissions: false,
             watch: true,
             reload_debounce_ms: 500,
+            sources: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -128,6 +134,22 @@ impl PoliciesConfig {
     /// The default limits with this file's overrides applied.
     pub fn limits(&self) -> Limits {
         Limits::default().with(&self.limits)
+    }
+
+    /// `[policies.sources]`, checked: each name is a policy's (`NN-name`),
+    /// each reference parses.
+    pub fn sources(&self) -> Result<Vec<(String, crate::registry::OciRef)>, String> {
+        self.sources
+            .iter()
+            .map(|(name, text)| {
+                if crate::policy::manifest::policy_stem(&format!("{name}.toml"), "toml").as_deref() != Some(name) {
+                    return Err(format!("[policies.sources] {name:?} is not a policy name (NN-name, e.g. 30-ulimit)"));
+                }
+                let reference =
+                    crate::registry::OciRef::parse(text).map_err(|e| format!("[policies.sources] {name}: {e}"))?;
+                Ok((name.clone(), reference))
+            })
+            .collect()
     }
 }
 
@@ -221,7 +243,7 @@ pub enum ConfigError {
 const TABLES: &[(&str, &[&str])] = &[
     ("plugin", &["name", "index"]),
     ("runtime", &["socket", "register-timeout-ms", "reconnect-initial-ms", "reconnect-max-ms", "start-wait-ms"]),
-    ("policies", &["dir", "state-dir", "strict-permissions", "watch", "reload-debounce-ms"]),
+    ("policies", &["dir", "state-dir", "strict-permissions", "watch", "reload-debounce-ms", "sources"]),
     (
         "policies.limits",
         &["fuel", "timeout-ms", "memory-mib", "table-elements", "instances", "tables", "memories", "state-kib"],
@@ -240,7 +262,7 @@ const TABLES: &[(&str, &[&str])] = &[
             "compile-memory-mib",
         ],
     ),
-    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys"]),
+    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys", "tag-recheck-ms"]),
     ("chain", &["budget-fraction", "breaker-failures", "breaker-backoff-ms", "min-call-ms"]),
     ("metrics", &["address"]),
     ("logging", &["level", "format"]),
@@ -413,6 +435,7 @@ impl Config {
                 self.policies.reload_debounce_ms
             ));
         }
+        self.policies.sources()?;
         let limits = self.policies.limits();
         limits.validate("[policies.limits]")?;
         self.chain.validate()?;
@@ -476,6 +499,24 @@ mod tests {
         assert!(e.contains("register-timeout-ms"), "{e}");
         let e = parse("[runtime]\nregister-timeout-ms = 0\n").unwrap_err().to_string();
         assert!(e.contains("register-timeout-ms"), "{e}");
+    }
+
+    /// `[policies.sources]`: policy names and references, checked.
+    #[test]
+    fn policies_named_in_the_host_configuration_are_checked() {
+        let digest = "a".repeat(64);
+        let c = parse(&format!(
+            "[policies.sources]\n\"30-ulimit\" = \"oci://r.example:5000/p/ulimit:1@sha256:{digest}\"\n"
+        ))
+        .unwrap();
+        let sources = c.policies.sources().unwrap();
+        assert_eq!(sources.len(), 1);
+        assert_eq!((sources[0].0.as_str(), sources[0].1.repository.as_str()), ("30-ulimit", "p/ulimit"));
+        assert_eq!(parse(&c.to_toml()).unwrap().policies.sources, c.policies.sources, "{}", c.to_toml());
+        let e = parse("[policies.sources]\nulimit = \"oci://r.example/p/u:1\"\n").unwrap_err().to_string();
+        assert!(e.contains("[policies.sources] \"ulimit\" is not a policy name"), "{e}");
+        let e = parse("[policies.sources]\n\"30-u\" = \"https://r.example/p/u:1\"\n").unwrap_err().to_string();
+        assert!(e.contains("[policies.sources] 30-u:"), "{e}");
     }
 
     /// The start wait is below the runtime's registration timeout; an error

@@ -50,7 +50,11 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                 defaults: config.policies.limits(),
                 strict_permissions: config.policies.strict_permissions,
             };
-            let (specs, errors) = loader::scan(dir, options);
+            let (mut specs, mut errors) = loader::scan(dir, options);
+            // Policies named in this file ([policies.sources]) with their settings files.
+            if let Ok(sources) = config.policies.sources() {
+                loader::add_config_sources(&mut specs, &mut errors, Some(dir), &sources, options);
+            }
             if !args.quiet {
                 writeln!(out, "policies in {}:", dir.display())?;
                 for s in &specs {

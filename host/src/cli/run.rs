@@ -150,13 +150,18 @@ pub fn policy_host_observed(
     metrics.watch_states(states.clone());
     let options =
         DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
-    let specs = match &config.policies.dir {
+    let mut specs = match &config.policies.dir {
         Some(dir) => loader::scan(dir, options).0,
         None => {
-            tracing::info!("no policy directory configured: the chain is empty");
+            if config.policies.sources.is_empty() {
+                tracing::info!("no policy directory configured: the chain is empty");
+            }
             Vec::new()
         }
     };
+    // Those named in the host configuration ([policies.sources]) are found too.
+    let sources = config.policies.sources().map_err(anyhow::Error::msg)?;
+    loader::add_config_sources(&mut specs, &mut Vec::new(), config.policies.dir.as_deref(), &sources, options);
     // Until they load, every policy found is not ready yet, with the
     // subscription of its last load if one is recorded.
     let pending: Vec<Pending> = loader::pending(&engine, &specs);
@@ -176,9 +181,11 @@ pub fn policy_host_observed(
         None => dispatcher,
     };
     let dispatcher = Arc::new(dispatcher);
-    let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain };
-    let reloader =
-        Arc::new(Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts)));
+    let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain, sources };
+    let reloader = Arc::new(
+        Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts))
+            .with_tag_recheck(config.registry.tag_recheck()),
+    );
     let first = reloader.clone();
     let chain_settings = config.chain;
     let fallback = dispatcher.clone();

@@ -8,7 +8,7 @@
 //! mandatory (`on-error = "fail"`, or whose settings cannot be read) fails
 //! container creation until it is fixed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::chain::{Pending, Unloadable};
@@ -59,6 +59,50 @@ pub fn scan(dir: &Path, options: DirOptions) -> (Vec<PolicySpec>, Vec<SpecError>
         spec.strict_permissions = options.strict_permissions;
     }
     (specs, errors)
+}
+
+/// Adds the policies the host configuration names by reference
+/// (`[policies.sources]`) to what [`scan`] found in `dir`: each with its
+/// `NN-name.toml` when `dir` has one (an orphan settings file no more), and
+/// refused (with the problem) when `dir` also has its `NN-name.wasm` or its
+/// settings file names a source too.
+pub fn add_config_sources(
+    specs: &mut Vec<PolicySpec>,
+    errors: &mut Vec<SpecError>,
+    dir: Option<&Path>,
+    sources: &[(String, crate::registry::OciRef)],
+    options: DirOptions,
+) {
+    for (name, reference) in sources {
+        let toml = dir.map(|d| d.join(format!("{name}.toml"))).filter(|p| p.exists());
+        let wasm = dir.map(|d| d.join(format!("{name}.wasm"))).filter(|p| p.exists());
+        specs.retain(|s| s.name != *name);
+        errors.retain(|e| match e {
+            SpecError::Orphan { path, .. } => Some(path) != toml.as_ref(),
+            other => other.policy() != Some(name.as_str()),
+        });
+        if let Some(wasm) = wasm {
+            errors.push(SpecError::Settings {
+                policy: name.clone(),
+                path: wasm.clone(),
+                reason: format!(
+                    "the host configuration names a source for {name} ([policies.sources]), and {} is there too: \
+                     remove one of them",
+                    wasm.display()
+                ),
+            });
+            continue;
+        }
+        let at = PathBuf::from(format!("[policies.sources] {name}"));
+        match manifest::read_spec_sourced(name, &at, toml.as_deref(), options.defaults, reference) {
+            Ok(mut spec) => {
+                spec.strict_permissions = options.strict_permissions;
+                specs.push(spec);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// Loads every policy of `specs`, a few at a time, in chain order.

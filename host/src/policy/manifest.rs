@@ -239,6 +239,30 @@ pub fn read_spec(
     settings_file: Option<&Path>,
     defaults: Limits,
 ) -> Result<PolicySpec, SpecError> {
+    read_spec_with(name, wasm, settings_file, defaults, None)
+}
+
+/// A policy the host configuration names by reference
+/// (`[policies.sources]`), with its settings file if it has one (which
+/// must not name a source of its own). `at` is where the spec says it comes
+/// from when there is no settings file.
+pub fn read_spec_sourced(
+    name: &str,
+    at: &Path,
+    settings_file: Option<&Path>,
+    defaults: Limits,
+    reference: &crate::registry::OciRef,
+) -> Result<PolicySpec, SpecError> {
+    read_spec_with(name, settings_file.unwrap_or(at), settings_file, defaults, Some(reference))
+}
+
+fn read_spec_with(
+    name: &str,
+    wasm: &Path,
+    settings_file: Option<&Path>,
+    defaults: Limits,
+    configured: Option<&crate::registry::OciRef>,
+) -> Result<PolicySpec, SpecError> {
     let file = match settings_file {
         None => PolicyFile::default(),
         Some(path) => {
@@ -262,14 +286,27 @@ pub fn read_spec(
         }
     }
     let grant = grant_of(file.grant.as_deref().unwrap_or_default()).map_err(&bad)?;
-    let source = match &file.source {
-        None => {
+    let source = match (&file.source, configured) {
+        (Some(_), Some(_)) => {
+            return Err(bad("names a source, and the host configuration names one too ([policies.sources]): \
+                            remove one of them"
+                .into()))
+        }
+        (None, Some(reference)) => {
+            if file.sha256.is_some() {
+                return Err(bad(
+                    "sha256 and a source exclude each other: pin the digest in the reference (…@sha256:…)".into(),
+                ));
+            }
+            Some(crate::registry::Source { reference: reference.clone(), public_keys: file.public_keys.clone() })
+        }
+        (None, None) => {
             if file.public_keys.is_some() {
                 return Err(bad("public-keys applies only to a policy with a source".into()));
             }
             None
         }
-        Some(text) => {
+        (Some(text), None) => {
             if file.sha256.is_some() {
                 return Err(bad(
                     "sha256 and source exclude each other: pin the digest in the reference (…@sha256:…)".into()

@@ -19,8 +19,21 @@
 //!
 //! The first load is a reload from nothing. The dispatcher reconnects to the
 //! runtime if the union of subscriptions changed (see `dispatcher.rs`).
+//!
+//! A policy named by a tag alone (`oci://…:stable`, signed) has a settings
+//! file that does not change when the tag moves in the registry, so the
+//! directory alone would never bring the new version. [`Reloader::check_tags`]
+//! asks the registry where each such tag points (one manifest request, no
+//! download), every `[registry] tag-recheck-ms` and at SIGHUP; a tag that
+//! moved marks its policy, and the reload that follows resolves it again
+//! with the same guarantees as a changed file (the running version answers
+//! until the new one is verified and loaded). A registry that cannot be
+//! reached changes nothing and is logged once until it answers again. A tag
+//! moved to a version that does not verify (pushed, not signed yet) is tried
+//! again at each check, so the signature that follows is picked up; what
+//! runs stays until then.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -126,6 +139,8 @@ pub struct PolicySource {
     pub dir: Option<PathBuf>,
     pub options: DirOptions,
     pub chain: ChainSettings,
+    /// Policies the host configuration names by reference (`[policies.sources]`).
+    pub sources: Vec<(String, crate::registry::OciRef)>,
 }
 
 /// Loads the policy directory into a dispatcher, again and again.
@@ -144,6 +159,15 @@ pub struct Reloader {
     running: tokio::sync::Mutex<()>,
     /// Reloads finished so far, and the report of the last one.
     done: watch::Sender<(u64, Arc<ReloadReport>)>,
+    /// How often [`Self::check_tags`] runs in [`watch`]; zero: only at SIGHUP.
+    tag_recheck: std::time::Duration,
+    /// Tags found moved: their policies are resolved again at the next reload.
+    moved: Mutex<HashSet<String>>,
+    /// Per policy, the manifest (hex) its tag was last found moved to: the
+    /// move is logged once.
+    tried_tags: Mutex<HashMap<String, String>>,
+    /// Registries that did not answer the last check (logged once per outage).
+    unreachable: Mutex<HashSet<String>>,
 }
 
 impl Reloader {
@@ -164,7 +188,94 @@ impl Reloader {
             refused: Mutex::default(),
             running: tokio::sync::Mutex::new(()),
             done: watch::Sender::new((0, Arc::default())),
+            tag_recheck: std::time::Duration::ZERO,
+            moved: Mutex::default(),
+            tried_tags: Mutex::default(),
+            unreachable: Mutex::default(),
         }
+    }
+
+    /// Checks the tags of policies named by a tag alone every `every` (zero:
+    /// only at SIGHUP), when [`watch`] runs.
+    pub fn with_tag_recheck(mut self, every: std::time::Duration) -> Self {
+        self.tag_recheck = every;
+        self
+    }
+
+    /// Asks the registry where the tag of each policy of the chain named by
+    /// a tag alone points now (one manifest request each; nothing is
+    /// downloaded), and marks those whose tag moved for the next reload.
+    /// Returns their names. Runs on the engine's runtime.
+    pub async fn check_tags(self: &Arc<Self>) -> Vec<String> {
+        let this = self.clone();
+        self.engine.handle().spawn(async move { this.check_tags_here().await }).await.unwrap_or_default()
+    }
+
+    async fn check_tags_here(&self) -> Vec<String> {
+        let tagged: Vec<(String, crate::registry::OciRef, String)> = self
+            .dispatcher
+            .chain()
+            .policies()
+            .filter_map(|p| {
+                let source = p.spec.source.as_ref().filter(|s| s.reference.digest.is_none())?;
+                let loaded = p.spec.provenance.as_ref()?.manifest.strip_prefix("sha256:")?.to_string();
+                Some((p.name().to_string(), source.reference.clone(), loaded))
+            })
+            .collect();
+        if tagged.is_empty() {
+            return Vec::new();
+        }
+        let registry = match self.engine.registry() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "tags not checked: the registry client cannot be used");
+                return Vec::new();
+            }
+        };
+        let mut moved = Vec::new();
+        for (name, reference, loaded) in tagged {
+            let host = reference.registry.clone();
+            match registry.head(&reference).await {
+                Ok(now) => {
+                    if lock(&self.unreachable).remove(&host) {
+                        tracing::info!(registry = host, "registry reachable again: tags are checked");
+                    }
+                    let mut tried = lock(&self.tried_tags);
+                    if now == loaded {
+                        tried.remove(&name);
+                        continue;
+                    }
+                    if tried.get(&name) != Some(&now) {
+                        tracing::info!(
+                            policy = name,
+                            reference = %reference,
+                            running = %format!("sha256:{loaded}"),
+                            now = %format!("sha256:{now}"),
+                            "tag moved: the policy is resolved again"
+                        );
+                        tried.insert(name.clone(), now);
+                    } else {
+                        tracing::debug!(policy = name, reference = %reference, "tag still elsewhere: resolved again");
+                    }
+                    moved.push(name);
+                }
+                Err(e) => {
+                    if lock(&self.unreachable).insert(host.clone()) {
+                        tracing::warn!(
+                            registry = host,
+                            policy = name,
+                            error = %e,
+                            "registry unreachable: tags not checked, the running versions stay (said once until it \
+                             answers again)"
+                        );
+                    } else {
+                        tracing::debug!(registry = host, policy = name, error = %e, "registry still unreachable");
+                    }
+                }
+            }
+        }
+        lock(&self.moved).extend(moved.iter().cloned());
+        moved
     }
 
     pub fn source(&self) -> &PolicySource {
@@ -219,7 +330,10 @@ impl Reloader {
     /// chain was installed.
     async fn build_and_install(&self) -> (ReloadReport, Option<Vec<String>>) {
         let mut report = ReloadReport::default();
-        let (specs, errors) = match &self.source.dir {
+        // Tags found moved since the last reload: resolved again even though
+        // their settings files did not change.
+        let moved: HashSet<String> = std::mem::take(&mut *lock(&self.moved));
+        let (mut specs, mut errors) = match &self.source.dir {
             Some(dir) => loader::scan(dir, self.source.options),
             None => Default::default(),
         };
@@ -233,6 +347,8 @@ impl Reloader {
             report.not_retried = last.refused.iter().map(|(n, _)| n.clone()).collect();
             return (report, None);
         }
+        let dir = self.source.dir.as_deref();
+        loader::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
             current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
         let installed = self.installed.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -247,14 +363,14 @@ impl Reloader {
             let name = origin.spec.name.clone();
             let old = live.get(name.as_str()).zip(installed.get(&name));
             if let Some((policy, was)) = old {
-                if *was == origin && !rewritten_lately(&origin, policy) {
+                if *was == origin && !rewritten_lately(&origin, policy) && !moved.contains(&name) {
                     next.push(((*policy).clone(), origin));
                     report.unchanged.push(name);
                     continue;
                 }
             }
             let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned();
-            if let Some((was, why)) = refused.filter(|(was, _)| *was == origin) {
+            if let Some((was, why)) = refused.filter(|(was, _)| *was == origin && !moved.contains(&name)) {
                 // Refused before, unchanged since: not tried again.
                 report.not_retried.push(name.clone());
                 match old {
@@ -303,6 +419,13 @@ impl Reloader {
             let name = spec.name.clone();
             let old = live.get(name.as_str()).zip(installed.get(&name));
             match result {
+                // A moved tag that resolved to what runs (the registry went
+                // away and the cache answered): nothing to replace.
+                Ok(policy) if moved.contains(&name) && old.is_some_and(|(p, _)| p.digest() == policy.digest()) => {
+                    let (p, o) = old.expect("checked");
+                    next.push(((*p).clone(), o.clone()));
+                    report.unchanged.push(name);
+                }
                 Ok(policy) => {
                     self.refused.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
                     if old.is_some() {
@@ -440,6 +563,10 @@ impl Reloader {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Logs what a reload did. A version not tried again because it was
 /// refused before and has not changed, and a directory problem the
 /// previous reload reported in the same words (a settings file left behind
@@ -485,7 +612,9 @@ fn log_report(r: &ReloadReport, before: &ReloadReport, took: std::time::Duration
 }
 
 /// Reloads on every change of the policy directory (debounced) and on
-/// SIGHUP, until `stop`.
+/// SIGHUP, until `stop`. Tags of policies named by a tag alone are checked
+/// at SIGHUP and every [`Reloader::with_tag_recheck`] interval; a moved one
+/// is reloaded at once.
 pub async fn watch(
     reloader: Arc<Reloader>,
     debounce: std::time::Duration,
@@ -502,6 +631,13 @@ pub async fn watch(
     };
     let dir = reloader.source.dir.clone().filter(|_| watch_dir);
     let mut watcher: Option<crate::watch::DirWatch> = None;
+    // The first check one interval after the start: the start resolved every tag.
+    let every = reloader.tag_recheck;
+    let mut tags = (!every.is_zero()).then(|| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
     loop {
         if watcher.as_ref().is_none_or(|w| w.is_gone()) {
             watcher = dir.as_deref().and_then(|d| match crate::watch::DirWatch::new(d) {
@@ -516,11 +652,17 @@ pub async fn watch(
         // missing), look for it again every few seconds, and reload once it
         // is back.
         let missing = dir.is_some() && watcher.is_none();
+        let mut debounced = true;
         let woke = tokio::select! {
             _ = stop.cancelled() => return,
             _ = async { hup.as_mut().expect("checked").recv().await }, if hup.is_some() => {
                 tracing::info!("SIGHUP: reloading the policies");
+                reloader.check_tags().await;
                 true
+            }
+            _ = async { tags.as_mut().expect("checked").tick().await }, if tags.is_some() => {
+                debounced = false;
+                !reloader.check_tags().await.is_empty()
             }
             changed = async { watcher.as_mut().expect("checked").changed().await }, if watcher.is_some() => changed.is_ok(),
             _ = tokio::time::sleep(std::time::Duration::from_secs(5)), if missing => {
@@ -531,7 +673,7 @@ pub async fn watch(
             continue;
         }
         // Quiet for `debounce`, but never wait more than ten of them.
-        if let Some(w) = watcher.as_mut().filter(|_| !debounce.is_zero()) {
+        if let Some(w) = watcher.as_mut().filter(|_| debounced && !debounce.is_zero()) {
             let until = tokio::time::Instant::now() + debounce * 10;
             loop {
                 let quiet = tokio::time::timeout(debounce, w.changed());

@@ -72,6 +72,11 @@ pub struct RegistrySettings {
     /// Public keys (PEM) whose signature a policy needs; a policy's own
     /// `public-keys` replace these.
     pub public_keys: Vec<PathBuf>,
+    /// How often the host asks where the tag of a policy named by a tag
+    /// alone points now (one manifest request, no download), so that a tag
+    /// moved in the registry reaches the node; 0: only at start, SIGHUP
+    /// and a change of the settings file.
+    pub tag_recheck_ms: u64,
 }
 
 impl Default for RegistrySettings {
@@ -82,6 +87,9 @@ impl Default for RegistrySettings {
             ca_file: None,
             timeout_ms: 30_000,
             public_keys: Vec::new(),
+            // A fleet of nodes asks the registry this often per tag: a few
+            // minutes is quick enough for a roll-out, and light on the registry.
+            tag_recheck_ms: 300_000,
         }
     }
 }
@@ -96,6 +104,12 @@ impl RegistrySettings {
     pub fn validate(&self) -> Result<(), String> {
         if !(100..=600_000).contains(&self.timeout_ms) {
             return Err(format!("[registry] timeout-ms {} must be within 100..=600000", self.timeout_ms));
+        }
+        if self.tag_recheck_ms != 0 && !(1_000..=86_400_000).contains(&self.tag_recheck_ms) {
+            return Err(format!(
+                "[registry] tag-recheck-ms {} must be 0 (off) or within 1000..=86400000 (a second to a day)",
+                self.tag_recheck_ms
+            ));
         }
         if let Some(dir) = &self.cache_dir {
             if !dir.is_absolute() {
@@ -113,6 +127,11 @@ impl RegistrySettings {
 
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
+    }
+
+    /// How often tags are checked; zero: never on a timer.
+    pub fn tag_recheck(&self) -> Duration {
+        Duration::from_millis(self.tag_recheck_ms)
     }
 }
 
@@ -314,6 +333,13 @@ mod tests {
         assert!(ok.validate().is_ok());
         let bad = RegistrySettings { timeout_ms: 5, ..ok.clone() };
         assert!(bad.validate().unwrap_err().contains("timeout-ms"));
+        for ms in [0, 1_000, 86_400_000] {
+            assert!(RegistrySettings { tag_recheck_ms: ms, ..ok.clone() }.validate().is_ok(), "{ms}");
+        }
+        for ms in [1, 999, 86_400_001] {
+            let e = RegistrySettings { tag_recheck_ms: ms, ..ok.clone() }.validate().unwrap_err();
+            assert!(e.contains("tag-recheck-ms") && e.contains(&ms.to_string()), "{e}");
+        }
         let bad = RegistrySettings { public_keys: vec!["/nonexistent/k.pub".into()], ..ok };
         assert!(bad.validate().unwrap_err().contains("/nonexistent/k.pub"));
     }

@@ -1,7 +1,8 @@
 //! Policies from OCI registries, against a real registry: Debian's
 //! `docker-registry` (the CNCF distribution registry), started by each test
-//! on loopback with TLS (a CA the test makes) and basic auth, in a temp
-//! dir, and killed by its pid when the test ends. And against a hostile
+//! on loopback with TLS (a CA the test makes) and basic auth (or token
+//! auth, with a token server of the test's own that signs ES256 JWTs), in a
+//! temp dir, and killed by its pid when the test ends. And against a hostile
 //! registry the test plays itself (over the same TLS): one that stalls,
 //! lies about digests and media types, announces or sends too much,
 //! redirects in a loop, or is not there.
@@ -11,8 +12,10 @@
 //! `/status` shows, the host starts from the node's cache with the
 //! registry down, a signature is required when a key is configured, a
 //! changed reference is a reload that keeps the previous version until the
-//! new one is verified, and a registry that misbehaves is named with the
-//! reference, leaves no file behind and never holds an event.
+//! new one is verified, a tag moved in the registry reaches a running host
+//! by itself, bearer tokens and proxies from the environment work, and a
+//! registry that misbehaves is named with the reference, leaves no file
+//! behind and never holds an event.
 //!
 //! The tests skip, saying so, only when `docker-registry` is not installed
 //! (`tests/registry/install.sh` installs it; `.ci/run` runs that first).
@@ -124,22 +127,32 @@ struct RealRegistry {
 }
 
 impl RealRegistry {
+    /// With basic auth (htpasswd).
     fn start(binary: &Path, dir: &Path, tls: &Tls) -> Self {
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        let port = free_port();
+        std::fs::create_dir_all(dir).unwrap();
         let hash = bcrypt::hash(PASSWORD, 4).unwrap();
         std::fs::write(dir.join("htpasswd"), format!("{USER}:{hash}\n")).unwrap();
+        let auth = format!(
+            "  htpasswd:\n    realm: nri-wasm-test\n    path: {htpasswd}\n",
+            htpasswd = dir.join("htpasswd").display()
+        );
+        Self::start_with_auth(binary, dir, tls, &auth)
+    }
+
+    /// With `auth` (the lines under `auth:` of its configuration).
+    fn start_with_auth(binary: &Path, dir: &Path, tls: &Tls, auth: &str) -> Self {
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let port = free_port();
         let config = dir.join("registry.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    \
                  enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {cert}\n    key: {key}\n\
-                 auth:\n  htpasswd:\n    realm: nri-wasm-test\n    path: {htpasswd}\n",
+                 auth:\n{auth}",
                 data = dir.join("data").display(),
                 cert = tls.cert.display(),
                 key = tls.key.display(),
-                htpasswd = dir.join("htpasswd").display(),
             ),
         )
         .unwrap();
@@ -212,6 +225,7 @@ impl Fixture {
             ca_file: Some(self.tls.ca.clone()),
             timeout_ms: 20_000,
             public_keys: Vec::new(),
+            ..RegistrySettings::default()
         }
     }
 
@@ -559,12 +573,529 @@ fn the_host_loads_and_reloads_policies_by_reference() {
     drop(registry);
 }
 
+/// A tag moved in the registry reaches a running host without a touch of
+/// its directory: the host asks where the tag points every
+/// `tag-recheck-ms` (one manifest request), an unmoved tag reloads nothing,
+/// a moved one replaces the version once the new one is verified, a tag
+/// moved to an unsigned version keeps the signed one (and is tried again
+/// at the next checks), and a registry gone keeps the running version.
+#[test]
+fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let mut registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let (key, public) = f.key_pair("author");
+        let base = f.settings(port, Some("oci-cache"));
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:stable")).unwrap();
+        let d1 = push::push(&base, read(guests::ANNOTATE), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let file = policies.join("10-pulled.toml");
+        std::fs::write(&file, format!("source = \"{tag}\"\nsettings = \"pulled\"\non-error = \"fail\"\n")).unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = RegistrySettings { public_keys: vec![public.clone()], tag_recheck_ms: 1_000, ..base.clone() };
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        host.dispatcher.engine().handle().spawn(nri_wasm::policy::reload::watch(
+            host.reloader.clone(),
+            Duration::from_millis(config.policies.reload_debounce_ms),
+            false,
+            stop.clone(),
+        ));
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        assert_eq!(reloads.borrow().1.added, ["10-pulled"], "{:?}", reloads.borrow().1);
+        let manifest = || host.dispatcher.chain().policies().next().unwrap().spec.provenance.clone().unwrap().manifest;
+        assert_eq!(manifest(), format!("sha256:{d1}"));
+        let file_before = std::fs::metadata(&file).unwrap().modified().unwrap();
+
+        // Unmoved: the checks (the host's every second, and this one) find
+        // nothing to do, and nothing is reloaded.
+        assert!(host.reloader.check_tags().await.is_empty());
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        assert_eq!(reloads.borrow().0, 1, "an unmoved tag reloads nothing: {:?}", reloads.borrow().1);
+
+        // Moved: another version pushed and signed under the same tag.
+        let d2 = push::push(&base, another_file_of(guests::ANNOTATE), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+        let replaced = reloads.wait_for(|(_, r)| r.replaced == ["10-pulled"]);
+        tokio::time::timeout(Duration::from_secs(120), replaced)
+            .await
+            .expect("the moved tag reached the host")
+            .unwrap();
+        assert_eq!(manifest(), format!("sha256:{d2}"));
+        let signer = host.dispatcher.chain().policies().next().unwrap().spec.provenance.clone().unwrap().signer;
+        assert!(signer.is_some_and(|s| s.contains("author.pub")));
+        let reloaded = reloads.borrow().0;
+
+        // Moved to a version nobody signed: the signed one keeps running, and
+        // the tag is tried again at the next checks (a signature may follow).
+        let mut third = another_file_of(guests::ANNOTATE);
+        third.extend_from_slice(&[0, 6, 5, b't', b'h', b'r', b'e', b'e']);
+        push::push(&base, third, &tag).await.unwrap();
+        for round in 1..=2 {
+            let tried = reloads.wait_for(|(n, _)| *n >= reloaded + round);
+            tokio::time::timeout(Duration::from_secs(120), tried).await.expect("the moved tag was tried").unwrap();
+            assert_eq!(manifest(), format!("sha256:{d2}"), "{:?}", reloads.borrow().1);
+        }
+        assert_eq!(host.reloader.check_tags().await, ["10-pulled"]);
+
+        // The registry gone: checks change nothing.
+        registry.stop();
+        assert!(host.reloader.check_tags().await.is_empty());
+        assert!(host.reloader.check_tags().await.is_empty());
+        assert_eq!(manifest(), format!("sha256:{d2}"));
+        assert_eq!(std::fs::metadata(&file).unwrap().modified().unwrap(), file_before, "the directory was not touched");
+        stop.cancel();
+    });
+    drop(registry);
+}
+
+/// A policy named in the host configuration (`[policies.sources]`) rather
+/// than in a settings file: pulled, verified and run with the settings of
+/// its `NN-name.toml`. A settings file that names a source too, or a
+/// `.wasm` beside the name, is refused naming both.
+#[test]
+fn a_policy_named_in_the_host_configuration_is_pulled_and_run() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let settings = f.settings(port, Some("oci-cache"));
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.unwrap();
+        let pinned = format!("{tag}@sha256:{digest}");
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        // Its settings file gives settings and on-error, no source.
+        std::fs::write(policies.join("10-configured.toml"), "settings = \"configured\"\non-error = \"fail\"\n")
+            .unwrap();
+
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.policies.sources =
+            ["10-configured", "20-both", "30-twice"].iter().map(|n| (n.to_string(), pinned.clone())).collect();
+        config.engine = engine_settings();
+        config.registry = settings.clone();
+        config.validate().unwrap();
+        // Valid with all three; first the one whose files are in order.
+        config.policies.sources.retain(|n, _| n == "10-configured");
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        let report = reloads.borrow().1.clone();
+        assert_eq!(report.added, ["10-configured"], "{report:?}");
+        assert!(report.is_clean(), "{report:?}");
+        let policy = host.dispatcher.chain().policies().next().unwrap().clone();
+        assert_eq!(policy.spec.provenance.as_ref().unwrap().source, pinned);
+        assert_eq!(policy.spec.settings, "configured");
+
+        let h = Harness::start_policies(RuntimeProfile::v0_12(), host.dispatcher.clone()).await;
+        let conn = h.connect().await;
+        conn.synchronize(&[], &[], 0).await.unwrap();
+        let pod = nri_sim::workload::pod(1);
+        let ctr = nri_sim::workload::container(&pod, 0);
+        let reply = conn.create_container(&pod, &ctr).await.expect("answered");
+        assert_eq!(reply.adjust.unwrap().annotations.get("example.com/configured"), Some(&ctr.name));
+        // Unchanged: a reload keeps it as it is.
+        let report = host.reloader.reload().await;
+        assert_eq!(report.unchanged, ["10-configured"], "{report:?}");
+        conn.close().await;
+        h.shutdown().await;
+
+        // Named twice: refused, each naming what is in the way.
+        std::fs::write(policies.join("20-both.toml"), format!("source = \"{pinned}\"\nsettings = \"x\"\n")).unwrap();
+        std::fs::write(policies.join("30-twice.wasm"), read(guests::ANNOTATE)).unwrap();
+        std::fs::write(policies.join("30-twice.toml"), "settings = \"x\"\n").unwrap();
+        let mut config = config.clone();
+        config.policies.sources =
+            ["10-configured", "20-both", "30-twice"].iter().map(|n| (n.to_string(), pinned.clone())).collect();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        let report = reloads.borrow().1.clone();
+        assert_eq!(report.added, ["10-configured"], "{report:?}");
+        let why = |name: &str| {
+            report
+                .failed
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, w)| w.clone())
+                .unwrap_or_else(|| panic!("{report:?}"))
+        };
+        let both = why("20-both");
+        assert!(both.contains("20-both.toml") && both.contains("the host configuration names one too"), "{both}");
+        let twice = why("30-twice");
+        assert!(twice.contains("30-twice.wasm is there too") && twice.contains("[policies.sources]"), "{twice}");
+    });
+    drop(registry);
+}
+
 /// The same component as another file: a custom section appended changes
 /// the digest, not what the component does.
 fn another_file_of(path: &str) -> Vec<u8> {
     let mut bytes = read(path);
     bytes.extend_from_slice(&[0, 6, 5, b'n', b'o', b't', b'e', b'!']);
     bytes
+}
+
+// ---------------------------------------------------------------------
+// Bearer tokens: the registry's `auth: token`, and a token server of the
+// test's own.
+
+const SERVICE: &str = "nri-wasm-test-registry";
+const ISSUER: &str = "nri-wasm-test-tokens";
+
+/// An ECDSA P-256 key and its self-signed certificate (openssl), for
+/// signing tokens.
+struct TokenSigner {
+    key: p256::ecdsa::SigningKey,
+    cert_der: Vec<u8>,
+    cert: PathBuf,
+}
+
+fn token_signer(dir: &Path, name: &str) -> TokenSigner {
+    use p256::pkcs8::DecodePrivateKey;
+    use rustls_pki_types::pem::PemObject;
+    let (key, cert) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.crt")));
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", &format!("/CN={name}"), "-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap()]));
+    let secret = p256::SecretKey::from_pkcs8_pem(&std::fs::read_to_string(&key).unwrap()).unwrap();
+    let der = rustls_pki_types::CertificateDer::from_pem_file(&cert).unwrap();
+    TokenSigner { key: p256::ecdsa::SigningKey::from(secret), cert_der: der.to_vec(), cert }
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A JWT as the registry's token auth reads it: ES256, the signing
+/// certificate in `x5c`, access to what each scope asks.
+fn token(signer: &TokenSigner, subject: &str, scopes: &[String]) -> String {
+    use base64::Engine as _;
+    use p256::ecdsa::signature::Signer as _;
+    let x5c = base64::engine::general_purpose::STANDARD.encode(&signer.cert_der);
+    let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [x5c]});
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let access: Vec<serde_json::Value> = scopes
+        .iter()
+        .filter_map(|s| {
+            let mut parts = s.splitn(3, ':');
+            let (kind, name, actions) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(serde_json::json!({"type": kind, "name": name, "actions": actions.split(',').collect::<Vec<_>>()}))
+        })
+        .collect();
+    let claims = serde_json::json!({
+        "iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now,
+        "jti": format!("{now}-{}", scopes.len()), "access": access,
+    });
+    let signed = format!("{}.{}", b64url(header.to_string().as_bytes()), b64url(claims.to_string().as_bytes()));
+    let signature: p256::ecdsa::Signature = signer.key.sign(signed.as_bytes());
+    format!("{signed}.{}", b64url(&signature.to_bytes()))
+}
+
+/// `%XX` of a query value, and `+` as a space.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The token server: HTTPS on loopback, basic auth with the test's user,
+/// a token signed by `trusted` (or, once `untrusted` is set, by a key the
+/// registry does not know). Records the query of every request.
+struct TokenServer {
+    port: u16,
+    queries: Arc<std::sync::Mutex<Vec<String>>>,
+    untrusted: Arc<std::sync::atomic::AtomicBool>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_token_server(tls: &Tls, trusted: TokenSigner, stranger: TokenSigner) -> TokenServer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    nri_wasm::registry::client::crypto();
+    let acceptor = tls_acceptor(tls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let untrusted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signers = Arc::new((trusted, stranger));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (seen, bad) = (queries.clone(), untrusted.clone());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            let (acceptor, seen, bad, signers) = (acceptor.clone(), seen.clone(), bad.clone(), signers.clone());
+            tokio::spawn(async move {
+                let Ok(mut s) = acceptor.accept(tcp).await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let target = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let query = target.split_once('?').map_or("", |(_, q)| q).to_string();
+                seen.lock().unwrap().push(percent_decode(&query));
+                let authorized = text.lines().any(|l| {
+                    let l = l.to_ascii_lowercase();
+                    l.starts_with("authorization: basic ")
+                        && l.ends_with(&base64_encode(&format!("{USER}:{PASSWORD}")).to_ascii_lowercase())
+                });
+                let scopes: Vec<String> = query
+                    .split('&')
+                    .filter_map(|kv| kv.strip_prefix("scope="))
+                    .flat_map(|s| percent_decode(s).split(' ').map(str::to_string).collect::<Vec<_>>())
+                    .collect();
+                let answer = if authorized {
+                    let signer = if bad.load(Ordering::Relaxed) { &signers.1 } else { &signers.0 };
+                    let jwt = token(signer, USER, &scopes);
+                    let body = serde_json::json!({"token": jwt, "access_token": jwt, "expires_in": 300}).to_string();
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: \
+                         close\r\n\r\n{body}",
+                        body.len()
+                    )
+                } else {
+                    "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+                };
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    TokenServer { port, queries, untrusted, _stop: stop }
+}
+
+/// A TLS acceptor with the test's server certificate (127.0.0.1).
+fn tls_acceptor(tls: &Tls) -> tokio_rustls::TlsAcceptor {
+    use rustls_pki_types::pem::PemObject;
+    let certs: Vec<rustls_pki_types::CertificateDer<'static>> =
+        rustls_pki_types::CertificateDer::pem_file_iter(&tls.cert).unwrap().map(|c| c.unwrap()).collect();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&tls.key).unwrap();
+    let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A registry with token auth (realm, service, issuer, and the token
+/// signer's certificate as its root bundle): a policy is pushed and pulled
+/// through the token flow; a wrong password gets no token, and a token
+/// signed by a key the registry does not trust is refused by the registry.
+#[test]
+fn bearer_tokens_from_a_token_server_the_registry_trusts() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let rt = rt();
+    rt.block_on(async {
+        let trusted = token_signer(f.dir.path(), "token-signer");
+        let stranger = token_signer(f.dir.path(), "stranger-signer");
+        let bundle = trusted.cert.clone();
+        let tokens = start_token_server(&f.tls, trusted, stranger).await;
+        let realm = format!("https://127.0.0.1:{}/token", tokens.port);
+        let auth = format!(
+            "  token:\n    realm: {realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n    rootcertbundle: {}\n",
+            bundle.display()
+        );
+        let registry = RealRegistry::start_with_auth(&binary, &f.path("registry"), &f.tls, &auth);
+        let port = registry.port;
+        let settings = f.settings(port, None);
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.expect("pushed with a token");
+
+        // Pulled through the challenge, the token and the retry.
+        let pinned = source(&format!("{tag}@sha256:{digest}"), None);
+        let pulled = Registry::new(&settings, 64 << 20).unwrap().resolve(&pinned).await.expect("pulled with a token");
+        assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+        assert!(!pulled.provenance.from_cache);
+        let queries = tokens.queries.lock().unwrap().clone();
+        let pull_scope = "scope=repository:policies/annotate:pull";
+        assert!(
+            queries.iter().any(|q| q.contains(pull_scope) && q.contains(&format!("service={SERVICE}"))),
+            "{queries:?}"
+        );
+
+        // A wrong password: the token server refuses, and the error says where.
+        let wrong = f.path("wrong-auth.json");
+        let creds = base64_encode(&format!("{USER}:not-the-password"));
+        std::fs::write(&wrong, format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"auth":"{creds}"}}}}}}"#)).unwrap();
+        let refused = RegistrySettings { auth_file: Some(wrong), ..settings.clone() };
+        let e = Registry::new(&refused, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("token from {realm}: HTTP 401")) && e.contains(&tag.to_string()), "{e}");
+
+        // A token the registry does not trust: refused by the registry.
+        tokens.untrusted.store(true, Ordering::Relaxed);
+        let e = Registry::new(&settings, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
+        assert!(e.contains("/manifests/") && e.contains("HTTP 401"), "{e}");
+        assert!(!e.contains("token from"), "the token server answered; the registry refused: {e}");
+        drop(registry);
+    });
+}
+
+// ---------------------------------------------------------------------
+// Proxies from the environment.
+
+/// Set in the process that runs the proxy test on its own.
+const PROXY_CHILD: &str = "NRI_WASM_TEST_PROXY_CHILD";
+
+/// A CONNECT proxy on loopback that records the `host:port` of every
+/// tunnel it is asked for.
+struct Proxy {
+    port: u16,
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_proxy() -> Proxy {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let seen = asked.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = tokio::select! {
+                a = listener.accept() => a.unwrap(),
+                _ = &mut stopped => return,
+            };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                // Byte by byte: nothing of the tunnel is read with the request.
+                while !head.ends_with(b"\r\n\r\n") {
+                    match client.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let mut words = text.split_whitespace();
+                let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
+                    let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n").await;
+                    return;
+                };
+                seen.lock().unwrap().push(target.to_string());
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n").await;
+                    return;
+                };
+                if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    Proxy { port, asked, _stop: stop }
+}
+
+/// A host started with `HTTPS_PROXY` pulls through the proxy (the tunnel
+/// to the registry is the one it asks for); with the registry in
+/// `NO_PROXY`, it goes direct. The environment is the process's, so the
+/// test runs in a process of its own (this test binary, this test only).
+#[test]
+fn proxies_from_the_environment_are_used_and_no_proxy_is_respected() {
+    const NAME: &str = "proxies_from_the_environment_are_used_and_no_proxy_is_respected";
+    if std::env::var_os(PROXY_CHILD).is_none() {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+            .env(PROXY_CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        for var in
+            ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"]
+        {
+            std::env::remove_var(var);
+        }
+        let settings = f.settings(port, None);
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.unwrap();
+        let pinned = format!("{tag}@sha256:{digest}");
+        let proxy = start_proxy().await;
+        std::env::set_var("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port));
+
+        // The host, as a node starts it: the policy comes through the proxy.
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("10-pulled.toml"), format!("source = \"{pinned}\"\nsettings = \"pulled\"\n"))
+            .unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = settings.clone();
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        assert_eq!(reloads.borrow().1.added, ["10-pulled"], "{:?}", reloads.borrow().1);
+        let asked = proxy.asked.lock().unwrap().clone();
+        assert!(!asked.is_empty() && asked.iter().all(|a| *a == format!("127.0.0.1:{port}")), "{asked:?}");
+
+        // The registry in NO_PROXY: straight to it, the proxy asked nothing.
+        proxy.asked.lock().unwrap().clear();
+        std::env::set_var("NO_PROXY", "127.0.0.1");
+        let direct = Registry::new(&settings, 64 << 20).unwrap();
+        let pulled = direct.resolve(&source(&pinned, None)).await.expect("pulled directly");
+        assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+        assert!(proxy.asked.lock().unwrap().is_empty(), "{:?}", proxy.asked.lock().unwrap());
+
+        // Without NO_PROXY, a proxy that is gone fails the pull.
+        std::env::remove_var("NO_PROXY");
+        std::env::set_var("HTTPS_PROXY", format!("http://127.0.0.1:{}", free_port()));
+        let e = Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None)).await.unwrap_err();
+        assert!(e.to_string().contains(&pinned), "{e}");
+    });
+    drop(registry);
 }
 
 // ---------------------------------------------------------------------
@@ -629,16 +1160,7 @@ fn hostile_manifest(mode: Mode) -> Vec<u8> {
 async fn start_hostile(tls: &Tls, mode: Mode) -> Hostile {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     nri_wasm::registry::client::crypto();
-    let certs: Vec<rustls_pki_types::CertificateDer<'static>> = {
-        use rustls_pki_types::pem::PemObject;
-        rustls_pki_types::CertificateDer::pem_file_iter(&tls.cert).unwrap().map(|c| c.unwrap()).collect()
-    };
-    let key = {
-        use rustls_pki_types::pem::PemObject;
-        rustls_pki_types::PrivateKeyDer::from_pem_file(&tls.key).unwrap()
-    };
-    let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = tls_acceptor(tls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(AtomicUsize::new(0));

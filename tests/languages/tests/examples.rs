@@ -3,8 +3,13 @@
 //! src/cases.rs`, included here as `tests/e2e/tests/examples.rs` includes
 //! them): the captured containerd CreateContainer, edited as the case
 //! says, must give exactly the case's adjustments (and the bytes the Rust
-//! example's reply has), its denial, or its settings error.
+//! example's reply has), its denial, or its settings error. The ports'
+//! own native tests (each SDK's test host, no WebAssembly) pass, and fail
+//! when an expectation is wrong.
 #![cfg(feature = "languages")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use nri_wasm::policy::chain::ChainError;
 use nri_wasm::policy::engine::CompiledPolicy;
@@ -241,4 +246,85 @@ fn allowed_images_in_go() {
         rust: nri_wasm_components::examples::ALLOWED_IMAGES,
         cases: allowed_images::CASES,
     });
+}
+
+#[test]
+fn allowed_images_in_c() {
+    check(&Port {
+        lang: "C",
+        wasm: examples::C_ALLOWED_IMAGES,
+        policy: allowed_images::POLICY,
+        rust: nri_wasm_components::examples::ALLOWED_IMAGES,
+        cases: allowed_images::CASES,
+    });
+}
+
+/// The native tests of a port (`guest-sdk/<lang>/test.sh` on a copy of
+/// its directory, so the source tree gets no build output) pass: an
+/// allowed image runs, others are denied with their message, the
+/// exception lets a pod through. A copy whose test expects another
+/// denial must fail, naming both messages.
+fn native_tests(lang: &str, test_file: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let example = root.join("example-policies").join(lang).join("allowed-images");
+    let script = root.join("guest-sdk").join(lang).join("test.sh");
+    let scratch = tempfile::tempdir().unwrap();
+    let run = |dir: &Path| {
+        let out = Command::new("bash").arg(&script).arg(dir).output().expect("running the SDK's test.sh");
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let good = scratch.path().join("allowed-images");
+    copy_dir(&example, &good);
+    let (ok, output) = run(&good);
+    assert!(ok, "{lang}: the native tests of allowed-images fail:\n{output}");
+
+    let broken = scratch.path().join("allowed-images-broken");
+    copy_dir(&example, &broken);
+    let test = broken.join(test_file);
+    let text = std::fs::read_to_string(&test).unwrap();
+    let (right, wrong) = ("(allowed: registry.example.com, ghcr.io/example)", "(allowed: registry.example.com)");
+    assert!(text.contains(right), "{lang}: {test_file} expects the denial");
+    std::fs::write(&test, text.replacen(right, wrong, 1)).unwrap();
+    let (ok, output) = run(&broken);
+    assert!(!ok, "{lang}: a wrong expectation passed:\n{output}");
+    assert!(output.contains(right) && output.contains(wrong), "{lang}: {output}");
+}
+
+fn copy_dir(from: &Path, to: &PathBuf) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name == "target" || name == "__pycache__" {
+            continue;
+        }
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(&name));
+        } else {
+            std::fs::copy(e.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn allowed_images_native_tests_in_javascript() {
+    native_tests("js", "policy.test.js");
+}
+
+#[test]
+fn allowed_images_native_tests_in_python() {
+    native_tests("python", "test_policy.py");
+}
+
+#[test]
+fn allowed_images_native_tests_in_go() {
+    native_tests("go", "main_test.go");
+}
+
+#[test]
+fn allowed_images_native_tests_in_c() {
+    native_tests("c", "policy_test.c");
 }
