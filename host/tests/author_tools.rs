@@ -157,11 +157,18 @@ fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {
         run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
     assert_eq!(ran.code, 0, "{ran:?}");
     assert!(ran.stdout.contains("asks      deny, hooks (declared)\n"), "{}", ran.stdout);
+    // What it may read, from its declaration (no `node`), and its imports (no state).
+    assert!(ran.stdout.contains("reads     node view: no (not declared), state: no\n"), "{}", ran.stdout);
     assert!(ran.stdout.contains("not granted by these settings: hooks (grant = [\"hooks\"]"), "{}", ran.stdout);
     std::fs::write(&policy, format!("settings = {settings}\ngrant = [\"hooks\"]\n")).unwrap();
     let ran =
         run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
     assert!(!ran.stdout.contains("not granted"), "{}", ran.stdout);
+    // A policy that declares `node` and reads the node view.
+    let ran =
+        run([OsStr::new("check"), examples::EXCLUSIVE_CPUS.as_ref(), "--settings".as_ref(), "min-shared=1".as_ref()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("reads     node view: yes (declared), "), "{}", ran.stdout);
 }
 
 #[test]
