@@ -410,25 +410,52 @@ function describe(e) {
   }
 }
 
+// Where in the author's source an exception was thrown: the first frame of
+// its stack that the bundle's line table (written by tools/bundle.mjs from
+// rolldown's source map, as globalThis.__nriwasmSources: segments of each
+// line as [column, file, line]) maps to a file of the policy rather than
+// the SDK. Both engines name bundle.js:LINE in their
+// frames; nothing is found for a value that is not an Error.
+function origin(e) {
+  const table = globalThis.__nriwasmSources;
+  if (!table || !(e instanceof Error) || typeof e.stack !== 'string') return '';
+  const frame = /bundle\.js:(\d+)(?::(\d+))?/g;
+  for (let m = frame.exec(e.stack); m !== null; m = frame.exec(e.stack)) {
+    const segments = table.lines[m[1]];
+    if (!segments) continue;
+    // The last segment starting at or before the frame's column (from 1).
+    const column = m[2] === undefined ? Infinity : Number(m[2]) - 1;
+    let hit = segments[0];
+    for (const s of segments) if (s[0] <= column) hit = s;
+    return `${table.files[hit[1]]}:${hit[2]}`;
+  }
+  return '';
+}
+
 // Ends the call with a trap that carries what went wrong, so that the host
 // reports a failure of the policy (not a denial) with the engine's message.
 // The whole story (with the stack) goes to the host's log; the trap carries
-// one short line, since the host keeps the last 400 characters of stderr
-// and the engines add their own lines after it:
+// one short line with the place in the author's source, since the host
+// keeps the end of stderr (leaving out the runtimes' own wrapping lines,
+// see host/src/policy/output.rs) and the engines add their own after it:
 // - SpiderMonkey writes what the policy prints to stderr, and traps when an
 //   export throws something other than a string;
 // - QuickJS has no console and turns every exception into an error result;
 //   what it reports is a failed conversion, with the value: an unknown log
 //   level makes its runtime abort with "unknown enum case: <text>".
 function fail(where, e) {
-  const line = `${where} threw ${describe(e)}`.split('\n').join(' ');
+  const what = `${where} threw ${describe(e)}`.split('\n').join(' ');
+  const at = origin(e);
+  const line = at ? `${what} (at ${at})` : what;
   const stack = e instanceof Error && e.stack ? `\n${e.stack.trimEnd()}` : '';
   try {
     host.log('error', `${line}${stack}`);
   } catch {
     // the log is best effort
   }
-  const short = line.length > 150 ? `${line.slice(0, 147)}...` : line;
+  // Clipped in the message, never in the place.
+  const room = Math.max(40, 150 - (at ? at.length + 6 : 0));
+  const short = (what.length > room ? `${what.slice(0, room - 3)}...` : what) + (at ? ` (at ${at})` : '');
   if (ENGINE === 'quickjs') {
     rawHost.log(short, '');
   } else {
