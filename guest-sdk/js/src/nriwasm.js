@@ -410,26 +410,38 @@ function describe(e) {
   }
 }
 
+// The author's file and line of a place in bundle.js (LINE and COLUMN from
+// 1, as both engines name them in a stack's frames), from the bundle's line
+// table (written by tools/bundle.mjs from rolldown's source map, as
+// globalThis.__nriwasmSources: the segments of each line of the bundle
+// with code of the policy's own files, as [column from 0, file, line]);
+// null for the SDK's code, or without the table (native tests).
+function place(line, column) {
+  const segments = globalThis.__nriwasmSources?.lines?.[line];
+  if (!segments) return null;
+  const at = column === undefined ? Infinity : Number(column) - 1;
+  let hit = segments[0];
+  for (const s of segments) if (s[0] <= at) hit = s;
+  return `${globalThis.__nriwasmSources.files[hit[1]]}:${hit[2]}`;
+}
+
+const FRAME = /[^\s(@]*bundle\.js:(\d+)(?::(\d+))?/g;
+
 // Where in the author's source an exception was thrown: the first frame of
-// its stack that the bundle's line table (written by tools/bundle.mjs from
-// rolldown's source map, as globalThis.__nriwasmSources: segments of each
-// line as [column, file, line]) maps to a file of the policy rather than
-// the SDK. Both engines name bundle.js:LINE in their
-// frames; nothing is found for a value that is not an Error.
+// its stack in the policy's own files; '' for a value that is not an Error.
 function origin(e) {
-  const table = globalThis.__nriwasmSources;
-  if (!table || !(e instanceof Error) || typeof e.stack !== 'string') return '';
-  const frame = /bundle\.js:(\d+)(?::(\d+))?/g;
-  for (let m = frame.exec(e.stack); m !== null; m = frame.exec(e.stack)) {
-    const segments = table.lines[m[1]];
-    if (!segments) continue;
-    // The last segment starting at or before the frame's column (from 1).
-    const column = m[2] === undefined ? Infinity : Number(m[2]) - 1;
-    let hit = segments[0];
-    for (const s of segments) if (s[0] <= column) hit = s;
-    return `${table.files[hit[1]]}:${hit[2]}`;
+  if (!(e instanceof Error) || typeof e.stack !== 'string') return '';
+  for (const m of e.stack.matchAll(FRAME)) {
+    const at = place(m[1], m[2]);
+    if (at) return at;
   }
   return '';
+}
+
+// A stack with the frames in the policy's own files named by file:line,
+// and the SDK's by its name (the bundle means nothing to the author).
+function authorStack(stack) {
+  return stack.replace(FRAME, (_, line, column) => place(line, column) ?? 'nriwasm');
 }
 
 // Ends the call with a trap that carries what went wrong, so that the host
@@ -447,7 +459,7 @@ function fail(where, e) {
   const what = `${where} threw ${describe(e)}`.split('\n').join(' ');
   const at = origin(e);
   const line = at ? `${what} (at ${at})` : what;
-  const stack = e instanceof Error && e.stack ? `\n${e.stack.trimEnd()}` : '';
+  const stack = e instanceof Error && e.stack ? `\n${authorStack(e.stack.trimEnd())}` : '';
   try {
     host.log('error', `${line}${stack}`);
   } catch {
