@@ -157,11 +157,18 @@ fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {
         run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
     assert_eq!(ran.code, 0, "{ran:?}");
     assert!(ran.stdout.contains("asks      deny, hooks (declared)\n"), "{}", ran.stdout);
+    // What it may read, from its declaration (no `node`), and its imports (no state).
+    assert!(ran.stdout.contains("reads     node view: no (not declared), state: no\n"), "{}", ran.stdout);
     assert!(ran.stdout.contains("not granted by these settings: hooks (grant = [\"hooks\"]"), "{}", ran.stdout);
     std::fs::write(&policy, format!("settings = {settings}\ngrant = [\"hooks\"]\n")).unwrap();
     let ran =
         run([OsStr::new("check"), examples::HOOK_INJECTOR.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
     assert!(!ran.stdout.contains("not granted"), "{}", ran.stdout);
+    // A policy that declares `node` and reads the node view.
+    let ran =
+        run([OsStr::new("check"), examples::EXCLUSIVE_CPUS.as_ref(), "--settings".as_ref(), "min-shared=1".as_ref()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("reads     node view: yes (declared), "), "{}", ran.stdout);
 }
 
 #[test]
@@ -856,6 +863,77 @@ fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
     let eval = ran("nri-wasm eval");
     assert!(eval.contains("env TEAM=payments"), "{eval}");
     assert!(ran_lines.iter().any(|(l, _)| l.starts_with("cargo build --release --target wasm32-wasip2")));
+
+    // The project as committed and cloned elsewhere: its files without the
+    // link and the build, the link made as its README says.
+    let project = cwd;
+    let moved = tempfile::tempdir().unwrap();
+    let clone = moved.path().join("elsewhere/team-env");
+    copy_tree(&project, &clone);
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
+    for file in files(&clone) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for path in [checkout.as_path(), project.as_path(), tmp.path()] {
+            assert!(!text.contains(&path.display().to_string()), "{} names {}", file.display(), path.display());
+        }
+        assert!(!text.contains("{{"), "{} keeps a placeholder", file.display());
+    }
+    let readme = std::fs::read_to_string(clone.join("README.md")).unwrap();
+    let link = blocks(&readme)
+        .into_iter()
+        .find(|(marker, _, _)| *marker == Some("link the SDK"))
+        .map(|(_, _, body)| body)
+        .expect("the README tells how to link the SDK");
+    let linked = Command::new("sh")
+        .args(["-euc", &link])
+        .current_dir(&clone)
+        .env("NRI_WASM_SDK", checkout.join("guest-sdk"))
+        .output()
+        .unwrap();
+    assert!(linked.status.success(), "{link}: {}", String::from_utf8_lossy(&linked.stderr));
+    for args in [&["test"][..], &["build", "--release", "--target", "wasm32-wasip2"]] {
+        let out = Command::new("cargo")
+            .args(args)
+            .current_dir(&clone)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("CARGO_NET_OFFLINE", "true")
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cargo {args:?} in the clone: {}", String::from_utf8_lossy(&out.stderr));
+        if args[0] == "test" {
+            assert!(String::from_utf8_lossy(&out.stdout).contains("test result: ok"));
+        }
+    }
+    let wasm = target.join("wasm32-wasip2/release/team_env.wasm");
+    let ran =
+        run([OsStr::new("check"), wasm.as_os_str(), "--settings-file".as_ref(), clone.join("policy.toml").as_os_str()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+}
+
+/// The regular files under `dir`, links and the build's `target/` aside.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()) {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() && entry.file_name() != "target" {
+            out.extend(files(&entry.path()));
+        } else if kind.is_file() {
+            out.push(entry.path());
+        }
+    }
+    out
+}
+
+/// Copies a project's files (what `git` would commit: no links, no `target/`).
+fn copy_tree(from: &Path, to: &Path) {
+    for file in files(from) {
+        let dest = to.join(file.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &dest).unwrap();
+    }
 }
 
 /// The guide's JSON examples are what the host reads: requests parse as

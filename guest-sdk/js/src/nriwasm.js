@@ -410,25 +410,64 @@ function describe(e) {
   }
 }
 
+// The author's file and line of a place in bundle.js (LINE and COLUMN from
+// 1, as both engines name them in a stack's frames), from the bundle's line
+// table (written by tools/bundle.mjs from rolldown's source map, as
+// globalThis.__nriwasmSources: the segments of each line of the bundle
+// with code of the policy's own files, as [column from 0, file, line]);
+// null for the SDK's code, or without the table (native tests).
+function place(line, column) {
+  const segments = globalThis.__nriwasmSources?.lines?.[line];
+  if (!segments) return null;
+  const at = column === undefined ? Infinity : Number(column) - 1;
+  let hit = segments[0];
+  for (const s of segments) if (s[0] <= at) hit = s;
+  return `${globalThis.__nriwasmSources.files[hit[1]]}:${hit[2]}`;
+}
+
+const FRAME = /[^\s(@]*bundle\.js:(\d+)(?::(\d+))?/g;
+
+// Where in the author's source an exception was thrown: the first frame of
+// its stack in the policy's own files; '' for a value that is not an Error.
+function origin(e) {
+  if (!(e instanceof Error) || typeof e.stack !== 'string') return '';
+  for (const m of e.stack.matchAll(FRAME)) {
+    const at = place(m[1], m[2]);
+    if (at) return at;
+  }
+  return '';
+}
+
+// A stack with the frames in the policy's own files named by file:line,
+// and the SDK's by its name (the bundle means nothing to the author).
+function authorStack(stack) {
+  return stack.replace(FRAME, (_, line, column) => place(line, column) ?? 'nriwasm');
+}
+
 // Ends the call with a trap that carries what went wrong, so that the host
 // reports a failure of the policy (not a denial) with the engine's message.
 // The whole story (with the stack) goes to the host's log; the trap carries
-// one short line, since the host keeps the last 400 characters of stderr
-// and the engines add their own lines after it:
+// one short line with the place in the author's source, since the host
+// keeps the end of stderr (leaving out the runtimes' own wrapping lines,
+// see host/src/policy/output.rs) and the engines add their own after it:
 // - SpiderMonkey writes what the policy prints to stderr, and traps when an
 //   export throws something other than a string;
 // - QuickJS has no console and turns every exception into an error result;
 //   what it reports is a failed conversion, with the value: an unknown log
 //   level makes its runtime abort with "unknown enum case: <text>".
 function fail(where, e) {
-  const line = `${where} threw ${describe(e)}`.split('\n').join(' ');
-  const stack = e instanceof Error && e.stack ? `\n${e.stack.trimEnd()}` : '';
+  const what = `${where} threw ${describe(e)}`.split('\n').join(' ');
+  const at = origin(e);
+  const line = at ? `${what} (at ${at})` : what;
+  const stack = e instanceof Error && e.stack ? `\n${authorStack(e.stack.trimEnd())}` : '';
   try {
     host.log('error', `${line}${stack}`);
   } catch {
     // the log is best effort
   }
-  const short = line.length > 150 ? `${line.slice(0, 147)}...` : line;
+  // Clipped in the message, never in the place.
+  const room = Math.max(40, 150 - (at ? at.length + 6 : 0));
+  const short = (what.length > room ? `${what.slice(0, room - 3)}...` : what) + (at ? ` (at ${at})` : '');
   if (ENGINE === 'quickjs') {
     rawHost.log(short, '');
   } else {

@@ -9,7 +9,8 @@
 // ($NRI_WASM_GUEST_TOOLS/npm).
 
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { appendFileSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const [entry, out, engine] = process.argv.slice(2);
@@ -47,5 +48,69 @@ const bundle = await rolldown({
     process.stderr.write(`bundle: ${level}: ${log.message}\n`);
   },
 });
-await bundle.write({ file: out, format: 'esm', minify: false });
+const { output } = await bundle.write({ file: out, format: 'esm', minify: false, sourcemap: 'hidden' });
 await bundle.close();
+
+// The bundle's line table: for each line of bundle.js with code from a
+// file of the policy (not the SDK), its segments as [column, file, line]
+// (the column in bundle.js from 0; the file relative to the policy's
+// directory; the line in that file from 1). Appended as globalThis.__nriwasmSources, where
+// the SDK finds the author's line of an exception's stack (both engines
+// name bundle.js:LINE in their frames). Appending keeps every line number.
+const chunk = output.find((o) => o.type === 'chunk' && o.map);
+if (chunk) {
+  const policyDir = dirname(resolve(entry));
+  const sdkDir = dirname(sdk);
+  const files = [];
+  const fileIndex = new Map();
+  const sourceFile = (i) => {
+    const source = chunk.map.sources[i];
+    if (typeof source !== 'string' || source.startsWith('\0') || source.includes(':')) return null;
+    const path = resolve(dirname(out), source);
+    if (path.startsWith(sdkDir + sep)) return null;
+    if (!fileIndex.has(path)) {
+      fileIndex.set(path, files.length);
+      files.push(relative(policyDir, path));
+    }
+    return fileIndex.get(path);
+  };
+  const lines = {};
+  let source = 0;
+  let origLine = 0;
+  chunk.map.mappings.split(';').forEach((segments, generated) => {
+    let column = 0;
+    const here = [];
+    for (const segment of segments.split(',')) {
+      if (segment === '') continue;
+      const fields = vlq(segment);
+      column += fields[0];
+      if (fields.length < 4) continue;
+      source += fields[1];
+      origLine += fields[2];
+      const file = sourceFile(source);
+      if (file !== null) here.push([column, file, origLine + 1]);
+    }
+    if (here.length > 0) lines[generated + 1] = here;
+  });
+  appendFileSync(out, `\nglobalThis.__nriwasmSources = ${JSON.stringify({ files, lines })};\n`);
+}
+
+/** The numbers of one source-map segment (base64 VLQ, relative values). */
+function vlq(segment) {
+  const digits = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  const values = [];
+  let value = 0;
+  let shift = 0;
+  for (const c of segment) {
+    const digit = digits.indexOf(c);
+    value += (digit & 31) << shift;
+    if (digit & 32) {
+      shift += 5;
+    } else {
+      values.push(value & 1 ? -(value >>> 1) : value >>> 1);
+      value = 0;
+      shift = 0;
+    }
+  }
+  return values;
+}

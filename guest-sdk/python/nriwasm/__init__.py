@@ -31,6 +31,8 @@ module.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
@@ -465,21 +467,50 @@ class Policy:
 _current: Optional[Policy] = None
 
 
+def _where(filename: str) -> str:
+    # A file as the author names it: relative to the directory of the
+    # search path it was found in (in the component those are mounts such
+    # as /1, which mean nothing to the author).
+    for base in sorted((p.rstrip("/") for p in sys.path if p), key=len, reverse=True):
+        if filename.startswith(base + "/"):
+            return filename[len(base) + 1:]
+    return filename
+
+
+def _traceback(where: str, e: BaseException) -> str:
+    """Python's traceback of ``e`` from the author's code: the SDK's own
+    frames (the export that called the handler, its helpers) left out."""
+    sdk = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    lines = [f"{where} raised an exception:"]
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not os.path.abspath(f.filename).startswith(sdk)]
+    if frames:
+        lines.append("Traceback (most recent call last):")
+    for frame in frames:
+        lines.append(f'  File "{_where(frame.filename)}", line {frame.lineno}, in {frame.name}')
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}")
+    lines.extend(line.rstrip("\n") for line in traceback.format_exception_only(type(e), e))
+    return "\n".join(lines)
+
+
 def _fail(where: str, e: BaseException) -> None:
-    # A bug, not a denial: the whole traceback to the host's log, and a
-    # short line last on stderr (the host keeps the end of stderr with a
-    # failure) before the call traps.
-    text = f"{where} raised {type(e).__name__}: {e}"
-    try:
-        log(LogLevel.ERROR, text + "\n" + "".join(traceback.format_exception(e)).rstrip())
-    except Exception:  # the log is best effort
-        pass
+    # A bug, not a denial: the traceback from the author's file goes to
+    # stderr (the host logs it, and reports its end with the failure), then
+    # the call traps. Letting the exception out would have componentize-py
+    # print its own traceback, through the SDK's frames, and a panic of its
+    # runtime. Natively, in the SDK's test host, it is raised as
+    # PolicyFailure instead.
+    text = _traceback(where, e)
+    if sys.platform == "wasi":
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        os.abort()
     raise PolicyFailure(text) from None
 
 
 class PolicyFailure(BaseException):
-    """A bug in the policy (not an ``Err``): componentize-py prints it to
-    stderr and traps, and the host reports the failure with that line."""
+    """A bug in the policy (not an ``Err``), as the SDK's test host reports
+    it: the traceback from the author's file."""
 
 
 class WitWorld(wit_world.WitWorld):
@@ -505,12 +536,13 @@ class WitWorld(wit_world.WitWorld):
         handler = p._handlers.get(kind) if p is not None else None
         if handler is None:
             return none()
+        where = f"the {kind.name.lower().replace('_', '-')} handler"
         try:
             answer = handler(Event(kind))
         except Deny as d:
             raise Err(d.reason) from None
         except Exception as e:
-            _fail(f"the {kind.name.lower().replace('_', '-')} handler", e)
+            _fail(where, e)
             raise
         if isinstance(answer, Deny):
             raise Err(answer.reason)
@@ -519,5 +551,5 @@ class WitWorld(wit_world.WitWorld):
         if answer is None:
             return none()
         if not isinstance(answer, types.Reply):
-            _fail("the handler", TypeError(f"returned a {type(answer).__name__}, not a reply"))
+            _fail(where, TypeError(f"returned a {type(answer).__name__}, not a reply"))
         return answer

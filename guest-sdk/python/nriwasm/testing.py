@@ -551,8 +551,7 @@ class TestHost:
         except Err as e:
             denial = str(e.value)
         except nriwasm.PolicyFailure as e:
-            errors = [m for level, m in call.logs if level == types.LogLevel.ERROR]
-            failure = "\n".join(errors) or str(e)
+            failure = str(e)
         finally:
             _call = None
         if reply is not None:

@@ -28,6 +28,61 @@ use super::clip;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
+/// What a guest wrote to stderr, without the lines its language runtime
+/// wraps a failure in, so that the report reads as the language's own:
+/// - the Rust runtimes of componentize-js (QuickJS) and componentize-py
+///   abort with a panic, `thread '<unnamed>' (1) panicked at
+///   crates/runtime/src/call.rs:302:36:`, whose message is the JS SDK's
+///   line prefixed `unknown enum case: ` (the only way out of QuickJS) or
+///   `Python function threw an unexpected exception` (after the traceback
+///   Python printed): the panic line and these wrappers go, the SDK's line
+///   stays;
+/// - every Rust panic ends with advice about `RUST_BACKTRACE`, which no one
+///   can follow for a WebAssembly guest: it goes (a Rust policy's own
+///   `panicked at src/lib.rs:..` line stays, it names the author's line);
+/// - SpiderMonkey (componentize-js) follows the JS SDK's line with the
+///   export's failed conversion (`expected a string, received [object]`,
+///   `Stack:` and its own frames in `initializer.js`) and `Redirecting call
+///   to abort() to mozalloc_abort`: these go.
+pub fn tidy_stderr(text: &str) -> String {
+    const PANIC_WRAPPED: &[&str] = &["unknown enum case: ", "Python function threw an unexpected exception"];
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<&str> = Vec::with_capacity(lines.len());
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let next = lines.get(i + 1).copied().unwrap_or_default();
+        i += 1;
+        if line.starts_with("thread '") && line.contains(" panicked at ") {
+            if let Some(rest) = PANIC_WRAPPED.iter().find_map(|w| next.strip_prefix(w)) {
+                // The runtime's panic: keep what the SDK said, if anything.
+                if !rest.trim().is_empty() {
+                    out.push(rest);
+                }
+                i += 1;
+                continue;
+            }
+        }
+        if line.starts_with("note: run with `RUST_BACKTRACE=1`")
+            || line == "Redirecting call to abort() to mozalloc_abort"
+        {
+            continue;
+        }
+        if line == "expected a string, received [object]" {
+            // SpiderMonkey's conversion error and its frames.
+            if lines.get(i).is_some_and(|l| *l == "Stack:") {
+                i += 1;
+                while lines.get(i).is_some_and(|l| l.starts_with(char::is_whitespace) || l.is_empty()) {
+                    i += 1;
+                }
+            }
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n")
+}
+
 /// Which of a guest's streams a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -167,6 +222,34 @@ impl tokio::io::AsyncWrite for GuestOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_wrappers_leave_the_languages_own_words() {
+        // QuickJS (componentize-js's runtime in Rust), as captured.
+        let quickjs = "thread '<unnamed>' (1) panicked at crates/runtime/src/call.rs:302:36:\n\
+            unknown enum case: the create-container handler threw RangeError: boom (at policy.js:14)\n\
+            note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(tidy_stderr(quickjs), "the create-container handler threw RangeError: boom (at policy.js:14)");
+        // componentize-py after a traceback Python printed.
+        let python = "Traceback (most recent call last):\n  File \"policy.py\", line 3, in create\nValueError: x\n\n\
+            thread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\n\
+            Python function threw an unexpected exception\n\
+            note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            tidy_stderr(python),
+            "Traceback (most recent call last):\n  File \"policy.py\", line 3, in create\nValueError: x\n"
+        );
+        // SpiderMonkey.
+        let spidermonkey = "the create-container handler threw RangeError: boom (at policy.js:14)\n\
+            expected a string, received [object]\nStack:\n  _utf8AllocateAndEncode@/tmp/x/sources/initializer.js:44:11\n\
+            \x20 export_handle@/tmp/x/sources/initializer.js:31295:45\n\nRedirecting call to abort() to mozalloc_abort\n";
+        assert_eq!(tidy_stderr(spidermonkey), "the create-container handler threw RangeError: boom (at policy.js:14)");
+        // A Rust policy's own panic keeps its place in the author's source.
+        let rust = "thread '<unnamed>' panicked at src/lib.rs:10:5:\nindex out of bounds\n\
+            note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(tidy_stderr(rust), "thread '<unnamed>' panicked at src/lib.rs:10:5:\nindex out of bounds");
+        assert_eq!(tidy_stderr("plain\nlines"), "plain\nlines");
+    }
 
     /// Log records written while `work` runs, in the text format (no
     /// colours) or as JSON.

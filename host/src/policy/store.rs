@@ -289,6 +289,9 @@ pub fn new_store(
     store
 }
 
+/// Most characters of the end of stderr added to a trap's error.
+const TRAP_STDERR_CHARS: usize = 800;
+
 /// Logs what the guest wrote to stdout and stderr (one clipped line each,
 /// tagged with the policy and the event), and returns the end of stderr,
 /// where a panic leaves its message, as one line.
@@ -313,7 +316,7 @@ pub fn drain_output(state: &CallState, event: &str) -> Option<String> {
         let dropped = w.dropped + (w.head.len() - head.len()) + (w.tail.len() - tail.len());
         format!("{}[{dropped} bytes dropped]\n{}", String::from_utf8_lossy(head), String::from_utf8_lossy(tail))
     };
-    let (stdout, stderr) = (text(wasi.stdout.contents()), text(wasi.stderr.contents()));
+    let (stdout, stderr) = (text(wasi.stdout.contents()), super::output::tidy_stderr(&text(wasi.stderr.contents())));
     for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
         super::output::log_output(policy, event, super::output::Stream::Stdout, line);
     }
@@ -324,7 +327,8 @@ pub fn drain_output(state: &CallState, event: &str) -> Option<String> {
     if tail.is_empty() {
         return None;
     }
-    // The last 400 characters: where a panic message is.
-    let start = tail.char_indices().rev().nth(399).map_or(0, |(i, _)| i);
+    // The last 800 characters: where a panic message is, and a Python
+    // traceback from the author's file (see the SDK) of a few frames.
+    let start = tail.char_indices().rev().nth(TRAP_STDERR_CHARS - 1).map_or(0, |(i, _)| i);
     Some(clip::guest_text(&tail[start..].replace('\n', " | "), clip::MAX_ERROR_BYTES))
 }

@@ -328,3 +328,36 @@ fn allowed_images_native_tests_in_go() {
 fn allowed_images_native_tests_in_c() {
     native_tests("c", "policy_test.c");
 }
+
+/// `check`'s `reads` line says what a policy may read from its capability
+/// declaration: componentize-js and componentize-py import every interface
+/// of the world, so a JavaScript or Python policy that declares `deny` (or
+/// `env, deny`) imports the node interface without being able to use it.
+/// Without a declaration the line falls back to the imports, and says so.
+#[test]
+fn check_reads_the_declaration_not_the_imports() {
+    use nri_wasm::cli::author::check::reads_line;
+    use nri_wasm_languages::templates;
+    let state = "state: imported (may keep state; not a declared capability)";
+    let yes = "node view: yes (from its imports: it has no declaration)";
+    for (what, wasm, settings, want) in [
+        (
+            "the JavaScript example deny-host-sockets",
+            examples::JS_DENY_HOST_SOCKETS,
+            deny_host_sockets::SETTINGS,
+            "node view: no (not declared)",
+        ),
+        (
+            "the Python example pod-metadata-env",
+            examples::PYTHON_POD_METADATA_ENV,
+            pod_metadata_env::SETTINGS,
+            "node view: no (not declared)",
+        ),
+        ("the JavaScript template", templates::JS, "{}", yes),
+        ("the Python template", templates::PYTHON, "{}", yes),
+    ] {
+        let policy = load("50-reads", wasm, settings).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(policy.imports().node && policy.imports().state, "{what} imports every interface");
+        assert_eq!(reads_line(policy.imports(), policy.allowed()), format!("{want}, {state}"), "{what}");
+    }
+}

@@ -29,6 +29,23 @@ fn request() -> pb::CreateContainerRequest {
     create_container_fixtures().remove(0).1
 }
 
+/// What no failure's report may show: the runtimes' panics around the SDK's
+/// line (QuickJS's `unknown enum case`, componentize-py's own traceback
+/// through the SDK), advice to set `RUST_BACKTRACE`, SpiderMonkey's failed
+/// conversion and abort, the bundle's file instead of the author's.
+const WRAPPERS: &[&str] = &[
+    "unknown enum case",
+    "RUST_BACKTRACE",
+    "panicked at",
+    "unexpected exception",
+    "PolicyFailure",
+    "nriwasm/__init__.py",
+    "bundle.js",
+    "initializer.js",
+    "expected a string, received",
+    "mozalloc",
+];
+
 /// Short enough that a loop which burns no fuel (Go's `for {}`) ends soon.
 fn fault_limits() -> Limits {
     Limits { timeout_ms: 2_000, ..limits() }
@@ -48,6 +65,12 @@ fn check(lang: &str, wasm: &str, cases: &[(&str, Want)]) {
             }
         };
         let text = err.to_string();
+        // The language's own words, not its runtime's wrapping of them.
+        for wrapper in WRAPPERS {
+            if text.contains(wrapper) {
+                problems.push(format!("{lang} {mode}: {wrapper:?} in {text}"));
+            }
+        }
         let named = text.starts_with(&format!("policy {POLICY} on CreateContainer: "));
         let ok = named
             && match (want, &err) {
@@ -86,11 +109,15 @@ fn javascript_on_quickjs() {
         "JavaScript (QuickJS)",
         faults::JS_QUICKJS,
         &[
-            ("exception", Want::Trap(&["the create-container handler threw RangeError: fault injected: exception"])),
+            (
+                "exception",
+                Want::Trap(&["the create-container handler threw RangeError: fault injected: exception (at policy.js:14)"]),
+            ),
+            // QuickJS places this one at the nearest earlier place it recorded.
             (
                 "panic",
                 Want::Trap(&[
-                    "the create-container handler threw TypeError: cannot read property 'field' of undefined",
+                    "the create-container handler threw TypeError: cannot read property 'field' of undefined (at policy.js:",
                 ]),
             ),
             ("trap", Want::StackOverflow),
@@ -106,8 +133,19 @@ fn javascript_on_spidermonkey() {
         "JavaScript (SpiderMonkey)",
         faults::JS_SPIDERMONKEY,
         &[
-            ("exception", Want::Trap(&["the create-container handler threw RangeError: fault injected: exception"])),
-            ("panic", Want::Trap(&["the create-container handler threw TypeError: can't access property \"field\""])),
+            (
+                "exception",
+                Want::Trap(&[
+                    "the create-container handler threw RangeError: fault injected: exception (at policy.js:14)",
+                ]),
+            ),
+            (
+                "panic",
+                Want::Trap(&[
+                    "the create-container handler threw TypeError: can't access property \"field\"",
+                    "(at policy.js:18)",
+                ]),
+            ),
             // SpiderMonkey's recursion limit is deep: the fuel runs out first.
             ("trap", Want::Limit),
             ("recursion", Want::Limit),
@@ -157,14 +195,21 @@ fn python() {
         "Python",
         faults::PYTHON,
         &[
+            // The traceback starts at the author's file.
             (
                 "exception",
-                Want::Trap(&["PolicyFailure: the create-container handler raised RuntimeError: fault injected: exception"]),
+                Want::Trap(&[
+                    "stderr: the create-container handler raised an exception: | Traceback (most recent call last): \
+                     |   File \"policy.py\", line 17, in create | ",
+                    "RuntimeError: fault injected: exception",
+                ]),
             ),
             (
                 "panic",
                 Want::Trap(&[
-                    "PolicyFailure: the create-container handler raised AttributeError: 'NoneType' object has no attribute 'field'",
+                    "stderr: the create-container handler raised an exception: | Traceback (most recent call last): \
+                     |   File \"policy.py\", line 19, in create | ",
+                    "AttributeError: 'NoneType' object has no attribute 'field'",
                 ]),
             ),
             ("trap", Want::Trap(&["wasm `unreachable` instruction executed"])),

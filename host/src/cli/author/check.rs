@@ -28,12 +28,13 @@ use nri_wasm_api::api as pb;
 use super::{HostArgs, SettingsArgs, SetupError, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::nri::version::EventKind;
 use crate::policy::bindings::wit;
+use crate::policy::caps::{Allowed, Capability};
 use crate::policy::compile::Compiler;
 use crate::policy::engine::{CallEnv, CompiledPolicy, LoadError, PolicyEngine, WIT_VERSION};
 use crate::policy::event::CallEvent;
 use crate::policy::inspect::{self, Inspection};
 use crate::policy::manifest::PolicySpec;
-use crate::policy::prepare::read_policy_file;
+use crate::policy::prepare::{read_policy_file, Imports};
 
 /// Calls timed for the figure of a call that does nothing.
 const NOOP_CALLS: usize = 20;
@@ -285,10 +286,8 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     };
     let _ = writeln!(out, "settings  {settings}");
     let _ = writeln!(out, "events    {}", events_line(&policy));
-    let uses = |yes: bool| if yes { "yes" } else { "no" };
-    let imports = policy.imports();
-    let _ = writeln!(out, "reads     node view: {}, state: {}", uses(imports.node), uses(imports.state));
     let allowed = policy.allowed();
+    let _ = writeln!(out, "reads     {}", reads_line(policy.imports(), allowed));
     let asks = match allowed.declared {
         Some(d) => format!("{} (declared)", d.describe()),
         None => "nothing declared: taken as nothing dangerous (the default grant)".to_string(),
@@ -342,6 +341,27 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     Ok(())
 }
 
+/// What the policy may read, for the `reads` line: the node view from its
+/// capability declaration when it has one (toolchains such as
+/// componentize-js and componentize-py import every interface of the world
+/// whether the policy uses it or not, so the imports alone overstate it),
+/// else from its imports and said so. State is no capability: it is told
+/// from the imports, which is all the host knows before a call.
+pub fn reads_line(imports: Imports, allowed: Allowed) -> String {
+    let granted = allowed.effective().contains(Capability::Node);
+    let node = match allowed.declared {
+        Some(d) if !d.contains(Capability::Node) => "no (not declared)".to_string(),
+        Some(_) if !imports.node => "no (declared, but the node interface is not imported)".to_string(),
+        Some(_) if !granted => "no (declared, not granted by these settings: grant = [\"node\"])".to_string(),
+        Some(_) => "yes (declared)".to_string(),
+        None if !imports.node => "no (from its imports: it has no declaration)".to_string(),
+        None if !granted => "no (imported, not granted by these settings; it has no declaration)".to_string(),
+        None => "yes (from its imports: it has no declaration)".to_string(),
+    };
+    let state = if imports.state { "imported (may keep state; not a declared capability)" } else { "no" };
+    format!("node view: {node}, state: {state}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +384,38 @@ mod tests {
         found.wit_version = Some("0.3.1".into());
         found.exports = vec!["configure".into(), "handle".into()];
         assert_eq!(world_line(&found), "nri-wasm:policy@0.3.1; exports configure and handle");
+    }
+
+    use crate::policy::caps::CapSet;
+
+    #[test]
+    fn the_reads_line_follows_the_declaration_and_says_when_there_is_none() {
+        let everything = Imports { node: true, state: true };
+        let declared = |names: &str| Allowed {
+            granted: CapSet::default_grant(),
+            declared: Some(crate::policy::caps::parse_declaration(names).unwrap()),
+        };
+        // A JavaScript or Python policy imports every interface; it declares what it does.
+        assert_eq!(
+            reads_line(everything, declared("env, deny")),
+            "node view: no (not declared), state: imported (may keep state; not a declared capability)"
+        );
+        assert!(reads_line(everything, declared("env node")).starts_with("node view: yes (declared), "));
+        let no_grant = Allowed { granted: CapSet::EMPTY, ..declared("node") };
+        assert!(reads_line(everything, no_grant).contains("not granted by these settings"));
+        let nothing = Imports { node: false, state: false };
+        assert_eq!(
+            reads_line(nothing, declared("node")),
+            "node view: no (declared, but the node interface is not imported), state: no"
+        );
+        // No declaration: the imports, marked as such.
+        let undeclared = Allowed { granted: CapSet::default_grant(), declared: None };
+        assert!(reads_line(everything, undeclared)
+            .starts_with("node view: yes (from its imports: it has no declaration), "));
+        assert_eq!(
+            reads_line(nothing, undeclared),
+            "node view: no (from its imports: it has no declaration), state: no"
+        );
     }
 
     #[test]

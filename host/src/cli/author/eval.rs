@@ -198,6 +198,7 @@ pub struct PolicyInfo {
     pub name: String,
     pub events: Vec<&'static str>,
     pub synchronize: bool,
+    /// It imports the node interface and may call it (see `check`'s `reads` line).
     pub reads_node: bool,
     pub keeps_state: bool,
     pub limits: Limits,
@@ -305,7 +306,9 @@ impl Session {
                 name: p.name().to_string(),
                 events: p.events().iter().map(|e| e.name()).collect(),
                 synchronize: p.wants_synchronize(),
-                reads_node: p.imports().node,
+                // What it may read (its declaration, else its imports), not
+                // what a toolchain that imports every interface imported.
+                reads_node: p.imports().node && p.allowed().effective().contains(crate::policy::caps::Capability::Node),
                 keeps_state: p.imports().state,
                 limits: p.spec.limits,
                 cached: p.timings().cached,

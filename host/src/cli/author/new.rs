@@ -10,14 +10,16 @@
 //! is; a language whose SDK has no template yet is named as missing.
 //!
 //! Placeholders in the template files: `{{name}}` (the policy's name, in
-//! kebab-case), `{{name_snake}}` (the same with `_`, for identifiers and the
-//! file name Cargo gives a component) and `{{sdk}}` (the absolute path of
-//! the SDK the project depends on).
+//! kebab-case) and `{{name_snake}}` (the same with `_`, for identifiers and
+//! the file name Cargo gives a component).
 //!
-//! A project must build wherever it is cloned, so the templates of the
-//! languages built by scripts name no path of this machine: their `sdk.sh`
-//! finds the SDK through `$NRI_WASM_SDK` or the link `.sdk`, which `new`
-//! makes to the SDK and their `.gitignore` keeps out of the repository.
+//! A project must build wherever it is cloned, so no template names a path
+//! of this machine: `new` makes the link `.sdk` to the SDK, which the
+//! project's `.gitignore` keeps out of the repository. A Rust project's
+//! `Cargo.toml` depends on `.sdk` (Cargo cannot read the environment); the
+//! languages built by scripts find the SDK in their `sdk.sh`, through
+//! `$NRI_WASM_SDK` or that link. Where a project is cloned, its README
+//! tells how to make the link.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt as _;
@@ -127,13 +129,9 @@ pub fn check_name(name: &str) -> Result<(), NewError> {
 }
 
 /// Fills in a template file's placeholders (text files only).
-fn fill(contents: &'static [u8], name: &str, sdk: &Path) -> Vec<u8> {
+fn fill(contents: &'static [u8], name: &str) -> Vec<u8> {
     match std::str::from_utf8(contents) {
-        Ok(text) => text
-            .replace("{{name_snake}}", &name.replace('-', "_"))
-            .replace("{{name}}", name)
-            .replace("{{sdk}}", &sdk.display().to_string())
-            .into_bytes(),
+        Ok(text) => text.replace("{{name_snake}}", &name.replace('-', "_")).replace("{{name}}", name).into_bytes(),
         Err(_) => contents.to_vec(),
     }
 }
@@ -160,23 +158,19 @@ pub fn create(template: &Template, name: &str, dir: &Path, sdk: &Path) -> Result
             std::fs::create_dir_all(parent).map_err(write_err(parent))?;
         }
         let mut out = std::fs::File::options().write(true).create_new(true).open(&path).map_err(write_err(&path))?;
-        out.write_all(&fill(file.contents, name, sdk)).map_err(write_err(&path))?;
+        out.write_all(&fill(file.contents, name)).map_err(write_err(&path))?;
         if file.executable {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(write_err(&path))?;
         }
         written.push(path);
     }
-    if template.files.iter().any(|f| f.path == SDK_SCRIPT) {
-        let link = dir.join(SDK_LINK);
-        std::os::unix::fs::symlink(sdk, &link).map_err(write_err(&link))?;
-    }
+    let link = dir.join(SDK_LINK);
+    std::os::unix::fs::symlink(sdk, &link).map_err(write_err(&link))?;
     Ok(written)
 }
 
-/// The script of a template that finds its SDK (see the module's documentation).
-const SDK_SCRIPT: &str = "sdk.sh";
-/// The link to the SDK `new` makes beside that script.
-const SDK_LINK: &str = ".sdk";
+/// The link to the SDK `new` makes in every project (see the module's documentation).
+pub const SDK_LINK: &str = ".sdk";
 
 /// `nri-wasm new`: writes what it did to `out`, errors to `err`.
 pub fn new(args: &NewArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
@@ -209,14 +203,17 @@ fn run(args: &NewArgs, out: &mut dyn Write) -> Result<(), NewError> {
         written.len(),
         sdk.display()
     );
-    if template.files.iter().any(|f| f.path == SDK_SCRIPT) {
-        let _ = writeln!(
-            out,
-            "the SDK is linked as {}, which is not committed; where the project is cloned, \
-             set NRI_WASM_SDK to the guest-sdk directory of an nri-wasm checkout",
-            dir.join(SDK_LINK).display()
-        );
-    }
+    let elsewhere = if template.lang == "rust" {
+        "make it with `ln -sfn \"$NRI_WASM_SDK/rust\" .sdk`, NRI_WASM_SDK being"
+    } else {
+        "set NRI_WASM_SDK to"
+    };
+    let _ = writeln!(
+        out,
+        "the SDK is linked as {}, which is not committed; where the project is cloned, \
+         {elsewhere} the guest-sdk directory of an nri-wasm checkout",
+        dir.join(SDK_LINK).display()
+    );
     if written.iter().any(|p| p.ends_with("README.md")) {
         let _ = writeln!(
             out,
@@ -250,7 +247,7 @@ mod tests {
         let written = create(rust, "team-env", &project, Path::new("/opt/sdk")).unwrap();
         assert_eq!(written.len(), rust.files.len());
         let cargo = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
-        assert!(cargo.contains("name = \"team-env\"") && cargo.contains("path = \"/opt/sdk\""), "{cargo}");
+        assert!(cargo.contains("name = \"team-env\"") && cargo.contains("path = \".sdk\""), "{cargo}");
         for path in &written {
             let text = std::fs::read_to_string(path).unwrap();
             assert!(!text.contains("{{"), "{} keeps a placeholder", path.display());
@@ -263,9 +260,10 @@ mod tests {
     }
 
     #[test]
-    fn projects_built_by_scripts_name_no_path_and_link_their_sdk() {
+    fn projects_name_no_path_and_link_their_sdk() {
         let dir = tempfile::tempdir().unwrap();
-        for t in TEMPLATES.iter().filter(|t| t.lang != "rust") {
+        assert!(TEMPLATES.iter().any(|t| t.lang == "rust"));
+        for t in TEMPLATES {
             let project = dir.path().join(t.lang);
             let written = create(t, "team-env", &project, Path::new("/opt/sdk")).unwrap();
             for path in &written {
@@ -276,6 +274,38 @@ mod tests {
             let ignore = std::fs::read_to_string(project.join(".gitignore")).unwrap();
             assert!(ignore.lines().any(|l| l == "/.sdk"), "{}: {ignore}", t.lang);
         }
+    }
+
+    /// The SDK's manifest stands alone (a project reaches it through its
+    /// link, outside this workspace) and says what the workspace says; the
+    /// template asks for the SDK's version.
+    #[test]
+    fn the_rust_sdk_keeps_the_workspaces_fields_and_versions() {
+        let read = |path: &Path| -> toml::Table {
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        let sdk_dir = Path::new(template("rust").unwrap().sdk);
+        let sdk = read(&sdk_dir.join("Cargo.toml"));
+        let root = read(&sdk_dir.join("../../Cargo.toml"));
+        let ws = &root["workspace"];
+        let package = &sdk["package"];
+        for field in ["version", "edition", "rust-version", "license", "publish"] {
+            assert_eq!(package.get(field), ws["package"].get(field), "package.{field}");
+        }
+        let deps = &ws["dependencies"];
+        assert_eq!(sdk["dependencies"]["wit-bindgen"], deps["wit-bindgen"], "wit-bindgen");
+        let native = &sdk["target"]["cfg(not(target_arch = \"wasm32\"))"]["dependencies"];
+        assert_eq!(native["serde_json"], deps["serde_json"], "serde_json");
+        assert_eq!(sdk["lints"], ws["lints"], "lints");
+        assert!(package.get("workspace").is_none());
+
+        let template = template("rust").unwrap().files.iter().find(|f| f.path == "Cargo.toml").unwrap();
+        let project: toml::Table = toml::from_str(std::str::from_utf8(template.contents).unwrap()).unwrap();
+        let want = format!("={}", package["version"].as_str().unwrap());
+        assert_eq!(project["dependencies"]["nri-wasm-sdk"]["version"].as_str(), Some(want.as_str()));
+        assert_eq!(project["dependencies"]["nri-wasm-sdk"]["path"].as_str(), Some(SDK_LINK));
+        assert_eq!(project["workspace"]["exclude"][0].as_str(), Some(SDK_LINK));
     }
 
     #[test]
