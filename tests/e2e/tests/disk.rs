@@ -30,7 +30,6 @@ use nri_wasm::metrics::Metrics;
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
-use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::prepare::{sha256_hex, CompiledPolicy};
 use nri_wasm::policy::state::{StateStore, StateWriter};
