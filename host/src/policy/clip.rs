@@ -49,6 +49,21 @@ pub fn guest_text(text: &str, max: usize) -> String {
     out
 }
 
+/// [`guest_text`] keeping the *end* of `text`: for a stderr tail, whose
+/// last line (a panic message, a Python exception) is what matters. What is
+/// cut from the front is marked with how much was cut.
+pub fn guest_text_tail(text: &str, max: usize) -> String {
+    let whole = guest_text(text, usize::MAX);
+    if whole.len() <= max {
+        return whole;
+    }
+    let mut start = whole.len() - max;
+    while !whole.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[{start} bytes cut] ...{}", &whole[start..])
+}
+
 /// [`guest_text`] for a reason or error that may be long; trims the
 /// surrounding whitespace first.
 pub fn reason(text: &str) -> String {
@@ -58,6 +73,16 @@ pub fn reason(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tail_keeps_its_end_whatever_the_bytes_per_character() {
+        let text = format!("{}\nValueError: x", "\u{e9}".repeat(800));
+        let kept = guest_text_tail(&text, MAX_ERROR_BYTES);
+        assert!(kept.ends_with("\\nValueError: x"), "{kept}");
+        assert!(kept.starts_with('[') && kept.contains("bytes cut] ..."), "{kept}");
+        assert!(kept.len() <= MAX_ERROR_BYTES + 32, "{}", kept.len());
+        assert_eq!(guest_text_tail("short", MAX_ERROR_BYTES), "short");
+    }
 
     #[test]
     fn short_plain_text_is_unchanged() {

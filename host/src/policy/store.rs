@@ -330,5 +330,5 @@ pub fn drain_output(state: &CallState, event: &str) -> Option<String> {
     // The last 800 characters: where a panic message is, and a Python
     // traceback from the author's file (see the SDK) of a few frames.
     let start = tail.char_indices().rev().nth(TRAP_STDERR_CHARS - 1).map_or(0, |(i, _)| i);
-    Some(clip::guest_text(&tail[start..].replace('\n', " | "), clip::MAX_ERROR_BYTES))
+    Some(clip::guest_text_tail(&tail[start..].replace('\n', " | "), clip::MAX_ERROR_BYTES))
 }

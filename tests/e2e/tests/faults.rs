@@ -60,7 +60,10 @@ fn chain(fault: &Fault, on_error: OnError) -> Chain {
     let engine = engine();
     let f = Arc::new(facts());
     let healthy = |name: &str, tag: &str| {
-        engine.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, roomy()), &f).expect("healthy policy")
+        // 250 ms: room on a busy machine, and small enough that the two of
+        // them leave the faulty policy most of the chain's budget.
+        let limits = Limits { timeout_ms: 250, ..roomy() };
+        engine.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, limits), &f).expect("healthy policy")
     };
     let before = healthy("10-before", "before");
     let after = healthy("30-after", "after");
