@@ -410,19 +410,36 @@ function describe(e) {
   }
 }
 
+// The bundle's line table (written by tools/bundle.mjs from rolldown's
+// source map, as globalThis.__nriwasmSources: one JSON string of the
+// segments of each line of the bundle with code of the policy's own files,
+// as [column from 0, file, line]), parsed on the first failure reported,
+// never on the way of an event that succeeds; null without the table
+// (native tests) or if it does not parse.
+let sources;
+function sourceTable() {
+  if (sources === undefined) {
+    const text = globalThis.__nriwasmSources;
+    try {
+      sources = typeof text === 'string' ? JSON.parse(text) : null;
+    } catch {
+      sources = null;
+    }
+  }
+  return sources;
+}
+
 // The author's file and line of a place in bundle.js (LINE and COLUMN from
-// 1, as both engines name them in a stack's frames), from the bundle's line
-// table (written by tools/bundle.mjs from rolldown's source map, as
-// globalThis.__nriwasmSources: the segments of each line of the bundle
-// with code of the policy's own files, as [column from 0, file, line]);
-// null for the SDK's code, or without the table (native tests).
+// 1, as both engines name them in a stack's frames), from the line table;
+// null for the SDK's code, or without the table.
 function place(line, column) {
-  const segments = globalThis.__nriwasmSources?.lines?.[line];
+  const table = sourceTable();
+  const segments = table?.lines?.[line];
   if (!segments) return null;
   const at = column === undefined ? Infinity : Number(column) - 1;
   let hit = segments[0];
   for (const s of segments) if (s[0] <= at) hit = s;
-  return `${globalThis.__nriwasmSources.files[hit[1]]}:${hit[2]}`;
+  return `${table.files[hit[1]]}:${hit[2]}`;
 }
 
 const FRAME = /[^\s(@]*bundle\.js:(\d+)(?::(\d+))?/g;

@@ -52,11 +52,14 @@ const { output } = await bundle.write({ file: out, format: 'esm', minify: false,
 await bundle.close();
 
 // The bundle's line table: for each line of bundle.js with code from a
-// file of the policy (not the SDK), its segments as [column, file, line]
-// (the column in bundle.js from 0; the file relative to the policy's
-// directory; the line in that file from 1). Appended as globalThis.__nriwasmSources, where
-// the SDK finds the author's line of an exception's stack (both engines
-// name bundle.js:LINE in their frames). Appending keeps every line number.
+// file of the policy (not the SDK, not node_modules), its segments as
+// [column, file, line] (the column in bundle.js from 0; the file relative
+// to the policy's directory; the line in that file from 1). Appended as
+// globalThis.__nriwasmSources, where the SDK finds the author's line of an
+// exception's stack (both engines name bundle.js:LINE in their frames).
+// Appending keeps every line number. It is one JSON string, not an object
+// literal: a string costs the engine nothing to evaluate, and the SDK
+// parses it only when it reports a failure.
 const chunk = output.find((o) => o.type === 'chunk' && o.map);
 if (chunk) {
   const policyDir = dirname(resolve(entry));
@@ -67,7 +70,9 @@ if (chunk) {
     const source = chunk.map.sources[i];
     if (typeof source !== 'string' || source.startsWith('\0') || source.includes(':')) return null;
     const path = resolve(dirname(out), source);
-    if (path.startsWith(sdkDir + sep)) return null;
+    // The SDK's frames are named `nriwasm`; a dependency's are no line
+    // the author wrote, and would only grow the table.
+    if (path.startsWith(sdkDir + sep) || path.split(sep).includes('node_modules')) return null;
     if (!fileIndex.has(path)) {
       fileIndex.set(path, files.length);
       files.push(relative(policyDir, path));
@@ -92,7 +97,8 @@ if (chunk) {
     }
     if (here.length > 0) lines[generated + 1] = here;
   });
-  appendFileSync(out, `\nglobalThis.__nriwasmSources = ${JSON.stringify({ files, lines })};\n`);
+  const table = JSON.stringify(JSON.stringify({ files, lines }));
+  appendFileSync(out, `\nglobalThis.__nriwasmSources = ${table};\n`);
 }
 
 /** The numbers of one source-map segment (base64 VLQ, relative values). */

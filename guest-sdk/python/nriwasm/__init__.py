@@ -513,6 +513,11 @@ class PolicyFailure(BaseException):
     it: the traceback from the author's file."""
 
 
+def _handler_name(kind: types.EventKind) -> str:
+    """How a failure names the handler of `kind` (built only when one fails)."""
+    return f"the {kind.name.lower().replace('_', '-')} handler"
+
+
 class WitWorld(wit_world.WitWorld):
     """The world's exports, serving the registered Policy."""
 
@@ -536,13 +541,12 @@ class WitWorld(wit_world.WitWorld):
         handler = p._handlers.get(kind) if p is not None else None
         if handler is None:
             return none()
-        where = f"the {kind.name.lower().replace('_', '-')} handler"
         try:
             answer = handler(Event(kind))
         except Deny as d:
             raise Err(d.reason) from None
         except Exception as e:
-            _fail(where, e)
+            _fail(_handler_name(kind), e)
             raise
         if isinstance(answer, Deny):
             raise Err(answer.reason)
@@ -551,5 +555,5 @@ class WitWorld(wit_world.WitWorld):
         if answer is None:
             return none()
         if not isinstance(answer, types.Reply):
-            _fail(where, TypeError(f"returned a {type(answer).__name__}, not a reply"))
+            _fail(_handler_name(kind), TypeError(f"returned a {type(answer).__name__}, not a reply"))
         return answer

@@ -59,14 +59,15 @@ pub struct Subscription {
     pub events: EventMask,
     /// It subscribed to `synchronize`.
     pub synchronize: bool,
-    /// It imports the node view (the host then keeps the view's events).
+    /// It reads the node view: imports it and may call it (the host then
+    /// keeps the view's events).
     pub node: bool,
 }
 
 impl Subscription {
     /// What a loaded policy subscribed to.
     pub fn of(policy: &CompiledPolicy) -> Self {
-        Self { events: policy.events(), synchronize: policy.wants_synchronize(), node: policy.imports().node }
+        Self { events: policy.events(), synchronize: policy.wants_synchronize(), node: policy.reads_node() }
     }
 
     fn encode(&self) -> String {

@@ -24,7 +24,7 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
 use super::bindings::{wit, PolicyPre};
 use super::cache::Binding;
-use super::caps::{parse_declaration, Allowed};
+use super::caps::{parse_declaration, Allowed, Capability};
 use super::engine::{event_kind, Facts, PolicyEngine};
 use super::errors::LoadError;
 use super::inspect::{self, Inspection};
@@ -39,6 +39,20 @@ pub struct Imports {
     pub node: bool,
     /// `nri-wasm:policy/state`: the policy keeps state.
     pub state: bool,
+}
+
+impl Imports {
+    /// Whether a policy with these imports, allowed `allowed`, reads the
+    /// node view: it imports the interface and may call it (its grant,
+    /// narrowed by its declaration if it has one). Toolchains such as
+    /// componentize-js and componentize-py import every interface of the
+    /// world, so the import alone overstates it; a policy without a
+    /// declaration is judged by its imports and grant, as `caps.rs` treats
+    /// it. The host subscribes to the view's events and keeps the view
+    /// only for policies that do, and `check` and `eval` say the same.
+    pub fn reads_node(self, allowed: Allowed) -> bool {
+        self.node && allowed.effective().contains(Capability::Node)
+    }
 }
 
 /// How long each step of a load took.
@@ -118,6 +132,11 @@ impl CompiledPolicy {
     /// What it declares, what it is granted, and so what it may use.
     pub fn allowed(&self) -> Allowed {
         self.allowed
+    }
+
+    /// Whether it reads the node view ([`Imports::reads_node`]).
+    pub fn reads_node(&self) -> bool {
+        self.imports.reads_node(self.allowed)
     }
 
     /// What inspecting the file found.

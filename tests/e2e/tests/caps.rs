@@ -118,3 +118,40 @@ fn an_undeclared_component_gets_the_grant_and_a_declared_one_no_more_than_it_dec
     assert!(!policy.allowed().effective().contains(Capability::Hooks));
     assert_eq!(policy.allowed().unasked().describe(), "hooks");
 }
+
+/// The host subscribes to the node view's events, and keeps the view, only
+/// for a policy that reads it: imports the `node` interface *and* may call
+/// it. The overreach guest imports it but declares only `env` (as a
+/// JavaScript or Python policy that declares `deny` imports every
+/// interface), so neither its chain nor the dispatcher's subscription asks
+/// for the view, whatever the grant; the hostile guest has no declaration,
+/// so its imports and grant decide, as `caps.rs` treats it.
+#[test]
+fn the_node_view_is_kept_only_for_a_policy_that_may_read_it() {
+    use nri_wasm::nri::dispatch::Dispatcher;
+    use nri_wasm::nri::version::EventKind;
+    use nri_wasm::policy::dispatcher::{PolicyDispatcher, VIEW_EVENTS};
+
+    let undeclared = |grant| {
+        let spec = PolicySpec { grant, ..policy_spec("30-hostile", guests::HOSTILE, "quiet", OnError::Fail, roomy()) };
+        engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let no_node = CapSet::default_grant().minus(CapSet::from_iter([Capability::Node]));
+    for (what, policy, reads) in [
+        ("declared env only, everything granted", load(guests::OVERREACH, "node", OnError::Fail, everything()), false),
+        ("no declaration, default grant", undeclared(CapSet::default_grant()), true),
+        ("no declaration, node not granted", undeclared(no_node), false),
+    ] {
+        assert!(policy.imports().node, "{what}: the guest imports the node interface");
+        assert_eq!(policy.reads_node(), reads, "{what}");
+        let chain = Chain::new(vec![policy], ChainSettings::default());
+        assert_eq!(chain.reads_node(), reads, "{what}");
+        assert_eq!(chain.keeps_view(), reads, "{what}");
+        let dispatcher = PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 2);
+        let events = dispatcher.events();
+        assert!(events.contains(EventKind::CreateContainer), "{what}: {events:?}");
+        for kind in VIEW_EVENTS.iter().filter(|k| **k != EventKind::CreateContainer) {
+            assert_eq!(events.contains(*kind), reads, "{what}: {} in {events:?}", kind.name());
+        }
+    }
+}

@@ -334,6 +334,7 @@ fn allowed_images_native_tests_in_c() {
 /// of the world, so a JavaScript or Python policy that declares `deny` (or
 /// `env, deny`) imports the node interface without being able to use it.
 /// Without a declaration the line falls back to the imports, and says so.
+/// The chain (what the host subscribes to) follows the same test.
 #[test]
 fn check_reads_the_declaration_not_the_imports() {
     use nri_wasm::cli::author::check::reads_line;
@@ -359,5 +360,13 @@ fn check_reads_the_declaration_not_the_imports() {
         let policy = load("50-reads", wasm, settings).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(policy.imports().node && policy.imports().state, "{what} imports every interface");
         assert_eq!(reads_line(policy.imports(), policy.allowed()), format!("{want}, {state}"), "{what}");
+        // The runtime judges it the same way: the host subscribes to the
+        // view's events and keeps the view only for a policy that reads it.
+        let reads = want == yes;
+        assert_eq!(policy.reads_node(), reads, "{what}");
+        let chain =
+            nri_wasm::policy::chain::Chain::new(vec![policy], nri_wasm::policy::chain::ChainSettings::default());
+        assert_eq!(chain.reads_node(), reads, "{what}");
+        assert_eq!(chain.keeps_view(), reads, "{what}");
     }
 }

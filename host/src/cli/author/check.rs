@@ -341,22 +341,22 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     Ok(())
 }
 
-/// What the policy may read, for the `reads` line: the node view from its
-/// capability declaration when it has one (toolchains such as
-/// componentize-js and componentize-py import every interface of the world
-/// whether the policy uses it or not, so the imports alone overstate it),
-/// else from its imports and said so. State is no capability: it is told
-/// from the imports, which is all the host knows before a call.
+/// What the policy may read, for the `reads` line: the node view as the
+/// host judges it ([`Imports::reads_node`], the test that decides whether
+/// the host keeps the view for it), with the reason. State is no
+/// capability: it is told from the imports, which is all the host knows
+/// before a call.
 pub fn reads_line(imports: Imports, allowed: Allowed) -> String {
-    let granted = allowed.effective().contains(Capability::Node);
     let node = match allowed.declared {
-        Some(d) if !d.contains(Capability::Node) => "no (not declared)".to_string(),
-        Some(_) if !imports.node => "no (declared, but the node interface is not imported)".to_string(),
-        Some(_) if !granted => "no (declared, not granted by these settings: grant = [\"node\"])".to_string(),
-        Some(_) => "yes (declared)".to_string(),
-        None if !imports.node => "no (from its imports: it has no declaration)".to_string(),
-        None if !granted => "no (imported, not granted by these settings; it has no declaration)".to_string(),
-        None => "yes (from its imports: it has no declaration)".to_string(),
+        _ if imports.reads_node(allowed) => match allowed.declared {
+            Some(_) => "yes (declared)",
+            None => "yes (from its imports: it has no declaration)",
+        },
+        Some(d) if !d.contains(Capability::Node) => "no (not declared)",
+        Some(_) if !imports.node => "no (declared, but the node interface is not imported)",
+        Some(_) => "no (declared, not granted by these settings: grant = [\"node\"])",
+        None if !imports.node => "no (from its imports: it has no declaration)",
+        None => "no (imported, not granted by these settings; it has no declaration)",
     };
     let state = if imports.state { "imported (may keep state; not a declared capability)" } else { "no" };
     format!("node view: {node}, state: {state}")

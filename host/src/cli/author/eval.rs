@@ -307,8 +307,9 @@ impl Session {
                 events: p.events().iter().map(|e| e.name()).collect(),
                 synchronize: p.wants_synchronize(),
                 // What it may read (its declaration, else its imports), not
-                // what a toolchain that imports every interface imported.
-                reads_node: p.imports().node && p.allowed().effective().contains(crate::policy::caps::Capability::Node),
+                // what a toolchain that imports every interface imported:
+                // the same test as the runtime's subscription.
+                reads_node: p.reads_node(),
                 keeps_state: p.imports().state,
                 limits: p.spec.limits,
                 cached: p.timings().cached,

@@ -293,12 +293,39 @@ mod tests {
         for field in ["version", "edition", "rust-version", "license", "publish"] {
             assert_eq!(package.get(field), ws["package"].get(field), "package.{field}");
         }
-        let deps = &ws["dependencies"];
-        assert_eq!(sdk["dependencies"]["wit-bindgen"], deps["wit-bindgen"], "wit-bindgen");
-        let native = &sdk["target"]["cfg(not(target_arch = \"wasm32\"))"]["dependencies"];
-        assert_eq!(native["serde_json"], deps["serde_json"], "serde_json");
+        // Every dependency the workspace also declares, in every table
+        // (plain, dev, build, and per target), has the workspace's version
+        // and features.
+        let deps = ws["dependencies"].as_table().unwrap();
+        let mut tables = vec![("".to_string(), &sdk)];
+        for (cfg, target) in sdk.get("target").and_then(|t| t.as_table()).into_iter().flatten() {
+            tables.push((format!("target.{cfg}."), target.as_table().unwrap()));
+        }
+        let mut compared = Vec::new();
+        for (prefix, table) in tables {
+            for kind in ["dependencies", "dev-dependencies", "build-dependencies"] {
+                for (name, dep) in table.get(kind).and_then(|d| d.as_table()).into_iter().flatten() {
+                    if let Some(want) = deps.get(name) {
+                        assert_eq!(dep, want, "{prefix}{kind}.{name}");
+                        compared.push(name.as_str());
+                    }
+                }
+            }
+        }
+        for name in ["serde_json", "wit-bindgen"] {
+            assert!(compared.contains(&name), "{name} is compared: {compared:?}");
+        }
         assert_eq!(sdk["lints"], ws["lints"], "lints");
-        assert!(package.get("workspace").is_none());
+        // Nothing inherits from a workspace: outside this one there is none.
+        assert!(package.get("workspace").is_none(), "package.workspace");
+        fn inherits(value: &toml::Value, at: &str) -> Option<String> {
+            let table = value.as_table()?;
+            if table.get("workspace").and_then(toml::Value::as_bool) == Some(true) {
+                return Some(at.to_string());
+            }
+            table.iter().find_map(|(k, v)| inherits(v, &if at.is_empty() { k.clone() } else { format!("{at}.{k}") }))
+        }
+        assert_eq!(inherits(&toml::Value::Table(sdk.clone()), ""), None, "`workspace = true` in the SDK's Cargo.toml");
 
         let template = template("rust").unwrap().files.iter().find(|f| f.path == "Cargo.toml").unwrap();
         let project: toml::Table = toml::from_str(std::str::from_utf8(template.contents).unwrap()).unwrap();

@@ -121,7 +121,7 @@ impl Chain {
         let mut current: Option<Arc<ContainerEntry>> = None;
         for (i, entry) in creators.iter().enumerate() {
             let pod = pod.get_or_insert_with(|| Arc::new((*req.pod).clone()));
-            if entry.policy.imports().node && current.is_none() {
+            if entry.policy.reads_node() && current.is_none() {
                 current = Some(Arc::new(container_entry(sink.0.container())));
             }
             // Each policy reads the container as the ones before it left it:
@@ -174,7 +174,7 @@ impl Chain {
         let container = Arc::new((*req.container).clone());
         let mut sink = UpdateSink(UpdateMerge::new(req).knowing(cx.known()));
         for (i, entry) in entries.into_iter().enumerate() {
-            let current = entry.policy.imports().node.then(|| {
+            let current = entry.policy.reads_node().then(|| {
                 let mut c = cx
                     .env
                     .view

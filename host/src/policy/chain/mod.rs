@@ -571,9 +571,10 @@ impl Chain {
     }
 
     /// Whether some policy reads the node view (or, still loading, read it
-    /// at its last load).
+    /// at its last load): imports it and may call it
+    /// ([`CompiledPolicy::reads_node`]).
     pub fn reads_node(&self) -> bool {
-        self.entries.iter().any(|e| e.policy.imports().node)
+        self.entries.iter().any(|e| e.policy.reads_node())
             || self.pending.iter().any(|p| p.expected.is_some_and(|e| e.node))
     }
 
