@@ -260,7 +260,7 @@ pub fn new_store(
         policy: policy.name.clone(),
         settings: policy.settings.clone(),
         env: env.clone(),
-        current: if policy.imports.node { current } else { None },
+        current: if policy.reads_node() { current } else { None },
         state,
         event,
         deadline,
