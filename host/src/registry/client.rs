@@ -139,6 +139,13 @@ impl Registry {
     /// Sends a GET, answering one authentication challenge; returns a
     /// successful response, or why not (status and the start of the body).
     async fn get(&self, r: &super::OciRef, url: &str, accept: &str) -> Result<reqwest::Response, Fail> {
+        self.get_reached(r, url, accept).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Self::get`], saying with a failure whether the registry answered
+    /// (`true`: an HTTP status or a refused challenge) or could not be
+    /// reached (connection, TLS, no answer).
+    async fn get_reached(&self, r: &super::OciRef, url: &str, accept: &str) -> Result<reqwest::Response, (Fail, bool)> {
         let key = format!("{}/{}", r.registry, r.repository);
         let mut tried_auth = false;
         loop {
@@ -147,7 +154,7 @@ impl Registry {
             if let Some(a) = auth {
                 req = req.header(AUTHORIZATION, a);
             }
-            let resp = req.send().await.map_err(|e| describe(&e))?;
+            let resp = req.send().await.map_err(|e| (describe(&e), false))?;
             let status = resp.status();
             if status.is_success() {
                 return Ok(resp);
@@ -156,15 +163,15 @@ impl Registry {
                 tried_auth = true;
                 let challenge =
                     resp.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-                let header = self.answer(r, &challenge).await?;
+                let header = self.answer(r, &challenge).await.map_err(|e| (e, true))?;
                 self.authorization.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), header);
                 continue;
             }
             let body = read_bounded(resp, 512).await.unwrap_or_default();
             let text = crate::policy::clip::guest_text(&String::from_utf8_lossy(&body), 200);
-            return Err(format!(
-                "{url}: HTTP {status}{}",
-                if text.is_empty() { String::new() } else { format!(": {text}") }
+            return Err((
+                format!("{url}: HTTP {status}{}", if text.is_empty() { String::new() } else { format!(": {text}") }),
+                true,
             ));
         }
     }
@@ -219,21 +226,35 @@ impl Registry {
         reference: &str,
         expect: Option<&str>,
     ) -> Result<(Vec<u8>, String), Fail> {
+        self.manifest_reached(r, reference, expect).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Self::manifest`], saying with a failure whether the registry
+    /// answered (see [`Self::get_reached`]).
+    async fn manifest_reached(
+        &self,
+        r: &super::OciRef,
+        reference: &str,
+        expect: Option<&str>,
+    ) -> Result<(Vec<u8>, String), (Fail, bool)> {
         let url = Self::url(r, "manifests", reference);
-        let resp = self.get(r, &url, OCI_MANIFEST).await?;
+        let resp = self.get_reached(r, &url, OCI_MANIFEST).await?;
         let header = resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let bytes = read_bounded(resp, MAX_MANIFEST_BYTES).await.map_err(|e| format!("manifest {url}: {e}"))?;
+        let bytes = read_bounded(resp, MAX_MANIFEST_BYTES).await.map_err(|e| (format!("manifest {url}: {e}"), true))?;
         let actual = sha256_hex(&bytes);
         if let Some(expected) = expect {
             if actual != expected {
-                return Err(format!(
-                    "the registry sent a manifest with digest sha256:{actual}, not the sha256:{expected} asked for"
+                return Err((
+                    format!(
+                        "the registry sent a manifest with digest sha256:{actual}, not the sha256:{expected} asked for"
+                    ),
+                    true,
                 ));
             }
         }
         if let Some(h) = header {
             if h.starts_with("sha256:") && h != format!("sha256:{actual}") {
-                return Err(format!("the registry says the manifest is {h}, its content is sha256:{actual}"));
+                return Err((format!("the registry says the manifest is {h}, its content is sha256:{actual}"), true));
             }
         }
         Ok((bytes, actual))
@@ -447,6 +468,24 @@ impl Registry {
         })
     }
 
+    /// Where a tag points now (digest hex), for the periodic tag check: a
+    /// failure says whether the registry answered at all
+    /// ([`TagCheckError::answered`]), so that a missing tag or a refused
+    /// credential is not taken for an outage.
+    pub async fn check_tag(&self, r: &super::OciRef) -> Result<String, TagCheckError> {
+        let fail = |reason: String, answered: bool| TagCheckError {
+            error: RegistryError { reference: r.to_string(), reason },
+            answered,
+        };
+        let at = r.manifest_ref();
+        let work = self.manifest_reached(r, &at, r.digest.as_deref());
+        match tokio::time::timeout(self.settings.timeout(), work).await {
+            Ok(Ok((_, hex))) => Ok(hex),
+            Ok(Err((e, answered))) => Err(fail(e, answered)),
+            Err(_) => Err(fail(format!("no answer within {} ms", self.settings.timeout_ms), false)),
+        }
+    }
+
     /// The digest (hex) a reference names now, from the registry.
     pub async fn head(&self, r: &super::OciRef) -> Result<String, RegistryError> {
         let fail = |reason: String| RegistryError { reference: r.to_string(), reason };
@@ -458,6 +497,16 @@ impl Registry {
             Err(_) => Err(fail(format!("no answer within {} ms", self.settings.timeout_ms))),
         }
     }
+}
+
+/// Why a tag could not be checked.
+#[derive(Debug, Clone)]
+pub struct TagCheckError {
+    pub error: RegistryError,
+    /// The registry answered (an HTTP status, a refused challenge, a
+    /// manifest that does not match its digest); `false`: it could not be
+    /// reached (connection, TLS, no answer in time).
+    pub answered: bool,
 }
 
 /// The payload layers of a signature manifest: (digest hex, signature).
