@@ -506,11 +506,23 @@ impl Reloader {
             let name = spec.name.clone();
             let old = live.get(name.as_str()).zip(installed.get(&name));
             match result {
-                // A moved tag that resolved to what runs (the registry went
-                // away and the cache answered): nothing to replace.
+                // A moved tag that resolved to what runs: nothing to
+                // replace. If it came from another manifest (the same
+                // component pushed again, or signed again), the running
+                // policy takes that provenance, so that the next check does
+                // not find the tag moved again; its compiled form stays.
                 Ok(policy) if moved.contains(&name) && old.is_some_and(|(p, _)| p.digest() == policy.digest()) => {
                     let (p, o) = old.expect("checked");
-                    next.push(((*p).clone(), o.clone()));
+                    let fresh = policy.spec.provenance.as_ref().filter(|n| !n.from_cache);
+                    let same = p.spec.provenance.as_ref().map(|v| &v.manifest) == fresh.map(|n| &n.manifest);
+                    match fresh {
+                        Some(now) if !same => {
+                            let mut kept = CompiledPolicy::clone(p);
+                            kept.spec.provenance = Some(now.clone());
+                            next.push((Arc::new(kept), origin));
+                        }
+                        _ => next.push(((*p).clone(), o.clone())),
+                    }
                     report.unchanged.push(name);
                 }
                 Ok(policy) => {
