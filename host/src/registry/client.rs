@@ -344,7 +344,7 @@ impl Registry {
                 v.insert(self.small_blob(r, &hex).await?);
             }
         }
-        let signer = check_signature(&bytes, &payloads, manifest_hex, keys)?;
+        let signer = check_signature(&bytes, &payloads, manifest_hex, keys, &repository_of(r))?;
         if let Some(cache) = &self.cache {
             cache.put(&bytes)?;
             for p in payloads.values() {
@@ -453,7 +453,7 @@ impl Registry {
                 let p = cache.get(&hex, MAX_SMALL_BYTES)?;
                 payloads.insert(hex, p);
             }
-            Some(check_signature(&sig, &payloads, &manifest_hex, keys)?)
+            Some(check_signature(&sig, &payloads, &manifest_hex, keys, &repository_of(r))?)
         };
         let bytes = cache.get(&layer_hex, self.max_blob)?;
         Ok(Resolved {
@@ -538,20 +538,29 @@ fn signature_layers(manifest: &[u8]) -> Result<Vec<(String, String)>, String> {
 
 /// The signer of `manifest_hex` among `keys`, from a signature manifest and
 /// its payloads (already checked against their digests).
+/// The payload must name the repository the policy is pulled from
+/// (`critical.identity.docker-reference`): a signature copied from another
+/// repository (signed there, for something else) is refused.
 fn check_signature(
     sig_manifest: &[u8],
     payloads: &HashMap<String, Vec<u8>>,
     manifest_hex: &str,
     keys: &[TrustedKey],
+    repository: &str,
 ) -> Result<String, String> {
     let want = format!("sha256:{manifest_hex}");
     let mut named_other = None;
+    let mut other_repository = None;
     for (hex, signature) in signature_layers(sig_manifest)? {
         let Some(payload) = payloads.get(&hex) else { continue };
-        match sign::signed_digest(payload) {
-            Some(d) if d == want => {}
-            Some(d) => {
+        match sign::signed_identity(payload) {
+            Some((d, _)) if d != want => {
                 named_other = Some(d);
+                continue;
+            }
+            Some((_, Some(r))) if sign::names_repository(&r, repository) => {}
+            Some((_, r)) => {
+                other_repository = Some(r.unwrap_or_else(|| "no repository".into()));
                 continue;
             }
             None => continue,
@@ -561,10 +570,21 @@ fn check_signature(
         }
     }
     let keys: Vec<String> = keys.iter().map(|k| k.path.display().to_string()).collect();
-    Err(match named_other {
-        Some(d) => format!("the signature payload names {d}, not {want}: refused"),
-        None => format!("no signature of {want} verifies with the configured keys ({}): refused", keys.join(", ")),
+    Err(match (named_other, other_repository) {
+        (_, Some(r)) => format!(
+            "the signature of {want} was made for {r}, not for {repository} (critical.identity.docker-reference): \
+             refused"
+        ),
+        (Some(d), None) => format!("the signature payload names {d}, not {want}: refused"),
+        (None, None) => {
+            format!("no signature of {want} verifies with the configured keys ({}): refused", keys.join(", "))
+        }
     })
+}
+
+/// `registry/repository`, as a signature payload names it.
+fn repository_of(r: &super::OciRef) -> String {
+    format!("{}/{}", r.registry, r.repository)
 }
 
 /// Reads a response's body, failing past `max` bytes.
@@ -640,6 +660,39 @@ mod tests {
         assert_eq!(p["realm"], "https://auth.example/token");
         assert_eq!(p["service"], "registry.example");
         assert_eq!(p["scope"], "repository:p:pull");
+    }
+
+    /// A signature made (by a trusted key) for the same manifest in
+    /// another repository is refused, naming both repositories.
+    #[test]
+    fn a_signature_copied_from_another_repository_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = sign::SigningKeyFile::generate().unwrap();
+        let (_, public) = key.to_pem().unwrap();
+        let path = dir.path().join("k.pub");
+        std::fs::write(&path, public).unwrap();
+        let keys = vec![TrustedKey::read(&path).unwrap()];
+        let manifest_hex = "ab".repeat(32);
+        let signed_for = |repository: &str| {
+            let payload = sign::payload(repository, &format!("sha256:{manifest_hex}"));
+            let hex = sha256_hex(&payload);
+            let manifest = serde_json::to_vec(&serde_json::json!({
+                "schemaVersion": 2,
+                "layers": [{
+                    "mediaType": sign::SIMPLE_SIGNING,
+                    "digest": format!("sha256:{hex}"),
+                    "size": payload.len(),
+                    "annotations": { sign::SIGNATURE_ANNOTATION: key.sign(&payload) },
+                }],
+            }))
+            .unwrap();
+            (manifest, HashMap::from([(hex, payload)]))
+        };
+        let (m, p) = signed_for("h:5000/team/p");
+        assert!(check_signature(&m, &p, &manifest_hex, &keys, "h:5000/team/p").is_ok());
+        let (m, p) = signed_for("h:5000/other/q");
+        let e = check_signature(&m, &p, &manifest_hex, &keys, "h:5000/team/p").unwrap_err();
+        assert!(e.contains("h:5000/other/q") && e.contains("h:5000/team/p") && e.contains("refused"), "{e}");
     }
 
     #[test]
