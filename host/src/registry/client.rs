@@ -169,9 +169,11 @@ impl Registry {
             }
             let body = read_bounded(resp, 512).await.unwrap_or_default();
             let text = crate::policy::clip::guest_text(&String::from_utf8_lossy(&body), 200);
+            // A 5xx says the registry is there but cannot serve now: as
+            // good as unreachable (the cache may answer).
             return Err((
                 format!("{url}: HTTP {status}{}", if text.is_empty() { String::new() } else { format!(": {text}") }),
-                true,
+                !status.is_server_error(),
             ));
         }
     }
@@ -274,26 +276,33 @@ impl Registry {
     /// Downloads a component of `size` bytes into the cache under its
     /// digest (temporary file, checked, renamed), or into memory when there
     /// is no cache.
-    async fn component(&self, r: &super::OciRef, hex: &str, size: u64) -> Result<Vec<u8>, Fail> {
+    async fn component(&self, r: &super::OciRef, hex: &str, size: u64) -> Result<Vec<u8>, (Fail, bool)> {
         let url = Self::url(r, "blobs", &format!("sha256:{hex}"));
-        let mut resp = self.get(r, &url, "*/*").await?;
+        let mut resp = self.get_reached(r, &url, "*/*").await?;
         if let Some(len) = resp.content_length() {
             if len != size {
-                return Err(format!(
-                    "blob {url}: the registry announces {len} bytes, the manifest says {size}; not downloaded"
+                return Err((
+                    format!("blob {url}: the registry announces {len} bytes, the manifest says {size}; not downloaded"),
+                    true,
                 ));
             }
         }
         let mut temp = match &self.cache {
-            Some(c) => Some(c.temp_file()?),
+            Some(c) => Some(c.temp_file().map_err(|e| (e, true))?),
             None => None,
         };
+        // A body that breaks off is the registry going away; any other
+        // failure is an answer.
+        let mut cut = false;
         let mut hasher = Sha256::new();
         // Grown as bytes arrive: a manifest's declared size alone reserves
         // no more than a MiB.
         let mut bytes = Vec::with_capacity(size.min(self.max_blob).min(1 << 20) as usize);
         let result: Result<(), String> = async {
-            while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| {
+                cut = true;
+                describe(&e)
+            })? {
                 if bytes.len() as u64 + chunk.len() as u64 > size {
                     return Err(format!("blob {url}: the registry sends more than the manifest's {size} bytes"));
                 }
@@ -316,11 +325,11 @@ impl Registry {
         match (result, temp) {
             (Err(e), Some((_, path))) => {
                 let _ = std::fs::remove_file(path);
-                Err(e)
+                Err((e, !cut))
             }
-            (Err(e), None) => Err(e),
+            (Err(e), None) => Err((e, !cut)),
             (Ok(()), Some((file, path))) => {
-                self.cache.as_ref().map_or(Ok(()), |c| c.commit(file, &path, hex))?;
+                self.cache.as_ref().map_or(Ok(()), |c| c.commit(file, &path, hex)).map_err(|e| (e, true))?;
                 Ok(bytes)
             }
             (Ok(()), None) => Ok(bytes),
@@ -334,21 +343,24 @@ impl Registry {
         r: &super::OciRef,
         manifest_hex: &str,
         keys: &[TrustedKey],
-    ) -> Result<(String, String), Fail> {
+    ) -> Result<(String, String), (Fail, bool)> {
         let tag = sign::signature_tag(manifest_hex);
-        let (bytes, sig_hex) =
-            self.manifest(r, &tag, None).await.map_err(|e| format!("no signature could be read (tag {tag}): {e}"))?;
+        let (bytes, sig_hex) = self
+            .manifest_reached(r, &tag, None)
+            .await
+            .map_err(|(e, answered)| (format!("no signature could be read (tag {tag}): {e}"), answered))?;
+        let answer = |e: String| (e, true);
         let mut payloads = HashMap::new();
-        for (hex, _) in signature_layers(&bytes)? {
+        for (hex, _) in signature_layers(&bytes).map_err(answer)? {
             if let std::collections::hash_map::Entry::Vacant(v) = payloads.entry(hex.clone()) {
-                v.insert(self.small_blob(r, &hex).await?);
+                v.insert(self.small_blob(r, &hex).await.map_err(answer)?);
             }
         }
-        let signer = check_signature(&bytes, &payloads, manifest_hex, keys, &repository_of(r))?;
+        let signer = check_signature(&bytes, &payloads, manifest_hex, keys, &repository_of(r)).map_err(answer)?;
         if let Some(cache) = &self.cache {
-            cache.put(&bytes)?;
+            cache.put(&bytes).map_err(answer)?;
             for p in payloads.values() {
-                cache.put(p)?;
+                cache.put(p).map_err(answer)?;
             }
         }
         Ok((signer, sig_hex))
@@ -370,11 +382,15 @@ impl Registry {
         let timeout = self.settings.timeout();
         let online = match tokio::time::timeout(timeout, self.pull(source, &keys)).await {
             Ok(result) => result,
-            Err(_) => Err(format!("the registry did not complete the pull within {} ms", timeout.as_millis())),
+            Err(_) => Err((format!("the registry did not complete the pull within {} ms", timeout.as_millis()), false)),
         };
         let error = match online {
             Ok(found) => return Ok(found),
-            Err(e) => e,
+            // The registry answered (a missing or wrong signature, a
+            // refused credential, a manifest that is not a wasm artifact):
+            // that is the answer, and the cache does not overrule it.
+            Err((e, true)) => return Err(fail(e)),
+            Err((e, false)) => e,
         };
         match self.cached(source, &keys) {
             Ok(mut found) => {
@@ -395,10 +411,13 @@ impl Registry {
     }
 
     /// The online pull.
-    async fn pull(&self, source: &Source, keys: &[TrustedKey]) -> Result<Resolved, Fail> {
+    /// The online pull; a failure says whether the registry answered (see
+    /// [`Self::get_reached`]).
+    async fn pull(&self, source: &Source, keys: &[TrustedKey]) -> Result<Resolved, (Fail, bool)> {
         let r = &source.reference;
-        let (manifest, manifest_hex) = self.manifest(r, &r.manifest_ref(), r.digest.as_deref()).await?;
-        let (layer_hex, size) = check_manifest(&manifest, self.max_blob)?;
+        let answer = |e: String| (e, true);
+        let (manifest, manifest_hex) = self.manifest_reached(r, &r.manifest_ref(), r.digest.as_deref()).await?;
+        let (layer_hex, size) = check_manifest(&manifest, self.max_blob).map_err(answer)?;
         let (signer, signature) = if keys.is_empty() {
             (None, None)
         } else {
@@ -411,8 +430,10 @@ impl Registry {
             None => self.component(r, &layer_hex, size).await?,
         };
         if let Some(cache) = &self.cache {
-            cache.put(&manifest)?;
-            cache.put_ref(&RefRecord { reference: r.to_string(), manifest: manifest_hex.clone(), signature })?;
+            cache.put(&manifest).map_err(answer)?;
+            cache
+                .put_ref(&RefRecord { reference: r.to_string(), manifest: manifest_hex.clone(), signature })
+                .map_err(answer)?;
         }
         Ok(Resolved {
             bytes,

@@ -646,6 +646,10 @@ fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
             let tried = reloads.wait_for(|(n, _)| *n >= reloaded + round);
             tokio::time::timeout(Duration::from_secs(120), tried).await.expect("the moved tag was tried").unwrap();
             assert_eq!(manifest(), format!("sha256:{d2}"), "{:?}", reloads.borrow().1);
+            // Refused for what it is (no signature), not hidden behind the
+            // cached copy as if the registry were unavailable.
+            let last = reloads.borrow().1.clone();
+            assert!(last.refused.iter().any(|(n, why)| n == "10-pulled" && why.contains("no signature")), "{last:?}");
         }
         assert_eq!(host.reloader.check_tags().await, ["10-pulled"]);
 
