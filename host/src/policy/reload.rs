@@ -23,12 +23,16 @@
 //! A policy named by a tag alone (`oci://…:stable`, signed) has a settings
 //! file that does not change when the tag moves in the registry, so the
 //! directory alone would never bring the new version. [`Reloader::check_tags`]
-//! asks the registry where each such tag points (one manifest request, no
-//! download), every `[registry] tag-recheck-ms` and at SIGHUP; a tag that
+//! asks the registry where each such tag points (a GET of the manifest, no
+//! other download; all tags at once under one deadline, in a task of its
+//! own so that a stalled registry holds no reload), every
+//! `[registry] tag-recheck-ms` and at SIGHUP; a tag that
 //! moved marks its policy, and the reload that follows resolves it again
 //! with the same guarantees as a changed file (the running version answers
 //! until the new one is verified and loaded). A registry that cannot be
-//! reached changes nothing and is logged once until it answers again. A tag
+//! reached changes nothing and is logged once until it answers again; one
+//! that answers with a refusal (404, 401) is not unreachable: the policy's
+//! tag "cannot be checked", logged once per reason. A tag
 //! moved to a version that does not verify (pushed, not signed yet) is tried
 //! again at each check, so the signature that follows is picked up; what
 //! runs stays until then.
