@@ -175,6 +175,9 @@ pub struct Reloader {
     /// Per policy, why the registry refused to say where its tag points
     /// (logged once per reason).
     cannot_check: Mutex<HashMap<String, String>>,
+    /// Per policy, the manifest (hex) its tag moved to that verified but
+    /// failed to load: not resolved again until the tag moves elsewhere.
+    failed_tags: Mutex<HashMap<String, String>>,
 }
 
 impl Reloader {
@@ -200,6 +203,7 @@ impl Reloader {
             tried_tags: Mutex::default(),
             unreachable: Mutex::default(),
             cannot_check: Mutex::default(),
+            failed_tags: Mutex::default(),
         }
     }
 
@@ -248,6 +252,7 @@ impl Reloader {
         let hosts: HashSet<&str> = tagged.iter().map(|(_, r, _)| r.registry.as_str()).collect();
         lock(&self.unreachable).retain(|h| hosts.contains(h.as_str()));
         lock(&self.tried_tags).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
+        lock(&self.failed_tags).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
         lock(&self.cannot_check).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
         if tagged.is_empty() {
             return Vec::new();
@@ -348,6 +353,11 @@ impl Reloader {
             let mut tried = lock(&self.tried_tags);
             if now == *loaded {
                 tried.remove(name);
+                lock(&self.failed_tags).remove(name);
+                continue;
+            }
+            if lock(&self.failed_tags).get(name) == Some(&now) {
+                tracing::debug!(policy = name, reference = %reference, "tag still at a version that failed to load");
                 continue;
             }
             if tried.get(name) != Some(&now) {
@@ -548,6 +558,13 @@ impl Reloader {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(name.clone(), (origin, why.clone()));
+                        // A moved tag whose version verified and failed to
+                        // load: not tried again until the tag moves again.
+                        if moved.contains(&name) {
+                            if let Some(at) = lock(&self.tried_tags).get(&name).cloned() {
+                                lock(&self.failed_tags).insert(name.clone(), at);
+                            }
+                        }
                     }
                     match old {
                         Some((policy, old_origin)) => {

@@ -653,6 +653,16 @@ fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
         }
         assert_eq!(host.reloader.check_tags().await, ["10-pulled"]);
 
+        // Moved to a signed version that does not load (not a component):
+        // refused once, then not resolved again while the tag stays there.
+        push::push(&base, b"signed, but not a component".to_vec(), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+        let broken = reloads
+            .wait_for(|(_, r)| r.refused.iter().any(|(n, why)| n == "10-pulled" && !why.contains("no signature")));
+        tokio::time::timeout(Duration::from_secs(120), broken).await.expect("the broken version was tried").unwrap();
+        assert_eq!(manifest(), format!("sha256:{d2}"));
+        assert!(host.reloader.check_tags().await.is_empty(), "a version that failed to load is not tried again");
+
         // The registry gone: checks change nothing.
         registry.stop();
         assert!(host.reloader.check_tags().await.is_empty());
