@@ -38,67 +38,73 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
     if !args.quiet {
         writeln!(out, "{}: valid", args.file.display())?;
     }
-    if let Some(dir) = &config.policies.dir {
-        if !dir.is_dir() {
-            writeln!(
-                err,
-                "warning: policy directory {} does not exist here; its settings files were not checked",
-                dir.display()
-            )?;
-        } else {
-            let options = DirOptions {
-                defaults: config.policies.limits(),
-                strict_permissions: config.policies.strict_permissions,
-            };
-            let (mut specs, mut errors) = loader::scan(dir, options);
-            // Policies named in this file ([policies.sources]) with their settings files.
-            if let Ok(sources) = config.policies.sources() {
-                loader::add_config_sources(&mut specs, &mut errors, Some(dir), &sources, options);
+    // Policies named in this file ([policies.sources]) are checked even with
+    // no policy directory here (or none at all): a tag without keys must
+    // fail here, not at the start.
+    let sources = config.policies.sources().unwrap_or_default();
+    let dir = config.policies.dir.as_deref();
+    if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+        writeln!(
+            err,
+            "warning: policy directory {} does not exist here; its settings files were not checked",
+            dir.display()
+        )?;
+    }
+    let readable = dir.filter(|d| d.is_dir());
+    if readable.is_some() || !sources.is_empty() {
+        let options =
+            DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
+        let (mut specs, mut errors) = match readable {
+            Some(dir) => loader::scan(dir, options),
+            None => Default::default(),
+        };
+        loader::add_config_sources(&mut specs, &mut errors, readable, &sources, options);
+        if !args.quiet {
+            match readable {
+                Some(dir) => writeln!(out, "policies in {}:", dir.display())?,
+                None => writeln!(out, "policies named in [policies.sources]:")?,
             }
-            if !args.quiet {
-                writeln!(out, "policies in {}:", dir.display())?;
-                for s in &specs {
-                    let l = &s.limits;
-                    writeln!(
-                        out,
-                        "  {:<24} mode={:?} on-error={:?} on-conflict={:?} fuel={} timeout-ms={} memory-mib={}{}",
-                        s.name,
-                        s.mode,
-                        s.on_error,
-                        s.on_conflict,
-                        l.fuel,
-                        l.timeout_ms,
-                        l.memory_mib,
-                        if s.sha256.is_some() { " sha256-pinned" } else { "" },
-                    )?;
-                    writeln!(out, "  {:<24} {}", "", grants_line(s, config.engine.max_component_mib << 20))?;
-                    if let Some(source) = &s.source {
-                        writeln!(out, "  {:<24} source={}", "", source.reference)?;
-                    }
-                }
-                if specs.is_empty() && errors.is_empty() {
-                    writeln!(out, "  (none)")?;
-                }
-            }
-            for e in &errors {
-                writeln!(err, "error: {e}")?;
-                ok = false;
-            }
-            // Limits a settings file asks for must fit the engine as well;
-            // a reference must be usable with the keys that apply to it.
             for s in &specs {
+                let l = &s.limits;
+                writeln!(
+                    out,
+                    "  {:<24} mode={:?} on-error={:?} on-conflict={:?} fuel={} timeout-ms={} memory-mib={}{}",
+                    s.name,
+                    s.mode,
+                    s.on_error,
+                    s.on_conflict,
+                    l.fuel,
+                    l.timeout_ms,
+                    l.memory_mib,
+                    if s.sha256.is_some() { " sha256-pinned" } else { "" },
+                )?;
+                writeln!(out, "  {:<24} {}", "", grants_line(s, config.engine.max_component_mib << 20))?;
                 if let Some(source) = &s.source {
-                    let checked = crate::registry::keys_for(source, &config.registry)
-                        .and_then(|keys| crate::registry::check_pinning(&source.reference, keys.len()));
-                    if let Err(e) = checked {
-                        writeln!(err, "error: policy {}: source {}: {e}", s.name, source.reference)?;
-                        ok = false;
-                    }
+                    writeln!(out, "  {:<24} source={}", "", source.reference)?;
                 }
-                if let Err(e) = config.engine.validate(&s.limits) {
-                    writeln!(err, "error: policy {}: {e}", s.name)?;
+            }
+            if specs.is_empty() && errors.is_empty() {
+                writeln!(out, "  (none)")?;
+            }
+        }
+        for e in &errors {
+            writeln!(err, "error: {e}")?;
+            ok = false;
+        }
+        // Limits a settings file asks for must fit the engine as well;
+        // a reference must be usable with the keys that apply to it.
+        for s in &specs {
+            if let Some(source) = &s.source {
+                let checked = crate::registry::keys_for(source, &config.registry)
+                    .and_then(|keys| crate::registry::check_pinning(&source.reference, keys.len()));
+                if let Err(e) = checked {
+                    writeln!(err, "error: policy {}: source {}: {e}", s.name, source.reference)?;
                     ok = false;
                 }
+            }
+            if let Err(e) = config.engine.validate(&s.limits) {
+                writeln!(err, "error: policy {}: {e}", s.name)?;
+                ok = false;
             }
         }
     }
@@ -228,6 +234,27 @@ mod tests {
                 assert!(err.contains(w), "{text:?}: {w:?} missing from the error:\n{err}");
             }
         }
+    }
+
+    /// A policy named in `[policies.sources]` is checked even with no
+    /// policy directory, or one that does not exist here: a tag without a
+    /// signature requirement fails the check, as it would fail the start.
+    #[test]
+    fn sources_are_checked_without_a_policy_directory() {
+        let tag = "[policies.sources]\n\"30-tagged\" = \"oci://registry.example/p/x:stable\"\n";
+        for dir in ["", "[policies]\ndir = \"/nonexistent/policies\"\n"] {
+            let text = format!("{dir}{tag}");
+            let (code, out, err) = run(&text, &[]);
+            assert_eq!(code, 1, "{text:?} should fail:\n{out}");
+            assert!(err.contains("30-tagged") && err.contains("pin its digest"), "{err}");
+        }
+        let pinned = format!(
+            "[policies.sources]\n\"30-pinned\" = \"oci://registry.example/p/x:stable@sha256:{}\"\n",
+            "a".repeat(64)
+        );
+        let (code, out, err) = run(&pinned, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("policies named in [policies.sources]:") && out.contains("30-pinned"), "{out}");
     }
 
     /// A syntax error in the configuration or in a policy's settings file

@@ -23,12 +23,16 @@
 //! A policy named by a tag alone (`oci://…:stable`, signed) has a settings
 //! file that does not change when the tag moves in the registry, so the
 //! directory alone would never bring the new version. [`Reloader::check_tags`]
-//! asks the registry where each such tag points (one manifest request, no
-//! download), every `[registry] tag-recheck-ms` and at SIGHUP; a tag that
+//! asks the registry where each such tag points (a GET of the manifest, no
+//! other download; all tags at once under one deadline, in a task of its
+//! own so that a stalled registry holds no reload), every
+//! `[registry] tag-recheck-ms` and at SIGHUP; a tag that
 //! moved marks its policy, and the reload that follows resolves it again
 //! with the same guarantees as a changed file (the running version answers
 //! until the new one is verified and loaded). A registry that cannot be
-//! reached changes nothing and is logged once until it answers again. A tag
+//! reached changes nothing and is logged once until it answers again; one
+//! that answers with a refusal (404, 401) is not unreachable: the policy's
+//! tag "cannot be checked", logged once per reason. A tag
 //! moved to a version that does not verify (pushed, not signed yet) is tried
 //! again at each check, so the signature that follows is picked up; what
 //! runs stays until then.
@@ -168,6 +172,12 @@ pub struct Reloader {
     tried_tags: Mutex<HashMap<String, String>>,
     /// Registries that did not answer the last check (logged once per outage).
     unreachable: Mutex<HashSet<String>>,
+    /// Per policy, why the registry refused to say where its tag points
+    /// (logged once per reason).
+    cannot_check: Mutex<HashMap<String, String>>,
+    /// Per policy, the manifest (hex) its tag moved to that verified but
+    /// failed to load: not resolved again until the tag moves elsewhere.
+    failed_tags: Mutex<HashMap<String, String>>,
 }
 
 impl Reloader {
@@ -192,6 +202,8 @@ impl Reloader {
             moved: Mutex::default(),
             tried_tags: Mutex::default(),
             unreachable: Mutex::default(),
+            cannot_check: Mutex::default(),
+            failed_tags: Mutex::default(),
         }
     }
 
@@ -203,12 +215,25 @@ impl Reloader {
     }
 
     /// Asks the registry where the tag of each policy of the chain named by
-    /// a tag alone points now (one manifest request each; nothing is
-    /// downloaded), and marks those whose tag moved for the next reload.
-    /// Returns their names. Runs on the engine's runtime.
+    /// a tag alone points now (one manifest request each, all at once under
+    /// one deadline; nothing is downloaded), and marks those whose tag moved
+    /// for the next reload. Returns their names. Runs on the engine's
+    /// runtime; a check that fails in the host is logged and finds nothing.
     pub async fn check_tags(self: &Arc<Self>) -> Vec<String> {
+        match self.spawn_tag_check().await {
+            Ok(moved) => moved,
+            Err(e) => {
+                tracing::error!(error = %e, "checking the tags failed in the host: nothing is marked moved");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The tag check as a task of its own, so that a registry that stalls
+    /// holds nothing but the check (see [`watch`]).
+    fn spawn_tag_check(self: &Arc<Self>) -> tokio::task::JoinHandle<Vec<String>> {
         let this = self.clone();
-        self.engine.handle().spawn(async move { this.check_tags_here().await }).await.unwrap_or_default()
+        self.engine.handle().spawn(async move { this.check_tags_here().await })
     }
 
     async fn check_tags_here(&self) -> Vec<String> {
@@ -222,6 +247,13 @@ impl Reloader {
                 Some((p.name().to_string(), source.reference.clone(), loaded))
             })
             .collect();
+        // What no tagged policy uses any more is forgotten (a host that comes
+        // back later is new again).
+        let hosts: HashSet<&str> = tagged.iter().map(|(_, r, _)| r.registry.as_str()).collect();
+        lock(&self.unreachable).retain(|h| hosts.contains(h.as_str()));
+        lock(&self.tried_tags).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
+        lock(&self.failed_tags).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
+        lock(&self.cannot_check).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
         if tagged.is_empty() {
             return Vec::new();
         }
@@ -232,47 +264,115 @@ impl Reloader {
                 return Vec::new();
             }
         };
-        let mut moved = Vec::new();
-        for (name, reference, loaded) in tagged {
-            let host = reference.registry.clone();
-            match registry.head(&reference).await {
-                Ok(now) => {
-                    if lock(&self.unreachable).remove(&host) {
-                        tracing::info!(registry = host, "registry reachable again: tags are checked");
-                    }
-                    let mut tried = lock(&self.tried_tags);
-                    if now == loaded {
-                        tried.remove(&name);
-                        continue;
-                    }
-                    if tried.get(&name) != Some(&now) {
-                        tracing::info!(
-                            policy = name,
-                            reference = %reference,
-                            running = %format!("sha256:{loaded}"),
-                            now = %format!("sha256:{now}"),
-                            "tag moved: the policy is resolved again"
-                        );
-                        tried.insert(name.clone(), now);
-                    } else {
-                        tracing::debug!(policy = name, reference = %reference, "tag still elsewhere: resolved again");
-                    }
-                    moved.push(name);
+        // One deadline for all: the registry's timeout, and never more than
+        // half the interval, so that a check ends before the next is due.
+        let mut budget = registry.settings().timeout();
+        if !self.tag_recheck.is_zero() {
+            budget = budget.min(self.tag_recheck / 2);
+        }
+        let deadline = tokio::time::Instant::now() + budget;
+        let checks = tagged.iter().map(|(_, reference, _)| {
+            let registry = registry.clone();
+            async move {
+                match tokio::time::timeout_at(deadline, registry.check_tag(reference)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(crate::registry::client::TagCheckError {
+                        error: crate::registry::RegistryError {
+                            reference: reference.to_string(),
+                            reason: format!("no answer within the tag check's {} ms", budget.as_millis()),
+                        },
+                        answered: false,
+                    }),
                 }
-                Err(e) => {
-                    if lock(&self.unreachable).insert(host.clone()) {
+            }
+        });
+        let results = futures::future::join_all(checks).await;
+
+        // A host that answered anything this round is reachable; one that
+        // answered nothing to any of its tags is not.
+        let answered: HashSet<&str> = tagged
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.as_ref().map_or_else(|e| e.answered, |_| true))
+            .map(|((_, reference, _), _)| reference.registry.as_str())
+            .collect();
+        for ((name, reference, _), result) in tagged.iter().zip(&results) {
+            let host = reference.registry.as_str();
+            match result {
+                Err(e) if !e.answered && !answered.contains(host) => {
+                    if lock(&self.unreachable).insert(host.to_string()) {
                         tracing::warn!(
                             registry = host,
                             policy = name,
-                            error = %e,
+                            error = %e.error,
                             "registry unreachable: tags not checked, the running versions stay (said once until it \
                              answers again)"
                         );
                     } else {
-                        tracing::debug!(registry = host, policy = name, error = %e, "registry still unreachable");
+                        tracing::debug!(registry = host, policy = name, error = %e.error, "registry still unreachable");
+                    }
+                }
+                _ => {
+                    if lock(&self.unreachable).remove(host) {
+                        tracing::info!(registry = host, "registry reachable again: tags are checked");
                     }
                 }
             }
+        }
+
+        let mut moved = Vec::new();
+        for ((name, reference, loaded), result) in tagged.iter().zip(results) {
+            let now = match result {
+                Ok(now) => {
+                    lock(&self.cannot_check).remove(name);
+                    now
+                }
+                Err(e) if e.answered => {
+                    // The registry said no (no such tag, no access, a manifest
+                    // that is not its digest): said once per policy and reason.
+                    let why = e.error.reason.clone();
+                    if lock(&self.cannot_check).insert(name.clone(), why.clone()).as_ref() != Some(&why) {
+                        tracing::warn!(
+                            policy = name,
+                            reference = %reference,
+                            error = %e.error,
+                            "tag cannot be checked: the running version stays (said once until the answer changes)"
+                        );
+                    } else {
+                        tracing::debug!(policy = name, error = %e.error, "tag still cannot be checked");
+                    }
+                    continue;
+                }
+                // Unreachable, or an answer for another tag of the same host
+                // this round: logged above.
+                Err(e) => {
+                    tracing::debug!(policy = name, error = %e.error, "tag not checked this round");
+                    continue;
+                }
+            };
+            let mut tried = lock(&self.tried_tags);
+            if now == *loaded {
+                tried.remove(name);
+                lock(&self.failed_tags).remove(name);
+                continue;
+            }
+            if lock(&self.failed_tags).get(name) == Some(&now) {
+                tracing::debug!(policy = name, reference = %reference, "tag still at a version that failed to load");
+                continue;
+            }
+            if tried.get(name) != Some(&now) {
+                tracing::info!(
+                    policy = name,
+                    reference = %reference,
+                    running = %format!("sha256:{loaded}"),
+                    now = %format!("sha256:{now}"),
+                    "tag moved: the policy is resolved again"
+                );
+                tried.insert(name.clone(), now);
+            } else {
+                tracing::debug!(policy = name, reference = %reference, "tag still elsewhere: resolved again");
+            }
+            moved.push(name.clone());
         }
         lock(&self.moved).extend(moved.iter().cloned());
         moved
@@ -330,9 +430,6 @@ impl Reloader {
     /// chain was installed.
     async fn build_and_install(&self) -> (ReloadReport, Option<Vec<String>>) {
         let mut report = ReloadReport::default();
-        // Tags found moved since the last reload: resolved again even though
-        // their settings files did not change.
-        let moved: HashSet<String> = std::mem::take(&mut *lock(&self.moved));
         let (mut specs, mut errors) = match &self.source.dir {
             Some(dir) => loader::scan(dir, self.source.options),
             None => Default::default(),
@@ -347,6 +444,10 @@ impl Reloader {
             report.not_retried = last.refused.iter().map(|(n, _)| n.clone()).collect();
             return (report, None);
         }
+        // Tags found moved since the last reload: resolved again even though
+        // their settings files did not change. Taken once the directory was
+        // read: a move found while it could not be read waits for the next.
+        let moved: HashSet<String> = std::mem::take(&mut *lock(&self.moved));
         let dir = self.source.dir.as_deref();
         loader::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
@@ -419,11 +520,23 @@ impl Reloader {
             let name = spec.name.clone();
             let old = live.get(name.as_str()).zip(installed.get(&name));
             match result {
-                // A moved tag that resolved to what runs (the registry went
-                // away and the cache answered): nothing to replace.
+                // A moved tag that resolved to what runs: nothing to
+                // replace. If it came from another manifest (the same
+                // component pushed again, or signed again), the running
+                // policy takes that provenance, so that the next check does
+                // not find the tag moved again; its compiled form stays.
                 Ok(policy) if moved.contains(&name) && old.is_some_and(|(p, _)| p.digest() == policy.digest()) => {
                     let (p, o) = old.expect("checked");
-                    next.push(((*p).clone(), o.clone()));
+                    let fresh = policy.spec.provenance.as_ref().filter(|n| !n.from_cache);
+                    let same = p.spec.provenance.as_ref().map(|v| &v.manifest) == fresh.map(|n| &n.manifest);
+                    match fresh {
+                        Some(now) if !same => {
+                            let mut kept = CompiledPolicy::clone(p);
+                            kept.spec.provenance = Some(now.clone());
+                            next.push((Arc::new(kept), origin));
+                        }
+                        _ => next.push(((*p).clone(), o.clone())),
+                    }
                     report.unchanged.push(name);
                 }
                 Ok(policy) => {
@@ -445,6 +558,13 @@ impl Reloader {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(name.clone(), (origin, why.clone()));
+                        // A moved tag whose version verified and failed to
+                        // load: not tried again until the tag moves again.
+                        if moved.contains(&name) {
+                            if let Some(at) = lock(&self.tried_tags).get(&name).cloned() {
+                                lock(&self.failed_tags).insert(name.clone(), at);
+                            }
+                        }
                     }
                     match old {
                         Some((policy, old_origin)) => {
@@ -638,6 +758,9 @@ pub async fn watch(
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
+    // The tag check in flight, if any: its own task, so that a registry
+    // that stalls delays no reload, SIGHUP or stop; never two at once.
+    let mut check: Option<tokio::task::JoinHandle<Vec<String>>> = None;
     loop {
         if watcher.as_ref().is_none_or(|w| w.is_gone()) {
             watcher = dir.as_deref().and_then(|d| match crate::watch::DirWatch::new(d) {
@@ -654,15 +777,40 @@ pub async fn watch(
         let missing = dir.is_some() && watcher.is_none();
         let mut debounced = true;
         let woke = tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => {
+                if let Some(c) = check.take() {
+                    c.abort();
+                }
+                return;
+            }
             _ = async { hup.as_mut().expect("checked").recv().await }, if hup.is_some() => {
+                // The directory at once; the tags then, and a moved one
+                // reloads again when the check returns.
                 tracing::info!("SIGHUP: reloading the policies");
-                reloader.check_tags().await;
+                if check.is_none() {
+                    check = Some(reloader.spawn_tag_check());
+                }
+                debounced = false;
                 true
             }
             _ = async { tags.as_mut().expect("checked").tick().await }, if tags.is_some() => {
+                if check.is_none() {
+                    check = Some(reloader.spawn_tag_check());
+                } else {
+                    tracing::debug!("the last tag check has not ended: none started");
+                }
+                false
+            }
+            done = async { check.as_mut().expect("checked").await }, if check.is_some() => {
+                check = None;
                 debounced = false;
-                !reloader.check_tags().await.is_empty()
+                match done {
+                    Ok(moved) => !moved.is_empty(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "checking the tags failed in the host: nothing is marked moved");
+                        false
+                    }
+                }
             }
             changed = async { watcher.as_mut().expect("checked").changed().await }, if watcher.is_some() => changed.is_ok(),
             _ = tokio::time::sleep(std::time::Duration::from_secs(5)), if missing => {

@@ -139,6 +139,13 @@ impl Registry {
     /// Sends a GET, answering one authentication challenge; returns a
     /// successful response, or why not (status and the start of the body).
     async fn get(&self, r: &super::OciRef, url: &str, accept: &str) -> Result<reqwest::Response, Fail> {
+        self.get_reached(r, url, accept).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Self::get`], saying with a failure whether the registry answered
+    /// (`true`: an HTTP status or a refused challenge) or could not be
+    /// reached (connection, TLS, no answer).
+    async fn get_reached(&self, r: &super::OciRef, url: &str, accept: &str) -> Result<reqwest::Response, (Fail, bool)> {
         let key = format!("{}/{}", r.registry, r.repository);
         let mut tried_auth = false;
         loop {
@@ -147,7 +154,7 @@ impl Registry {
             if let Some(a) = auth {
                 req = req.header(AUTHORIZATION, a);
             }
-            let resp = req.send().await.map_err(|e| describe(&e))?;
+            let resp = req.send().await.map_err(|e| (describe(&e), false))?;
             let status = resp.status();
             if status.is_success() {
                 return Ok(resp);
@@ -156,15 +163,17 @@ impl Registry {
                 tried_auth = true;
                 let challenge =
                     resp.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-                let header = self.answer(r, &challenge).await?;
+                let header = self.answer(r, &challenge).await.map_err(|e| (e, true))?;
                 self.authorization.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), header);
                 continue;
             }
             let body = read_bounded(resp, 512).await.unwrap_or_default();
             let text = crate::policy::clip::guest_text(&String::from_utf8_lossy(&body), 200);
-            return Err(format!(
-                "{url}: HTTP {status}{}",
-                if text.is_empty() { String::new() } else { format!(": {text}") }
+            // A 5xx says the registry is there but cannot serve now: as
+            // good as unreachable (the cache may answer).
+            return Err((
+                format!("{url}: HTTP {status}{}", if text.is_empty() { String::new() } else { format!(": {text}") }),
+                !status.is_server_error(),
             ));
         }
     }
@@ -219,21 +228,35 @@ impl Registry {
         reference: &str,
         expect: Option<&str>,
     ) -> Result<(Vec<u8>, String), Fail> {
+        self.manifest_reached(r, reference, expect).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Self::manifest`], saying with a failure whether the registry
+    /// answered (see [`Self::get_reached`]).
+    async fn manifest_reached(
+        &self,
+        r: &super::OciRef,
+        reference: &str,
+        expect: Option<&str>,
+    ) -> Result<(Vec<u8>, String), (Fail, bool)> {
         let url = Self::url(r, "manifests", reference);
-        let resp = self.get(r, &url, OCI_MANIFEST).await?;
+        let resp = self.get_reached(r, &url, OCI_MANIFEST).await?;
         let header = resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let bytes = read_bounded(resp, MAX_MANIFEST_BYTES).await.map_err(|e| format!("manifest {url}: {e}"))?;
+        let bytes = read_bounded(resp, MAX_MANIFEST_BYTES).await.map_err(|e| (format!("manifest {url}: {e}"), true))?;
         let actual = sha256_hex(&bytes);
         if let Some(expected) = expect {
             if actual != expected {
-                return Err(format!(
-                    "the registry sent a manifest with digest sha256:{actual}, not the sha256:{expected} asked for"
+                return Err((
+                    format!(
+                        "the registry sent a manifest with digest sha256:{actual}, not the sha256:{expected} asked for"
+                    ),
+                    true,
                 ));
             }
         }
         if let Some(h) = header {
             if h.starts_with("sha256:") && h != format!("sha256:{actual}") {
-                return Err(format!("the registry says the manifest is {h}, its content is sha256:{actual}"));
+                return Err((format!("the registry says the manifest is {h}, its content is sha256:{actual}"), true));
             }
         }
         Ok((bytes, actual))
@@ -253,26 +276,33 @@ impl Registry {
     /// Downloads a component of `size` bytes into the cache under its
     /// digest (temporary file, checked, renamed), or into memory when there
     /// is no cache.
-    async fn component(&self, r: &super::OciRef, hex: &str, size: u64) -> Result<Vec<u8>, Fail> {
+    async fn component(&self, r: &super::OciRef, hex: &str, size: u64) -> Result<Vec<u8>, (Fail, bool)> {
         let url = Self::url(r, "blobs", &format!("sha256:{hex}"));
-        let mut resp = self.get(r, &url, "*/*").await?;
+        let mut resp = self.get_reached(r, &url, "*/*").await?;
         if let Some(len) = resp.content_length() {
             if len != size {
-                return Err(format!(
-                    "blob {url}: the registry announces {len} bytes, the manifest says {size}; not downloaded"
+                return Err((
+                    format!("blob {url}: the registry announces {len} bytes, the manifest says {size}; not downloaded"),
+                    true,
                 ));
             }
         }
         let mut temp = match &self.cache {
-            Some(c) => Some(c.temp_file()?),
+            Some(c) => Some(c.temp_file().map_err(|e| (e, true))?),
             None => None,
         };
+        // A body that breaks off is the registry going away; any other
+        // failure is an answer.
+        let mut cut = false;
         let mut hasher = Sha256::new();
         // Grown as bytes arrive: a manifest's declared size alone reserves
         // no more than a MiB.
         let mut bytes = Vec::with_capacity(size.min(self.max_blob).min(1 << 20) as usize);
         let result: Result<(), String> = async {
-            while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| {
+                cut = true;
+                describe(&e)
+            })? {
                 if bytes.len() as u64 + chunk.len() as u64 > size {
                     return Err(format!("blob {url}: the registry sends more than the manifest's {size} bytes"));
                 }
@@ -295,11 +325,11 @@ impl Registry {
         match (result, temp) {
             (Err(e), Some((_, path))) => {
                 let _ = std::fs::remove_file(path);
-                Err(e)
+                Err((e, !cut))
             }
-            (Err(e), None) => Err(e),
+            (Err(e), None) => Err((e, !cut)),
             (Ok(()), Some((file, path))) => {
-                self.cache.as_ref().map_or(Ok(()), |c| c.commit(file, &path, hex))?;
+                self.cache.as_ref().map_or(Ok(()), |c| c.commit(file, &path, hex)).map_err(|e| (e, true))?;
                 Ok(bytes)
             }
             (Ok(()), None) => Ok(bytes),
@@ -313,21 +343,24 @@ impl Registry {
         r: &super::OciRef,
         manifest_hex: &str,
         keys: &[TrustedKey],
-    ) -> Result<(String, String), Fail> {
+    ) -> Result<(String, String), (Fail, bool)> {
         let tag = sign::signature_tag(manifest_hex);
-        let (bytes, sig_hex) =
-            self.manifest(r, &tag, None).await.map_err(|e| format!("no signature could be read (tag {tag}): {e}"))?;
+        let (bytes, sig_hex) = self
+            .manifest_reached(r, &tag, None)
+            .await
+            .map_err(|(e, answered)| (format!("no signature could be read (tag {tag}): {e}"), answered))?;
+        let answer = |e: String| (e, true);
         let mut payloads = HashMap::new();
-        for (hex, _) in signature_layers(&bytes)? {
+        for (hex, _) in signature_layers(&bytes).map_err(answer)? {
             if let std::collections::hash_map::Entry::Vacant(v) = payloads.entry(hex.clone()) {
-                v.insert(self.small_blob(r, &hex).await?);
+                v.insert(self.small_blob(r, &hex).await.map_err(answer)?);
             }
         }
-        let signer = check_signature(&bytes, &payloads, manifest_hex, keys)?;
+        let signer = check_signature(&bytes, &payloads, manifest_hex, keys, &repository_of(r)).map_err(answer)?;
         if let Some(cache) = &self.cache {
-            cache.put(&bytes)?;
+            cache.put(&bytes).map_err(answer)?;
             for p in payloads.values() {
-                cache.put(p)?;
+                cache.put(p).map_err(answer)?;
             }
         }
         Ok((signer, sig_hex))
@@ -349,11 +382,15 @@ impl Registry {
         let timeout = self.settings.timeout();
         let online = match tokio::time::timeout(timeout, self.pull(source, &keys)).await {
             Ok(result) => result,
-            Err(_) => Err(format!("the registry did not complete the pull within {} ms", timeout.as_millis())),
+            Err(_) => Err((format!("the registry did not complete the pull within {} ms", timeout.as_millis()), false)),
         };
         let error = match online {
             Ok(found) => return Ok(found),
-            Err(e) => e,
+            // The registry answered (a missing or wrong signature, a
+            // refused credential, a manifest that is not a wasm artifact):
+            // that is the answer, and the cache does not overrule it.
+            Err((e, true)) => return Err(fail(e)),
+            Err((e, false)) => e,
         };
         match self.cached(source, &keys) {
             Ok(mut found) => {
@@ -374,10 +411,13 @@ impl Registry {
     }
 
     /// The online pull.
-    async fn pull(&self, source: &Source, keys: &[TrustedKey]) -> Result<Resolved, Fail> {
+    /// The online pull; a failure says whether the registry answered (see
+    /// [`Self::get_reached`]).
+    async fn pull(&self, source: &Source, keys: &[TrustedKey]) -> Result<Resolved, (Fail, bool)> {
         let r = &source.reference;
-        let (manifest, manifest_hex) = self.manifest(r, &r.manifest_ref(), r.digest.as_deref()).await?;
-        let (layer_hex, size) = check_manifest(&manifest, self.max_blob)?;
+        let answer = |e: String| (e, true);
+        let (manifest, manifest_hex) = self.manifest_reached(r, &r.manifest_ref(), r.digest.as_deref()).await?;
+        let (layer_hex, size) = check_manifest(&manifest, self.max_blob).map_err(answer)?;
         let (signer, signature) = if keys.is_empty() {
             (None, None)
         } else {
@@ -390,8 +430,10 @@ impl Registry {
             None => self.component(r, &layer_hex, size).await?,
         };
         if let Some(cache) = &self.cache {
-            cache.put(&manifest)?;
-            cache.put_ref(&RefRecord { reference: r.to_string(), manifest: manifest_hex.clone(), signature })?;
+            cache.put(&manifest).map_err(answer)?;
+            cache
+                .put_ref(&RefRecord { reference: r.to_string(), manifest: manifest_hex.clone(), signature })
+                .map_err(answer)?;
         }
         Ok(Resolved {
             bytes,
@@ -432,7 +474,7 @@ impl Registry {
                 let p = cache.get(&hex, MAX_SMALL_BYTES)?;
                 payloads.insert(hex, p);
             }
-            Some(check_signature(&sig, &payloads, &manifest_hex, keys)?)
+            Some(check_signature(&sig, &payloads, &manifest_hex, keys, &repository_of(r))?)
         };
         let bytes = cache.get(&layer_hex, self.max_blob)?;
         Ok(Resolved {
@@ -447,6 +489,24 @@ impl Registry {
         })
     }
 
+    /// Where a tag points now (digest hex), for the periodic tag check: a
+    /// failure says whether the registry answered at all
+    /// ([`TagCheckError::answered`]), so that a missing tag or a refused
+    /// credential is not taken for an outage.
+    pub async fn check_tag(&self, r: &super::OciRef) -> Result<String, TagCheckError> {
+        let fail = |reason: String, answered: bool| TagCheckError {
+            error: RegistryError { reference: r.to_string(), reason },
+            answered,
+        };
+        let at = r.manifest_ref();
+        let work = self.manifest_reached(r, &at, r.digest.as_deref());
+        match tokio::time::timeout(self.settings.timeout(), work).await {
+            Ok(Ok((_, hex))) => Ok(hex),
+            Ok(Err((e, answered))) => Err(fail(e, answered)),
+            Err(_) => Err(fail(format!("no answer within {} ms", self.settings.timeout_ms), false)),
+        }
+    }
+
     /// The digest (hex) a reference names now, from the registry.
     pub async fn head(&self, r: &super::OciRef) -> Result<String, RegistryError> {
         let fail = |reason: String| RegistryError { reference: r.to_string(), reason };
@@ -458,6 +518,16 @@ impl Registry {
             Err(_) => Err(fail(format!("no answer within {} ms", self.settings.timeout_ms))),
         }
     }
+}
+
+/// Why a tag could not be checked.
+#[derive(Debug, Clone)]
+pub struct TagCheckError {
+    pub error: RegistryError,
+    /// The registry answered (an HTTP status, a refused challenge, a
+    /// manifest that does not match its digest); `false`: it could not be
+    /// reached (connection, TLS, no answer in time).
+    pub answered: bool,
 }
 
 /// The payload layers of a signature manifest: (digest hex, signature).
@@ -489,20 +559,29 @@ fn signature_layers(manifest: &[u8]) -> Result<Vec<(String, String)>, String> {
 
 /// The signer of `manifest_hex` among `keys`, from a signature manifest and
 /// its payloads (already checked against their digests).
+/// The payload must name the repository the policy is pulled from
+/// (`critical.identity.docker-reference`): a signature copied from another
+/// repository (signed there, for something else) is refused.
 fn check_signature(
     sig_manifest: &[u8],
     payloads: &HashMap<String, Vec<u8>>,
     manifest_hex: &str,
     keys: &[TrustedKey],
+    repository: &str,
 ) -> Result<String, String> {
     let want = format!("sha256:{manifest_hex}");
     let mut named_other = None;
+    let mut other_repository = None;
     for (hex, signature) in signature_layers(sig_manifest)? {
         let Some(payload) = payloads.get(&hex) else { continue };
-        match sign::signed_digest(payload) {
-            Some(d) if d == want => {}
-            Some(d) => {
+        match sign::signed_identity(payload) {
+            Some((d, _)) if d != want => {
                 named_other = Some(d);
+                continue;
+            }
+            Some((_, Some(r))) if sign::names_repository(&r, repository) => {}
+            Some((_, r)) => {
+                other_repository = Some(r.unwrap_or_else(|| "no repository".into()));
                 continue;
             }
             None => continue,
@@ -512,10 +591,21 @@ fn check_signature(
         }
     }
     let keys: Vec<String> = keys.iter().map(|k| k.path.display().to_string()).collect();
-    Err(match named_other {
-        Some(d) => format!("the signature payload names {d}, not {want}: refused"),
-        None => format!("no signature of {want} verifies with the configured keys ({}): refused", keys.join(", ")),
+    Err(match (named_other, other_repository) {
+        (_, Some(r)) => format!(
+            "the signature of {want} was made for {r}, not for {repository} (critical.identity.docker-reference): \
+             refused"
+        ),
+        (Some(d), None) => format!("the signature payload names {d}, not {want}: refused"),
+        (None, None) => {
+            format!("no signature of {want} verifies with the configured keys ({}): refused", keys.join(", "))
+        }
     })
+}
+
+/// `registry/repository`, as a signature payload names it.
+fn repository_of(r: &super::OciRef) -> String {
+    format!("{}/{}", r.registry, r.repository)
 }
 
 /// Reads a response's body, failing past `max` bytes.
@@ -591,6 +681,39 @@ mod tests {
         assert_eq!(p["realm"], "https://auth.example/token");
         assert_eq!(p["service"], "registry.example");
         assert_eq!(p["scope"], "repository:p:pull");
+    }
+
+    /// A signature made (by a trusted key) for the same manifest in
+    /// another repository is refused, naming both repositories.
+    #[test]
+    fn a_signature_copied_from_another_repository_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = sign::SigningKeyFile::generate().unwrap();
+        let (_, public) = key.to_pem().unwrap();
+        let path = dir.path().join("k.pub");
+        std::fs::write(&path, public).unwrap();
+        let keys = vec![TrustedKey::read(&path).unwrap()];
+        let manifest_hex = "ab".repeat(32);
+        let signed_for = |repository: &str| {
+            let payload = sign::payload(repository, &format!("sha256:{manifest_hex}"));
+            let hex = sha256_hex(&payload);
+            let manifest = serde_json::to_vec(&serde_json::json!({
+                "schemaVersion": 2,
+                "layers": [{
+                    "mediaType": sign::SIMPLE_SIGNING,
+                    "digest": format!("sha256:{hex}"),
+                    "size": payload.len(),
+                    "annotations": { sign::SIGNATURE_ANNOTATION: key.sign(&payload) },
+                }],
+            }))
+            .unwrap();
+            (manifest, HashMap::from([(hex, payload)]))
+        };
+        let (m, p) = signed_for("h:5000/team/p");
+        assert!(check_signature(&m, &p, &manifest_hex, &keys, "h:5000/team/p").is_ok());
+        let (m, p) = signed_for("h:5000/other/q");
+        let e = check_signature(&m, &p, &manifest_hex, &keys, "h:5000/team/p").unwrap_err();
+        assert!(e.contains("h:5000/other/q") && e.contains("h:5000/team/p") && e.contains("refused"), "{e}");
     }
 
     #[test]

@@ -146,12 +146,33 @@ pub fn payload(docker_reference: &str, manifest_digest: &str) -> Vec<u8> {
 
 /// The manifest digest a payload signs, if it is a simple-signing payload.
 pub fn signed_digest(payload: &[u8]) -> Option<String> {
+    signed_identity(payload).map(|(digest, _)| digest)
+}
+
+/// The manifest digest a simple-signing payload signs, and the repository
+/// it names (`critical.identity.docker-reference`), if it names one.
+pub fn signed_identity(payload: &[u8]) -> Option<(String, Option<String>)> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
     let critical = value.get("critical")?;
     if critical.get("type")?.as_str()? != "cosign container image signature" {
         return None;
     }
-    Some(critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_string())
+    let digest = critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_string();
+    let reference =
+        critical.get("identity").and_then(|i| i.get("docker-reference")).and_then(|r| r.as_str()).map(str::to_string);
+    Some((digest, reference))
+}
+
+/// Whether a payload's `docker-reference` names `repository`
+/// (`registry/path`). cosign writes it without tag or digest; one written
+/// with either still names the same repository.
+pub fn names_repository(docker_reference: &str, repository: &str) -> bool {
+    let bare = docker_reference.split('@').next().unwrap_or(docker_reference);
+    let bare = match bare.rsplit_once(':') {
+        Some((head, tag)) if !tag.contains('/') && head.contains('/') => head,
+        _ => bare,
+    };
+    bare == repository
 }
 
 /// The tag under which cosign keeps the signatures of `manifest_hex`.
@@ -185,6 +206,18 @@ mod tests {
         assert!(!trusted.verifies(&body, &stranger.sign(&body)), "another key's signature must not verify");
         assert!(!trusted.verifies(&body, "not base64!"));
         assert!(trusted.fingerprint().starts_with("sha256:") && trusted.fingerprint().len() == 19);
+    }
+
+    #[test]
+    fn the_signed_repository_is_compared_without_tag_or_digest() {
+        let body = payload("h:5000/team/p", "sha256:00");
+        assert_eq!(signed_identity(&body).unwrap().1.as_deref(), Some("h:5000/team/p"));
+        assert!(names_repository("h:5000/team/p", "h:5000/team/p"));
+        assert!(names_repository("h:5000/team/p:v1", "h:5000/team/p"));
+        assert!(names_repository("h:5000/team/p@sha256:00", "h:5000/team/p"));
+        assert!(!names_repository("h:5000/team/other", "h:5000/team/p"));
+        assert!(!names_repository("h:5001/team/p", "h:5000/team/p"));
+        assert!(!names_repository("h:5000/team/p/sub", "h:5000/team/p"));
     }
 
     #[test]

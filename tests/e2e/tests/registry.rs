@@ -646,8 +646,22 @@ fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
             let tried = reloads.wait_for(|(n, _)| *n >= reloaded + round);
             tokio::time::timeout(Duration::from_secs(120), tried).await.expect("the moved tag was tried").unwrap();
             assert_eq!(manifest(), format!("sha256:{d2}"), "{:?}", reloads.borrow().1);
+            // Refused for what it is (no signature), not hidden behind the
+            // cached copy as if the registry were unavailable.
+            let last = reloads.borrow().1.clone();
+            assert!(last.refused.iter().any(|(n, why)| n == "10-pulled" && why.contains("no signature")), "{last:?}");
         }
         assert_eq!(host.reloader.check_tags().await, ["10-pulled"]);
+
+        // Moved to a signed version that does not load (not a component):
+        // refused once, then not resolved again while the tag stays there.
+        push::push(&base, b"signed, but not a component".to_vec(), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+        let broken = reloads
+            .wait_for(|(_, r)| r.refused.iter().any(|(n, why)| n == "10-pulled" && !why.contains("no signature")));
+        tokio::time::timeout(Duration::from_secs(120), broken).await.expect("the broken version was tried").unwrap();
+        assert_eq!(manifest(), format!("sha256:{d2}"));
+        assert!(host.reloader.check_tags().await.is_empty(), "a version that failed to load is not tried again");
 
         // The registry gone: checks change nothing.
         registry.stop();
@@ -656,6 +670,82 @@ fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
         assert_eq!(manifest(), format!("sha256:{d2}"));
         assert_eq!(std::fs::metadata(&file).unwrap().modified().unwrap(), file_before, "the directory was not touched");
         stop.cancel();
+    });
+    drop(registry);
+}
+
+/// A tag check against a registry that stalls holds nothing else: while
+/// the check waits on the registry (whose timeout is ten minutes), a
+/// policy dropped into the directory is loaded, and the tagged policy keeps
+/// running. Before the check ran in a task of its own, the reload loop
+/// awaited it, and the directory change waited out the registry's timeout.
+#[test]
+fn a_tag_check_that_stalls_holds_no_reload() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let mut registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let (key, public) = f.key_pair("author");
+        let base = f.settings(port, Some("oci-cache"));
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:stable")).unwrap();
+        let d1 = push::push(&base, read(guests::ANNOTATE), &tag).await.unwrap();
+        push::sign(&base, &key, &tag).await.unwrap();
+
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("10-pulled.toml"), format!("source = \"{tag}\"\non-error = \"fail\"\n")).unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.engine = engine_settings();
+        // A long timeout, checked every two seconds.
+        config.registry = RegistrySettings {
+            public_keys: vec![public.clone()],
+            tag_recheck_ms: 2_000,
+            timeout_ms: 600_000,
+            ..base.clone()
+        };
+        config.validate().unwrap();
+        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        assert_eq!(reloads.borrow().1.added, ["10-pulled"], "{:?}", reloads.borrow().1);
+
+        // The registry replaced by one that accepts and never answers.
+        registry.stop();
+        let hostile = start_hostile_at(&f.tls, Mode::Stall, port).await;
+        let watching = host.dispatcher.engine().handle().spawn(nri_wasm::policy::reload::watch(
+            host.reloader.clone(),
+            Duration::from_millis(config.policies.reload_debounce_ms),
+            true,
+            stop.clone(),
+        ));
+        let asked = async {
+            while hostile.requests.load(Ordering::Relaxed) == 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(120), asked).await.expect("the tag was checked");
+
+        // A check is in flight (or the next one is): the directory still reloads.
+        let n = reloads.borrow().0;
+        std::fs::write(policies.join("20-local.wasm"), read(guests::ANNOTATE)).unwrap();
+        let added = reloads.wait_for(|(m, r)| *m > n && r.added == ["20-local"]);
+        tokio::time::timeout(Duration::from_secs(300), added)
+            .await
+            .expect("the directory change was loaded while the tag check stalls")
+            .unwrap();
+        let running: Vec<String> = host.dispatcher.chain().policies().map(|p| p.name().to_string()).collect();
+        assert_eq!(running, ["10-pulled", "20-local"]);
+        let pulled = host.dispatcher.chain().policies().next().unwrap().spec.provenance.clone().unwrap();
+        assert_eq!(pulled.manifest, format!("sha256:{d1}"), "the tagged policy keeps its version");
+
+        // Stop is not held by the stalled check either.
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(120), watching).await.expect("watch ended at stop").unwrap();
+        let _ = hostile.stop.send(());
     });
     drop(registry);
 }
@@ -1158,10 +1248,15 @@ fn hostile_manifest(mode: Mode) -> Vec<u8> {
 }
 
 async fn start_hostile(tls: &Tls, mode: Mode) -> Hostile {
+    start_hostile_at(tls, mode, 0).await
+}
+
+/// The hostile registry on `port` (zero: any free one).
+async fn start_hostile_at(tls: &Tls, mode: Mode, port: u16) -> Hostile {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     nri_wasm::registry::client::crypto();
     let acceptor = tls_acceptor(tls);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(AtomicUsize::new(0));
     let blob_requests = Arc::new(AtomicUsize::new(0));
