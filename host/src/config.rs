@@ -22,13 +22,21 @@ use crate::policy::limits::{LimitOverrides, Limits};
 #[derive(Debug, Clone, PartialEq, Deserialize, Default, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// `[plugin]`: the name and index the host registers with.
     pub plugin: PluginConfig,
+    /// `[runtime]`: the runtime's socket and the timings of the connection.
     pub runtime: RuntimeConfig,
+    /// `[policies]`: where the policies are and which are named by reference.
     pub policies: PoliciesConfig,
+    /// `[engine]`: the WebAssembly engine and each call's default limits.
     pub engine: EngineSettings,
+    /// `[registry]`: pulling and verifying policies named by reference.
     pub registry: crate::registry::RegistrySettings,
+    /// `[chain]`: how the chain shares the runtime's time and handles failures.
     pub chain: ChainSettings,
+    /// `[metrics]`: the metrics, health and status endpoint.
     pub metrics: MetricsConfig,
+    /// `[logging]`: the level and format of the host's log.
     pub logging: LoggingConfig,
 }
 
@@ -69,6 +77,7 @@ pub struct LoggingConfig {
     /// A level (`error`, `warn`, `info`, `debug`, `trace`) or a filter such
     /// as `info,nri_wasm::nri=debug`; `RUST_LOG` overrides it.
     pub level: String,
+    /// `text` or `json`.
     pub format: LogFormat,
 }
 
@@ -203,18 +212,22 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// `register-timeout-ms` as a duration.
     pub fn register_timeout(&self) -> Duration {
         Duration::from_millis(self.register_timeout_ms)
     }
 
+    /// `reconnect-initial-ms` as a duration.
     pub fn reconnect_initial(&self) -> Duration {
         Duration::from_millis(self.reconnect_initial_ms)
     }
 
+    /// `reconnect-max-ms` as a duration.
     pub fn reconnect_max(&self) -> Duration {
         Duration::from_millis(self.reconnect_max_ms)
     }
 
+    /// `start-wait-ms` as a duration.
     pub fn start_wait(&self) -> Duration {
         Duration::from_millis(self.start_wait_ms)
     }

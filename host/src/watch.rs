@@ -64,6 +64,7 @@ impl DirWatch {
         Ok(Self { fd, dir: dir.to_path_buf(), gone: false })
     }
 
+    /// The directory watched.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

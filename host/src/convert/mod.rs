@@ -105,16 +105,36 @@ pub use event::{owners_from_wit, owners_to_wit};
 pub enum ConvertError {
     /// A protobuf enum value the WIT package has no variant for.
     #[error("{field}: enum value {value} is not known to the policy interface")]
-    UnknownEnum { field: &'static str, value: i32 },
+    UnknownEnum {
+        /// The field, as a path in the message.
+        field: &'static str,
+        /// The value the runtime sent.
+        value: i32,
+    },
     /// A `list<key-value>` (or keyed list) standing for a map repeats a key.
     #[error("{field}: key {key:?} appears more than once")]
-    DuplicateKey { field: &'static str, key: String },
+    DuplicateKey {
+        /// The field.
+        field: &'static str,
+        /// The key given twice.
+        key: String,
+    },
     /// A value that has no protobuf form (e.g. a key on a simple field owner).
     #[error("{field}: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// Why the value has no protobuf form.
+        reason: String,
+    },
     /// A reply carries a part the response of its event cannot carry.
     #[error("{response} has no place for {part}")]
-    NotInResponse { part: &'static str, response: &'static str },
+    NotInResponse {
+        /// The part of the reply (an adjustment, updates, evictions).
+        part: &'static str,
+        /// The response message of the event.
+        response: &'static str,
+    },
 }
 
 /// NRI's optional scalar wrappers (`OptionalInt64 { value }`, ...).

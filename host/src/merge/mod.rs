@@ -91,14 +91,31 @@ pub enum MergeError {
     /// the key of a compound field (`annotation "foo"`, `mount "/data"`) and
     /// the container when it is not the one being created.
     #[error("policies {first:?} and {second:?} both tried to set {field}")]
-    Conflict { field: String, first: String, second: String },
+    Conflict {
+        /// The field, with its key and container where it has them.
+        field: String,
+        /// The policy that set the field first.
+        first: String,
+        /// The policy whose output was being merged.
+        second: String,
+    },
     /// A CreateContainer reply tried to update the container being created
     /// (which only an adjustment can change).
     #[error("policy {policy:?} asked to update container {container:?} during its creation")]
-    UpdatesCreatedContainer { policy: String, container: String },
+    UpdatesCreatedContainer {
+        /// The policy whose reply it was.
+        policy: String,
+        /// The ID of the container being created.
+        container: String,
+    },
     /// The output is malformed (see [`validate_create_reply`]).
     #[error("invalid output of policy {policy:?}: {reason}")]
-    Invalid { policy: String, reason: String },
+    Invalid {
+        /// The policy whose reply it was.
+        policy: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The merge of a CreateContainer event.
@@ -167,6 +184,8 @@ impl CreateState {
 }
 
 impl<'r> CreateMerge<'r> {
+    /// A merge of the replies to `req`, starting from its container as the
+    /// runtime sent it.
     pub fn new(req: &'r pb::CreateContainerRequest) -> Self {
         Self { req, state: CreateState::new(&req.container), applied: Vec::new(), known: unknown() }
     }
@@ -189,6 +208,7 @@ impl<'r> CreateMerge<'r> {
         &self.state.adjuster.container
     }
 
+    /// The pod of the container being created.
     pub fn pod(&self) -> &pb::PodSandbox {
         &self.req.pod
     }
@@ -252,6 +272,8 @@ impl std::fmt::Debug for UpdateMerge {
 }
 
 impl UpdateMerge {
+    /// A merge of the replies to `req`, starting from the resources the
+    /// runtime asked for.
     pub fn new(req: &pb::UpdateContainerRequest) -> Self {
         Self {
             updates: Updates::for_update(&req.container.id, req.linux_resources.as_ref()),
@@ -306,6 +328,8 @@ pub struct StopMerge {
 }
 
 impl StopMerge {
+    /// A merge of the replies to a StopContainer request (which brings no
+    /// state of its own to start from).
     pub fn new(_req: &pb::StopContainerRequest) -> Self {
         Self { inner: UpdatesMerge::new() }
     }
@@ -326,6 +350,7 @@ impl StopMerge {
         self.inner.apply(policy, updates, &[])
     }
 
+    /// The merged reply to send the runtime.
     pub fn finish(self) -> pb::StopContainerResponse {
         let (update, _) = self.inner.finish();
         pb::StopContainerResponse { update, ..Default::default() }
@@ -354,6 +379,7 @@ impl Default for UpdatesMerge {
 }
 
 impl UpdatesMerge {
+    /// An empty merge.
     pub fn new() -> Self {
         Self { updates: Updates::default(), owners: Owners::default(), known: unknown() }
     }

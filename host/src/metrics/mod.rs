@@ -88,12 +88,17 @@ struct ResultLabel {
 /// What `/status` and `nri-wasm status` show of one policy.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Default)]
 pub struct PolicyStatus {
+    /// The policy's name (`NN-name`).
     pub name: String,
     /// `loaded`, `failed` or `loading`.
     pub status: String,
+    /// The SHA-256 of its component, hex.
     pub sha256: String,
+    /// The events it subscribes to, comma-separated.
     pub events: String,
+    /// `enforce` or `audit`.
     pub mode: String,
+    /// What a failure of it does to the event: `ignore` (fail-open) or `fail`.
     pub on_error: String,
     /// Why it is not loaded.
     pub reason: String,
@@ -105,6 +110,7 @@ pub struct PolicyStatus {
     pub calls: std::collections::BTreeMap<String, u64>,
     /// Consecutive failures, and whether it is quarantined now.
     pub failures: u32,
+    /// Whether its circuit breaker is open, so that it is skipped.
     pub quarantined: bool,
     /// Saves of its state that failed since the host started (a full or
     /// read-only volume, an unusable state directory).
@@ -118,15 +124,17 @@ pub struct PolicyStatus {
     /// was not read when it was installed, if it was not.
     #[serde(default)]
     pub state_error: String,
-    /// For a policy named by reference: the reference, the manifest's
-    /// digest, the key that signed it (or empty), and whether it was
-    /// loaded from the node's cache because the registry was unreachable.
+    /// For a policy named by reference: the reference (empty for a file).
     #[serde(default)]
     pub source: String,
+    /// The digest of the manifest it was pulled as.
     #[serde(default)]
     pub manifest: String,
+    /// The key that signed it, or empty.
     #[serde(default)]
     pub signer: String,
+    /// Whether it was loaded from the node's cache because the registry
+    /// was unreachable.
     #[serde(default)]
     pub from_cache: bool,
 }
@@ -146,10 +154,15 @@ impl PolicyStatus {
 /// What `/status` returns.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Default)]
 pub struct HostStatus {
+    /// Whether the host is registered with a runtime now.
     pub registered: bool,
+    /// Whether the chain of policies has loaded.
     pub chain_loaded: bool,
+    /// Connections to the runtime made again since the host started.
     pub reconnects: u64,
+    /// The events the host subscribed to, comma-separated.
     pub subscribed: String,
+    /// Every policy in the directory (and named by reference), in chain order.
     pub policies: Vec<PolicyStatus>,
 }
 
@@ -205,6 +218,7 @@ fn latency() -> Histogram {
 }
 
 impl Metrics {
+    /// The metrics of a host, none recorded yet.
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let calls = Family::<CallLabels, Counter>::default();
@@ -314,6 +328,7 @@ impl Metrics {
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Records the address the endpoint listens on (for `status`).
     pub fn set_endpoint(&self, addr: std::net::SocketAddr) {
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr);
     }

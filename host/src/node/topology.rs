@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 /// One NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NumaNode {
+    /// The node's number, as in `/sys/devices/system/node/nodeN`.
     pub id: u32,
     /// Online CPUs of the node, ascending.
     pub cpus: Vec<u32>,
@@ -36,10 +37,22 @@ pub struct Topology {
 /// Reading the topology failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
+    /// A file of the topology could not be read.
     #[error("cannot read {path}: {reason}")]
-    Read { path: PathBuf, reason: String },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+    /// A file of the topology did not say what the kernel documents.
     #[error("{path}: {reason}")]
-    Parse { path: PathBuf, reason: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
 }
 
 /// Parses a kernel CPU list such as `0-3,8,10-11`.

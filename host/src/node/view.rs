@@ -36,11 +36,17 @@ use protobuf::MessageField;
 /// A pod as the view keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodEntry {
+    /// The pod's ID (the sandbox ID).
     pub id: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's Kubernetes UID.
     pub uid: String,
+    /// The pod's labels.
     pub labels: BTreeMap<String, String>,
+    /// The pod's annotations.
     pub annotations: BTreeMap<String, String>,
     /// Ids of its containers the view knows.
     pub containers: OrdSet<String>,
@@ -49,11 +55,17 @@ pub struct PodEntry {
 /// A container as the view keeps it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ContainerEntry {
+    /// The container's ID.
     pub id: String,
+    /// The ID of its pod.
     pub pod_id: String,
+    /// The container's name.
     pub name: String,
+    /// Its state, as the runtime last told.
     pub state: pb::ContainerState,
+    /// The container's labels.
     pub labels: BTreeMap<String, String>,
+    /// The container's annotations.
     pub annotations: BTreeMap<String, String>,
     /// Effective Linux resources: as created, then adjusted, then updated.
     pub resources: Option<pb::LinuxResources>,
@@ -62,7 +74,9 @@ pub struct ContainerEntry {
 /// How many entries the view holds at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ViewLimits {
+    /// Pods at most; more are refused and counted.
     pub max_pods: usize,
+    /// Containers at most; more are refused and counted.
     pub max_containers: usize,
 }
 
@@ -105,6 +119,7 @@ fn pod_entry(p: &pb::PodSandbox) -> PodEntry {
     }
 }
 
+/// The view's entry of a container the runtime sent.
 pub fn container_entry(c: &pb::Container) -> ContainerEntry {
     ContainerEntry {
         id: c.id.clone(),
@@ -120,10 +135,13 @@ pub fn container_entry(c: &pb::Container) -> ContainerEntry {
 /// Which containers to list; every condition given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerFilter {
+    /// Only the containers of this pod.
     pub pod_id: Option<String>,
     /// Any of these states (empty: any state).
     pub states: Vec<pb::ContainerState>,
+    /// Only containers with all these labels.
     pub labels: Vec<(String, String)>,
+    /// Only containers whose pod has all these labels.
     pub pod_labels: Vec<(String, String)>,
 }
 
@@ -226,14 +244,17 @@ impl StateSet {
         1 << (state as i32).clamp(0, 63)
     }
 
+    /// Adds a state to the set.
     pub fn insert(&mut self, state: pb::ContainerState) {
         self.0 |= Self::bit(state);
     }
 
+    /// Whether the set has this state.
     pub fn contains(&self, state: pb::ContainerState) -> bool {
         self.0 & Self::bit(state) != 0
     }
 
+    /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
         self.0 == 0
     }
@@ -412,6 +433,7 @@ fn adjust_map(map: &mut BTreeMap<String, String>, adjust: &std::collections::Has
 }
 
 impl NodeView {
+    /// An empty view holding at most `limits`.
     pub fn new(limits: ViewLimits) -> Self {
         Self { limits, ..Self::default() }
     }
@@ -560,10 +582,12 @@ impl NodeView {
         self.synchronized
     }
 
+    /// The pod with this ID, if the view has it.
     pub fn pod(&self, id: &str) -> Option<&PodEntry> {
         self.pods.get(id)
     }
 
+    /// The container with this ID, if the view has it.
     pub fn container(&self, id: &str) -> Option<&ContainerEntry> {
         self.containers.get(id)
     }
@@ -675,6 +699,7 @@ impl NodeView {
         self.refused
     }
 
+    /// How many pods and containers the view holds.
     pub fn len(&self) -> (usize, usize) {
         (self.pods.len(), self.containers.len())
     }

@@ -31,6 +31,7 @@ pub struct BlobCache {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RefRecord {
+    /// The reference as configured.
     pub reference: String,
     /// Manifest digest, hex.
     pub manifest: String,
@@ -66,6 +67,7 @@ impl BlobCache {
         Ok(Self { dir: dir.to_path_buf() })
     }
 
+    /// The cache's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

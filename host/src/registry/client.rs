@@ -126,6 +126,7 @@ impl Registry {
         })
     }
 
+    /// The settings the client was made with.
     pub fn settings(&self) -> &RegistrySettings {
         &self.settings
     }
@@ -523,6 +524,7 @@ impl Registry {
 /// Why a tag could not be checked.
 #[derive(Debug, Clone)]
 pub struct TagCheckError {
+    /// The failure, naming the reference.
     pub error: RegistryError,
     /// The registry answered (an HTTP status, a refused challenge, a
     /// manifest that does not match its digest); `false`: it could not be

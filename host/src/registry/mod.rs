@@ -125,6 +125,7 @@ impl RegistrySettings {
         Ok(())
     }
 
+    /// How long one request to a registry may take.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
     }
@@ -139,7 +140,9 @@ impl RegistrySettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reference}: {reason}")]
 pub struct RegistryError {
+    /// The reference as configured.
     pub reference: String,
+    /// What went wrong.
     pub reason: String,
 }
 
@@ -147,6 +150,7 @@ pub struct RegistryError {
 /// signature it needs (the policy's own, else the global ones).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
+    /// The reference.
     pub reference: OciRef,
     /// `public-keys` of the settings file; `None`: `[registry] public-keys`.
     pub public_keys: Option<Vec<PathBuf>>,
@@ -168,9 +172,11 @@ pub struct Provenance {
 /// A verified component and where it came from.
 #[derive(Debug, Clone)]
 pub struct Resolved {
+    /// The component's bytes, verified against the manifest.
     pub bytes: Vec<u8>,
     /// sha256 hex of `bytes`.
     pub digest: String,
+    /// Where they came from.
     pub provenance: Provenance,
 }
 

@@ -15,6 +15,7 @@ pub struct OciRef {
     pub registry: String,
     /// `path/of/repository`.
     pub repository: String,
+    /// The tag, if the reference has one.
     pub tag: Option<String>,
     /// 64 lowercase hex digits (the `sha256:` prefix is implied).
     pub digest: Option<String>,
@@ -24,7 +25,9 @@ pub struct OciRef {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("reference {reference:?}: {reason}")]
 pub struct RefError {
+    /// The reference as written.
     pub reference: String,
+    /// Why it was refused.
     pub reason: String,
 }
 

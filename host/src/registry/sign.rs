@@ -32,7 +32,9 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("key {path}: {reason}")]
 pub struct KeyError {
+    /// The key's file.
     pub path: String,
+    /// Why it cannot be used.
     pub reason: String,
 }
 
@@ -51,6 +53,7 @@ fn read_pem(path: &Path) -> Result<String, KeyError> {
 /// A public key the operator trusts, named by its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustedKey {
+    /// The key's file, as configured.
     pub path: PathBuf,
     key: VerifyingKey,
 }
