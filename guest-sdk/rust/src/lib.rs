@@ -92,7 +92,7 @@ pub use logging::log;
 #[doc(hidden)]
 pub use policy::{__handle, __init};
 pub use policy::{Policy, LIFECYCLE_EVENTS};
-pub use settings::settings;
+pub use settings::{settings, SettingsError};
 
 // Helpers the modules share.
 use adjust::kv;
