@@ -60,8 +60,7 @@ fn yes() -> bool {
 const CHANGES: [&str; 4] = ["hooks", "seccomp", "mounts", "all"];
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let s: Settings = settings::parse(text)?;
     let key_ok = s
         .opt_in_annotation
         .split_once('/')

@@ -52,7 +52,7 @@ fn default_exception() -> String {
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let s: Settings = settings::parse(text)?;
     if s.registries.is_empty() {
         return Err("invalid settings: registries is empty, so every image would be refused".into());
     }

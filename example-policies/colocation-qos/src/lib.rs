@@ -17,7 +17,8 @@
 //! - an offline container created while throttling is on is created
 //!   throttled (its adjustment), and forgotten when it is removed.
 //!
-//! Settings, words separated by spaces (all optional):
+//! Settings, words separated by spaces or a `[settings]` table with the
+//! same keys (all optional):
 //! `cpu-percent=20` (quota as a share of the period, 1 to 100; never below
 //! the kernel's 1 ms), `period=100000` (microseconds, 1000 to 1000000, used
 //! when a container has none), `memory-high=256M` (a `memory.high` value:
@@ -32,6 +33,7 @@
 //! but the state.
 use nri_wasm_sdk::view::{self, ContainerFilter, ContainerInfo};
 use nri_wasm_sdk::*;
+use serde::Deserialize;
 
 #[cfg(test)]
 mod tests;
@@ -47,33 +49,36 @@ const MIN_QUOTA: u64 = 1_000;
 
 struct ColocationQos;
 
+/// The settings: words (`cpu-percent=20 label=tier`) or a `[settings]`
+/// table, every key optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct Settings {
+    #[serde(default = "default_cpu_percent")]
     cpu_percent: u64,
+    #[serde(default = "default_period")]
     period: u64,
     /// `memory.high` while throttled; `None` leaves memory alone (cgroup v1).
+    #[serde(default)]
     memory_high: Option<String>,
+    #[serde(default = "default_label")]
     label: String,
 }
 
+fn default_cpu_percent() -> u64 {
+    20
+}
+
+fn default_period() -> u64 {
+    DEFAULT_PERIOD
+}
+
+fn default_label() -> String {
+    "qos.nri-wasm.io/class".into()
+}
+
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let mut s =
-        Settings { cpu_percent: 20, period: DEFAULT_PERIOD, memory_high: None, label: "qos.nri-wasm.io/class".into() };
-    for word in text.split_whitespace() {
-        let (key, value) =
-            word.split_once('=').ok_or_else(|| format!("invalid settings: {word:?} is not key=value"))?;
-        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("invalid settings: {key} {v:?} is not a number"));
-        match key {
-            "cpu-percent" => s.cpu_percent = number(value)?,
-            "period" => s.period = number(value)?,
-            "memory-high" => s.memory_high = Some(value.into()),
-            "label" => s.label = value.into(),
-            _ => {
-                return Err(format!(
-                    "invalid settings: unknown setting {key:?} (known: cpu-percent, period, memory-high, label)"
-                ))
-            }
-        }
-    }
+    let s: Settings = settings::parse(text)?;
     if !(1..=100).contains(&s.cpu_percent) {
         return Err(format!("invalid settings: cpu-percent {} is outside 1..=100", s.cpu_percent));
     }

@@ -118,8 +118,7 @@ impl Settings {
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let s: Settings = settings::parse(text)?;
     for p in &s.paths {
         if normalize(p).is_none() || p.contains('\0') {
             return Err(format!("invalid settings: paths: {p:?} is not an absolute path"));

@@ -12,7 +12,8 @@
 //! removal the stop was missed for releases them too (the host sends those
 //! updates with UpdateContainers, since RemoveContainer has no reply).
 //!
-//! Settings, words separated by spaces (all optional):
+//! Settings, words separated by spaces or a `[settings]` table with the
+//! same keys (all optional):
 //! - `pool=2-7`: the CPUs that may be handed out (default: every online CPU
 //!   but the first, which stays shared);
 //! - `annotation=exclusive-cpus.nri-wasm.io/count`: the pod annotation;
@@ -31,6 +32,7 @@ use std::collections::BTreeSet;
 
 use nri_wasm_sdk::view::{self, ContainerFilter};
 use nri_wasm_sdk::*;
+use serde::Deserialize;
 
 #[cfg(test)]
 mod tests;
@@ -42,6 +44,28 @@ const KEY: &str = "cpus/";
 
 struct ExclusiveCpus;
 
+/// The settings: words (`pool=2-7 min-shared=1`) or a `[settings]` table,
+/// every key optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawSettings {
+    #[serde(default)]
+    pool: Option<String>,
+    #[serde(default = "default_annotation")]
+    annotation: String,
+    #[serde(default = "default_min_shared")]
+    min_shared: usize,
+}
+
+fn default_annotation() -> String {
+    DEFAULT_ANNOTATION.into()
+}
+
+fn default_min_shared() -> usize {
+    1
+}
+
+/// The settings, checked.
 struct Settings {
     pool: Option<BTreeSet<u32>>,
     annotation: String,
@@ -49,34 +73,21 @@ struct Settings {
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let mut s = Settings { pool: None, annotation: DEFAULT_ANNOTATION.into(), min_shared: 1 };
-    for word in text.split_whitespace() {
-        let (key, value) =
-            word.split_once('=').ok_or_else(|| format!("invalid settings: {word:?} is not key=value"))?;
-        match key {
-            "pool" => {
-                let cpus = parse_cpu_list(value).map_err(|e| format!("invalid settings: pool: {e}"))?;
-                if cpus.is_empty() {
-                    return Err("invalid settings: pool names no CPU (e.g. pool=2-7)".into());
-                }
-                s.pool = Some(cpus.into_iter().collect());
+    let raw: RawSettings = settings::parse(text)?;
+    let pool = match raw.pool {
+        Some(list) => {
+            let cpus = parse_cpu_list(&list).map_err(|e| format!("invalid settings: pool: {e}"))?;
+            if cpus.is_empty() {
+                return Err("invalid settings: pool names no CPU (e.g. pool=2-7)".into());
             }
-            "annotation" => {
-                if value.is_empty() {
-                    return Err("invalid settings: annotation needs a pod annotation key".into());
-                }
-                s.annotation = value.into();
-            }
-            "min-shared" => {
-                s.min_shared =
-                    value.parse().map_err(|_| format!("invalid settings: min-shared {value:?} is not a number"))?
-            }
-            _ => {
-                return Err(format!("invalid settings: unknown setting {key:?} (known: pool, annotation, min-shared)"))
-            }
+            Some(cpus.into_iter().collect())
         }
+        None => None,
+    };
+    if raw.annotation.is_empty() {
+        return Err("invalid settings: annotation needs a pod annotation key".into());
     }
-    Ok(s)
+    Ok(Settings { pool, annotation: raw.annotation, min_shared: raw.min_shared })
 }
 
 fn settings_now() -> Settings {

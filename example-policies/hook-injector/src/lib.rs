@@ -46,8 +46,7 @@ struct Settings {
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let s: Settings = settings::parse(text)?;
     if s.hooks.is_empty() {
         return Err("invalid settings: hooks is empty, so this policy would do nothing".into());
     }

@@ -62,8 +62,7 @@ struct Mapping {
 }
 
 fn parse_settings(text: &str) -> Result<(Settings, Vec<Mapping>), String> {
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let s: Settings = settings::parse(text)?;
     if !s.prefix.is_empty() && !valid_name(&s.prefix) {
         return Err(format!("invalid settings: prefix {:?} cannot start a variable name", s.prefix));
     }

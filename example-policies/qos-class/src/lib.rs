@@ -104,8 +104,7 @@ fn check_class(name: &str, c: &Class) -> Result<(), String> {
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let mut s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let mut s: Settings = settings::parse(text)?;
     if s.classes.is_empty() {
         return Err("invalid settings: classes describes no class".into());
     }

@@ -63,8 +63,7 @@ fn default_prefix() -> String {
 }
 
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let s: Settings = serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?;
+    let s: Settings = settings::parse(text)?;
     let prefix_ok = !s.prefix.is_empty()
         && s.prefix.len() <= 253
         && s.prefix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');

@@ -28,7 +28,12 @@ pub struct BumpAlloc {
     end: Cell<usize>,
 }
 
-// SAFETY: a WebAssembly instance of this target runs one thread.
+// SAFETY: `Sync` is needed to be the global allocator (a `static`). The
+// cells are only written from `alloc`, `dealloc` and `realloc`; on wasm32 a
+// component instance runs one thread (wasm32-wasip2 has no threads), so no
+// two calls ever overlap. Built for any other target `grow` always fails,
+// so `alloc` returns null before writing anything and `dealloc`/`realloc`
+// never see a block of this allocator: the cells are never written there.
 unsafe impl Sync for BumpAlloc {}
 
 impl BumpAlloc {
@@ -63,6 +68,18 @@ impl Default for BumpAlloc {
     }
 }
 
+// SAFETY: what `GlobalAlloc` asks of an allocator:
+// - a block returned by `alloc` is aligned to `layout.align()` (the start is
+//   rounded up to it, a power of two), `layout.size()` bytes long, and lies
+//   between `next` and `end`, memory that `memory.grow` handed to this
+//   allocator alone and that no live block covers: `next` only moves back
+//   in `dealloc`/`realloc`, over the block that ends at it, which the caller
+//   gives up (or resizes) by calling them;
+// - failure is reported by returning null (when `memory.grow` fails), never
+//   by panicking or unwinding;
+// - `realloc` keeps the first `min(old, new)` bytes: in place when the block
+//   is the last one and fits (or shrinks), otherwise by copying into a new
+//   block, which cannot overlap the old one since the old one is live.
 unsafe impl GlobalAlloc for BumpAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let align = layout.align();

@@ -13,6 +13,16 @@ type Checked = Result<(), String>;
 /// output; `Err` names the field and what is wrong, as the host's
 /// "invalid output" failure does.
 pub fn check_reply(kind: EventKind, reply: &Reply) -> Checked {
+    check(kind, reply, true)
+}
+
+/// [`check_reply`] but for keys set twice: in a chain the host finds those
+/// in its merge, field by field, after the conflicts of the fields before.
+pub(super) fn check_values(kind: EventKind, reply: &Reply) -> Checked {
+    check(kind, reply, false)
+}
+
+fn check(kind: EventKind, reply: &Reply, dups: bool) -> Checked {
     if kind == EventKind::ValidateContainerAdjustment {
         if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
             return Err("a validation reply may carry nothing (accept with an empty reply, reject with Err)".into());
@@ -23,7 +33,7 @@ pub fn check_reply(kind: EventKind, reply: &Reply) -> Checked {
         return Err(format!("adjust: only create-container may adjust, not {}", kind.name()));
     }
     if let Some(a) = &reply.adjust {
-        adjustment(a)?;
+        adjustment(a, dups)?;
     }
     if reply.update.len() > 4096 || reply.evict.len() > 4096 {
         return Err("update/evict: at most 4096 per reply".into());
@@ -31,7 +41,7 @@ pub fn check_reply(kind: EventKind, reply: &Reply) -> Checked {
     for (i, u) in reply.update.iter().enumerate() {
         container_id(&format!("update[{i}].container_id"), &u.container_id)?;
         if let Some(r) = &u.resources {
-            resources(&format!("update[{i}] ({}).linux.resources", u.container_id), r)?;
+            resources(&format!("update[{i}] ({}).linux.resources", u.container_id), r, dups)?;
         }
     }
     for (i, e) in reply.evict.iter().enumerate() {
@@ -101,8 +111,19 @@ fn literal(what: &str, name: &str, key: &str) -> Checked {
     Ok(())
 }
 
-/// A key repeated within one reply: the policy conflicts with itself.
-fn unique<'a>(what: &str, keys: impl Iterator<Item = &'a str>) -> Checked {
+/// A key set twice within one reply: the policy conflicts with itself,
+/// which the host refuses as invalid output. Removal markers are no
+/// claim (removing a key and setting it again is how a policy overrides
+/// an earlier one), except where the host counts them as one.
+fn unique<'a>(dups: bool, what: &str, keys: impl Iterator<Item = &'a str>) -> Checked {
+    claimed_once(dups, what, keys.filter(|k| !k.starts_with('-')))
+}
+
+/// Like [`unique`], for fields whose removal claims the key (namespaces).
+fn claimed_once<'a>(dups: bool, what: &str, keys: impl Iterator<Item = &'a str>) -> Checked {
+    if !dups {
+        return Ok(());
+    }
     let mut seen = HashSet::new();
     for k in keys {
         let plain = k.strip_prefix('-').unwrap_or(k);
@@ -132,14 +153,14 @@ const RLIMITS: [&str; 16] = [
     "RLIMIT_STACK",
 ];
 
-fn adjustment(a: &ContainerAdjustment) -> Checked {
-    unique("adjust.annotations", a.annotations.iter().map(|kv| kv.key.as_str()))?;
+fn adjustment(a: &ContainerAdjustment, dups: bool) -> Checked {
+    unique(dups, "adjust.annotations", a.annotations.iter().map(|kv| kv.key.as_str()))?;
     for kv in &a.annotations {
         removable("adjust.annotations", "key", &kv.key)?;
         text(&format!("adjust.annotations[{:?}] (its key)", kv.key), &kv.key)?;
         text(&format!("adjust.annotations[{:?}]", kv.key), &kv.value)?;
     }
-    unique("adjust.mounts", a.mounts.iter().map(|m| m.destination.as_str()))?;
+    unique(dups, "adjust.mounts", a.mounts.iter().map(|m| m.destination.as_str()))?;
     for (i, m) in a.mounts.iter().enumerate() {
         let field = format!("adjust.mounts[{i}]");
         removable(&field, "destination", &m.destination)?;
@@ -153,7 +174,7 @@ fn adjustment(a: &ContainerAdjustment) -> Checked {
             text(&format!("{field}.options[{j}]"), o)?;
         }
     }
-    unique("adjust.env", a.env.iter().map(|kv| kv.key.as_str()))?;
+    unique(dups, "adjust.env", a.env.iter().map(|kv| kv.key.as_str()))?;
     for (i, kv) in a.env.iter().enumerate() {
         let field = format!("adjust.env[{i}]");
         removable(&field, "name", &kv.key)?;
@@ -177,9 +198,9 @@ fn adjustment(a: &ContainerAdjustment) -> Checked {
         }
     }
     if let Some(l) = &a.linux {
-        linux(l)?;
+        linux(l, dups)?;
     }
-    unique("adjust.rlimits", a.rlimits.iter().map(|r| r.type_.as_str()))?;
+    unique(dups, "adjust.rlimits", a.rlimits.iter().map(|r| r.type_.as_str()))?;
     for (i, r) in a.rlimits.iter().enumerate() {
         let field = format!("adjust.rlimits[{i}]");
         literal(&field, "type", &r.type_)?;
@@ -190,7 +211,7 @@ fn adjustment(a: &ContainerAdjustment) -> Checked {
             return Err(bad(&field, format!("soft limit {} is above the hard limit {}", r.soft, r.hard)));
         }
     }
-    unique("adjust.CDI_devices", a.cdi_devices.iter().map(String::as_str))?;
+    unique(dups, "adjust.CDI_devices", a.cdi_devices.iter().map(String::as_str))?;
     for (i, name) in a.cdi_devices.iter().enumerate() {
         let field = format!("adjust.CDI_devices[{i}]");
         literal(&field, "name", name)?;
@@ -223,8 +244,8 @@ fn hook(field: &str, h: &Hook) -> Checked {
     Ok(())
 }
 
-fn linux(l: &LinuxContainerAdjustment) -> Checked {
-    unique("adjust.linux.devices", l.devices.iter().map(|d| d.path.as_str()))?;
+fn linux(l: &LinuxContainerAdjustment, dups: bool) -> Checked {
+    unique(dups, "adjust.linux.devices", l.devices.iter().map(|d| d.path.as_str()))?;
     for (i, d) in l.devices.iter().enumerate() {
         let field = format!("adjust.linux.devices[{i}]");
         removable(&field, "path", &d.path)?;
@@ -239,7 +260,7 @@ fn linux(l: &LinuxContainerAdjustment) -> Checked {
         }
     }
     if let Some(r) = &l.resources {
-        resources("adjust.linux.resources", r)?;
+        resources("adjust.linux.resources", r, dups)?;
     }
     text("adjust.linux.cgroups_path", &l.cgroups_path)?;
     if l.cgroups_path.split('/').any(|c| c == "..") {
@@ -270,7 +291,7 @@ fn linux(l: &LinuxContainerAdjustment) -> Checked {
             }
         }
     }
-    unique("adjust.linux.namespaces", l.namespaces.iter().map(|n| n.type_.as_str()))?;
+    claimed_once(dups, "adjust.linux.namespaces", l.namespaces.iter().map(|n| n.type_.as_str()))?;
     for (i, ns) in l.namespaces.iter().enumerate() {
         let field = format!("adjust.linux.namespaces[{i}]");
         removable(&field, "type", &ns.type_)?;
@@ -279,7 +300,7 @@ fn linux(l: &LinuxContainerAdjustment) -> Checked {
             path(&format!("{field}.path"), &ns.path)?;
         }
     }
-    unique("adjust.linux.sysctl", l.sysctl.iter().map(|kv| kv.key.as_str()))?;
+    unique(dups, "adjust.linux.sysctl", l.sysctl.iter().map(|kv| kv.key.as_str()))?;
     for kv in &l.sysctl {
         removable("adjust.linux.sysctl", "key", &kv.key)?;
         text(&format!("adjust.linux.sysctl[{:?}]", kv.key), &kv.value)?;
@@ -288,7 +309,7 @@ fn linux(l: &LinuxContainerAdjustment) -> Checked {
             return Err(bad("adjust.linux.sysctl", format!("{:?} is not a sysctl name", kv.key)));
         }
     }
-    unique("adjust.linux.net_devices", l.net_devices.iter().map(|d| d.host_name.as_str()))?;
+    unique(dups, "adjust.linux.net_devices", l.net_devices.iter().map(|d| d.host_name.as_str()))?;
     for d in &l.net_devices {
         removable("adjust.linux.net_devices", "host device name", &d.host_name)?;
         let host = d.host_name.strip_prefix('-').unwrap_or(&d.host_name);
@@ -317,7 +338,7 @@ fn linux(l: &LinuxContainerAdjustment) -> Checked {
     Ok(())
 }
 
-fn resources(field: &str, r: &LinuxResources) -> Checked {
+fn resources(field: &str, r: &LinuxResources, dups: bool) -> Checked {
     if let Some(m) = &r.memory {
         let sizes = [
             ("limit", m.limit),
@@ -364,7 +385,7 @@ fn resources(field: &str, r: &LinuxResources) -> Checked {
             cpuset(&format!("{field}.cpu.mems"), &c.mems)?;
         }
     }
-    unique(&format!("{field}.hugepage_limits"), r.hugepage_limits.iter().map(|h| h.page_size.as_str()))?;
+    unique(dups, &format!("{field}.hugepage_limits"), r.hugepage_limits.iter().map(|h| h.page_size.as_str()))?;
     for (i, h) in r.hugepage_limits.iter().enumerate() {
         let f = format!("{field}.hugepage_limits[{i}]");
         literal(&f, "page_size", &h.page_size)?;
@@ -380,7 +401,7 @@ fn resources(field: &str, r: &LinuxResources) -> Checked {
     for c in r.blockio_class.iter().chain(&r.rdt_class) {
         text(field, c)?;
     }
-    unique(&format!("{field}.unified"), r.unified.iter().map(|kv| kv.key.as_str()))?;
+    unique(dups, &format!("{field}.unified"), r.unified.iter().map(|kv| kv.key.as_str()))?;
     for kv in &r.unified {
         literal(&format!("{field}.unified"), "key", &kv.key)?;
         let k = &kv.key;

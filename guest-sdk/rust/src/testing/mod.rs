@@ -900,9 +900,10 @@ impl ContainerInfo {
 ///     .into();
 /// ```
 ///
-/// Policies are merged in the order given, later setters replacing
-/// earlier ones; conflicts, which the host would refuse before validation,
-/// are not checked.
+/// Policies are merged in the order given. [`Validation::adjusted_by`]
+/// lets later setters replace earlier ones; [`Validation::try_adjust`]
+/// refuses, as the host does, an adjustment that sets a field another
+/// policy set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Validation {
     event: ValidationEvent,
@@ -935,8 +936,38 @@ impl Validation {
         let id = self.event.container.id.clone();
         let owners = &mut self.event.owners;
         let merged = self.event.adjust.get_or_insert_with(ContainerAdjustment::default);
-        owners::merge(owners, &id, policy, merged, adjust);
+        owners::merge(owners, &id, policy, merged, adjust, true).expect("a lenient merge records over conflicts");
         self
+    }
+
+    /// Merges `policy`'s adjustment as the host's chain would: refused,
+    /// leaving the validation as it was, when the host would refuse it
+    /// (output it does not accept, [`check_reply`]; or a field another
+    /// policy set, or this one twice); else merged as by
+    /// [`Validation::adjusted_by`].
+    pub fn try_adjust(&mut self, policy: &str, adjust: &ContainerAdjustment) -> Result<(), Refusal> {
+        check::check_values(EventKind::CreateContainer, &Reply::adjust(adjust.clone())).map_err(Refusal::Invalid)?;
+        let id = self.event.container.id.clone();
+        let mut owners = self.event.owners.clone();
+        let mut merged = self.event.adjust.clone().unwrap_or_default();
+        owners::merge(&mut owners, &id, policy, &mut merged, adjust, false).map_err(|c| {
+            // A policy that contradicts itself made invalid output, as the
+            // host's chain says; only two policies make a conflict.
+            if c.first == c.second {
+                let key = if c.key.is_empty() { String::new() } else { format!(" {:?}", c.key) };
+                Refusal::Invalid(format!("it sets field {}{key} twice", c.field))
+            } else {
+                Refusal::Conflict(c)
+            }
+        })?;
+        self.event.owners = owners;
+        self.event.adjust = Some(merged);
+        Ok(())
+    }
+
+    /// The owners recorded so far.
+    pub fn owners(&self) -> &[FieldOwner] {
+        &self.event.owners
     }
 
     /// Adds `policy`'s update of another container.
@@ -955,6 +986,17 @@ impl Validation {
 }
 
 mod owners;
+
+pub use owners::Conflict;
+
+/// Why the host would refuse one policy's adjustment in a chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Output the host does not accept ([`check_reply`]'s error).
+    Invalid(String),
+    /// A field another policy set (or removed) before.
+    Conflict(Conflict),
+}
 
 /// The directory of the captured containerd requests: `$NRI_WASM_FIXTURES`
 /// if set, else `tests/fixtures/containerd-2.3.4` in the nearest ancestor

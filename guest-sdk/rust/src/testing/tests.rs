@@ -386,7 +386,8 @@ fn a_validation_records_who_set_what() {
     let v = Validation::of(&create).adjusted_by("10-a", &first).adjusted_by("20-b", &second).build();
     assert_eq!(v.owner(field::OCI_HOOKS, ""), Some("10-a,20-b"));
     assert_eq!(v.owner(field::MOUNTS, "/data"), Some("20-b"));
-    assert_eq!(v.owner(field::ENV, "DEBUG"), Some("-10-a"));
+    // Removing a variable no policy set changes no owner (as in the host).
+    assert_eq!(v.owner(field::ENV, "DEBUG"), None);
     assert_eq!(v.owner(field::MEM_LIMIT, ""), Some("10-a"));
     assert!(v.own_owners().all(|o| o.compound == field::is_compound(o.field)));
     let adjust = v.adjust.as_ref().unwrap();
@@ -558,4 +559,32 @@ fn cases_run_as_the_chain_would() {
     let earlier = hooks.earlier();
     assert_eq!(earlier.len(), 1);
     assert_eq!(describe_adjustment(&earlier[0].1), ["hook prestart[0] /bin/h args=[] env=[] timeout=-"]);
+}
+
+#[test]
+fn a_chain_refuses_what_the_host_refuses_and_records_owners_as_it_does() {
+    let create = fixture();
+    let mut v = Validation::of(&create);
+    // Removing a variable and setting it again is how a policy overrides.
+    let first = ContainerAdjustment::new().set_env("A", "1").remove_env("DEBUG");
+    assert_eq!(check_reply(EventKind::CreateContainer, &Reply::adjust(first.clone().remove_env("A"))), Ok(()));
+    assert_eq!(v.try_adjust("10-a", &first), Ok(()));
+    // Another policy setting it conflicts, naming the first; nothing of it is merged.
+    let second = ContainerAdjustment::new().set_env("B", "2").set_env("A", "2");
+    match v.try_adjust("20-b", &second) {
+        Err(Refusal::Conflict(c)) => assert_eq!((c.field, c.key.as_str(), c.first.as_str()), (field::ENV, "A", "10-a")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(v.owners().iter().filter(|o| o.field == field::ENV).count(), 1);
+    // Removing what 10-a set clears it: 20-b may then set it.
+    let third = ContainerAdjustment::new().remove_env("A").set_env("A", "3");
+    assert_eq!(v.try_adjust("20-b", &third), Ok(()));
+    let v = v.build();
+    assert_eq!(v.owner(field::ENV, "A"), Some("20-b"));
+    assert_eq!(v.owner(field::ENV, "DEBUG"), None);
+    // A policy that sets one thing twice made invalid output.
+    let mut v = Validation::of(&create);
+    let twice = ContainerAdjustment::new().set_memory_limit(1 << 20);
+    assert_eq!(v.try_adjust("10-a", &twice), Ok(()));
+    assert!(matches!(v.try_adjust("10-a", &twice), Err(Refusal::Invalid(_))));
 }

@@ -43,10 +43,8 @@ impl Default for Settings {
 /// Reads and checks the settings: the error keeps the policy from loading,
 /// and the operator sees it (`nri-wasm check` shows it too).
 fn parse_settings(text: &str) -> Result<Settings, String> {
-    let settings = match text.trim() {
-        "" => Settings::default(),
-        text => serde_json::from_str(text).map_err(|e| format!("invalid settings: {e}"))?,
-    };
+    // No settings at all is every default; a misspelt key is refused, named.
+    let settings: Settings = settings::parse(text)?;
     if settings.label.is_empty() {
         return Err("invalid settings: label is empty".into());
     }
