@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use nri_sim::node::{NodeModel, SimRuntime};
 use nri_sim::{RuntimeProfile, Simulator};
 use nri_wasm_api::api as pb;
-use nri_wasm_components::{examples, guests};
+use nri_wasm_components::examples;
+use nri_wasm_test_support::guests;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -29,11 +29,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nri_wasm_components::guests;
 use nri_wasm_runtimes::crictl::{Container, Pod, PodSandbox};
 use nri_wasm_runtimes::host::{Host, HostConfig};
 use nri_wasm_runtimes::native::{self, Adjustments, NativePlugin};
 use nri_wasm_runtimes::runtime::Node;
+use nri_wasm_test_support::guests;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Setup {

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use nri_wasm::nri::record::{parse_document, Request};
 use nri_wasm_api::api as pb;
-use nri_wasm_components::{examples, guests};
+use nri_wasm_components::examples;
+use nri_wasm_test_support::guests;
 use serde_json::Value;
 
 // ---------------------------------------------------------------- helpers
@@ -373,6 +374,7 @@ fn eval_seeds_the_node_and_preloads_and_prints_state() {
 // ------------------------------------------------ every example, through eval
 
 use nri_wasm_sdk::testing::cases::{Case, Edit, Expect};
+use nri_wasm_test_support::cases::{earlier, request};
 
 mod ulimit_adjuster {
     use super::{Case, Edit, Expect};
@@ -429,64 +431,6 @@ const EXAMPLES: [Example; 7] = [
         cases: adjustment_validator::CASES,
     },
 ];
-
-/// The case's fixture with its edits applied.
-fn request(case: &Case) -> pb::CreateContainerRequest {
-    let mut req: pb::CreateContainerRequest = nri_sim::fixtures::load(case.fixture).expect("fixture");
-    for edit in case.edits {
-        let pod = req.pod.mut_or_insert_default();
-        match *edit {
-            Edit::PodLabel(k, v) => drop(pod.labels.insert(k.into(), v.into())),
-            Edit::PodAnnotation(k, v) => drop(pod.annotations.insert(k.into(), v.into())),
-            Edit::RemovePodAnnotation(k) => drop(pod.annotations.remove(k)),
-            Edit::Namespace(ns) => pod.namespace = ns.into(),
-            Edit::ContainerName(n) => req.container.mut_or_insert_default().name = n.into(),
-            Edit::ContainerLabel(k, v) => drop(req.container.mut_or_insert_default().labels.insert(k.into(), v.into())),
-            Edit::ContainerAnnotation(k, v) => {
-                drop(req.container.mut_or_insert_default().annotations.insert(k.into(), v.into()))
-            }
-            Edit::Mount { destination, source, options } => {
-                req.container.mut_or_insert_default().mounts.push(pb::Mount {
-                    destination: destination.into(),
-                    type_: "bind".into(),
-                    source: source.into(),
-                    options: options.iter().map(|o| o.to_string()).collect(),
-                    ..Default::default()
-                })
-            }
-            Edit::Image { name, digest } => {
-                req.container.mut_or_insert_default().image = protobuf::MessageField::some(pb::Image {
-                    name: name.into(),
-                    digest: digest.into(),
-                    ..Default::default()
-                })
-            }
-            Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
-        }
-    }
-    req
-}
-
-/// The policies a case puts before the example, as scripts of the test
-/// guest `replay`, by name.
-fn earlier(case: &Case) -> Vec<(&'static str, String)> {
-    let mut scripts: Vec<(&'static str, String)> = Vec::new();
-    for edit in case.edits {
-        let (policy, line) = match *edit {
-            Edit::EarlierHook { policy, stage, path } => (policy, format!("hook {stage} {path}")),
-            Edit::EarlierMount { policy, destination, source, options } => {
-                (policy, format!("mount {destination} {source} {}", options.join(",")))
-            }
-            Edit::EarlierAnnotation { policy, key, value } => (policy, format!("annotation {key}={value}")),
-            _ => continue,
-        };
-        match scripts.iter_mut().find(|(p, _)| *p == policy) {
-            Some((_, script)) => script.push_str(&format!("\n{line}")),
-            None => scripts.push((policy, line)),
-        }
-    }
-    scripts
-}
 
 /// Runs one case through `eval`, as an operator would: a policy directory
 /// (the earlier policies, then the example, with the case's settings) and

@@ -479,7 +479,7 @@ async fn a_refused_new_version_is_shown_by_status_and_logged_once() {
     let socket = dir.path().join("nri.sock");
     let config = config(dir.path(), &socket);
     let policies = dir.path().join("policies");
-    std::fs::copy(nri_wasm_components::guests::ANNOTATE, policies.join("10-a.wasm")).unwrap();
+    std::fs::copy(nri_wasm_test_support::guests::ANNOTATE, policies.join("10-a.wasm")).unwrap();
     std::fs::write(policies.join("10-a.toml"), "settings = \"x\"\n").unwrap();
     std::fs::write(policies.join("20-gone.toml"), "mode = \"audit\"\n").unwrap();
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use nri_sim::{PluginConn, RuntimeProfile, SimError, Simulator};
 use nri_wasm_api::api as pb;
-use nri_wasm_components::guests;
+use nri_wasm_test_support::guests;
 
 /// The host's binary, its log read as it is written.
 ///

@@ -24,7 +24,7 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nri_sim::{PluginConn, RuntimeProfile, SimError, Simulator};
-use nri_wasm_components::guests;
+use nri_wasm_test_support::guests;
 
 /// Creates sent with the pipe full.
 const CREATES: usize = 200;

@@ -295,6 +295,26 @@ pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
 /// between the chain's budget and its request timeout.
 pub const STALL: Duration = Duration::from_millis(500);
 
+/// The variable that sets how long the fault and attack matrices run.
+pub const MATRIX_VAR: &str = "NRI_WASM_MATRIX";
+
+/// Runs of each case of the fault and attack matrices (`faults.rs`,
+/// `hostile.rs`): 200 by default, enough for a leak of a few KiB per event
+/// to show; 1,000 with `NRI_WASM_MATRIX=full` (before a release, or after
+/// a change to the call path), where a leak of a few hundred bytes per event
+/// shows. Any other value is refused, so that a typo does not quietly run
+/// the short matrix.
+pub fn matrix_runs() -> usize {
+    match std::env::var(MATRIX_VAR).as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("" | "quick") => 200,
+        Ok("full") => 1_000,
+        Ok(other) => {
+            panic!("{MATRIX_VAR}={other:?}: expected \"full\" (1,000 runs per case) or \"quick\" (200, the default)")
+        }
+        Err(e) => panic!("{MATRIX_VAR}: {e}"),
+    }
+}
+
 /// Runs a future (a chain evaluation, a load) to completion on the shared
 /// engine's policy runtime, from a test that is not async.
 pub fn block_on<F>(work: F) -> F::Output
@@ -367,10 +387,10 @@ pub fn policy_spec(
 }
 
 /// Paths of the test policies and example policies, compiled for
-/// wasm32-wasip2 by `nri-wasm-components`.
+/// wasm32-wasip2 (`nri-wasm-test-support`, `nri-wasm-components`).
 pub mod guests {
     pub use nri_wasm_components::examples::{COLOCATION_QOS, EXCLUSIVE_CPUS};
-    pub use nri_wasm_components::guests::*;
+    pub use nri_wasm_test_support::guests::*;
 }
 
 /// A CreateContainer of a small container, as a policy call reads it.

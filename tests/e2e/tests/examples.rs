@@ -33,6 +33,7 @@ use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine, Harness};
 use protobuf::MessageField;
 
 use nri_wasm_sdk::testing::cases::{Case, Edit, Expect};
+use nri_wasm_test_support::cases::{earlier, request};
 
 mod ulimit_adjuster {
     use super::{Case, Edit, Expect};
@@ -180,70 +181,6 @@ fn limits() -> Limits {
 
 fn load(name: &str, wasm: &str, settings: &str) -> Result<CompiledPolicy, LoadError> {
     engine().load(&policy_spec(name, wasm, settings, OnError::Fail, limits()), &facts())
-}
-
-/// The case's fixture with its edits applied.
-fn request(case: &Case) -> pb::CreateContainerRequest {
-    let mut req: pb::CreateContainerRequest = nri_sim::fixtures::load(case.fixture).expect("fixture");
-    for edit in case.edits {
-        let pod = req.pod.mut_or_insert_default();
-        match *edit {
-            Edit::PodLabel(k, v) => {
-                pod.labels.insert(k.into(), v.into());
-            }
-            Edit::PodAnnotation(k, v) => {
-                pod.annotations.insert(k.into(), v.into());
-            }
-            Edit::RemovePodAnnotation(k) => {
-                pod.annotations.remove(k);
-            }
-            Edit::Namespace(ns) => pod.namespace = ns.into(),
-            Edit::ContainerName(n) => req.container.mut_or_insert_default().name = n.into(),
-            Edit::ContainerLabel(k, v) => {
-                req.container.mut_or_insert_default().labels.insert(k.into(), v.into());
-            }
-            Edit::ContainerAnnotation(k, v) => {
-                req.container.mut_or_insert_default().annotations.insert(k.into(), v.into());
-            }
-            Edit::Mount { destination, source, options } => {
-                req.container.mut_or_insert_default().mounts.push(pb::Mount {
-                    destination: destination.into(),
-                    type_: "bind".into(),
-                    source: source.into(),
-                    options: options.iter().map(|o| o.to_string()).collect(),
-                    ..Default::default()
-                })
-            }
-            Edit::Image { name, digest } => {
-                req.container.mut_or_insert_default().image =
-                    MessageField::some(pb::Image { name: name.into(), digest: digest.into(), ..Default::default() })
-            }
-            Edit::EarlierHook { .. } | Edit::EarlierMount { .. } | Edit::EarlierAnnotation { .. } => {}
-        }
-    }
-    req
-}
-
-/// The policies the case puts before the example, by name, as `replay`
-/// scripts.
-fn earlier(case: &Case) -> Vec<(&'static str, String)> {
-    let mut scripts: Vec<(&'static str, String)> = Vec::new();
-    for edit in case.edits {
-        let (policy, line) = match *edit {
-            Edit::EarlierHook { policy, stage, path } => (policy, format!("hook {stage} {path}")),
-            Edit::EarlierMount { policy, destination, source, options } => {
-                (policy, format!("mount {destination} {source} {}", options.join(",")))
-            }
-            Edit::EarlierAnnotation { policy, key, value } => (policy, format!("annotation {key}={value}")),
-            _ => continue,
-        };
-        match scripts.iter_mut().find(|(p, _)| *p == policy) {
-            Some((_, script)) => script.push_str(&format!("\n{line}")),
-            None => scripts.push((policy, line)),
-        }
-    }
-    scripts.sort();
-    scripts
 }
 
 fn create(chain: &Chain, req: &pb::CreateContainerRequest) -> Result<pb::CreateContainerResponse, ChainError> {

@@ -14,8 +14,6 @@
 //!
 //! The tests run one at a time, so that memory and timing are the attack's.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,42 +24,11 @@ use nri_wasm::policy::engine::LoadError;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
+use nri_wasm_e2e::matrix_runs;
 use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, test_facts, Harness};
+use nri_wasm_test_support::heap::live;
 
-/// Counts the bytes this process has allocated and not freed.
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; the
-// counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's pointer and layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's pointer, layout and size.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::ALONE as SERIAL;
 
 /// What the host logged, for the checks of what policies may write there
 /// (allocated once, so that it does not count as the host's growth).
@@ -98,8 +65,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 const SLACK: Duration = nri_wasm_e2e::STALL;
 /// Most growth of the host's live heap over the runs of one attack.
 const MAX_GROWTH: i64 = 2 << 20;
-/// Runs of an attack: enough for a leak per event to show.
-const RUNS: usize = 1_000;
 
 /// What the attacker's turn must end as.
 #[derive(Debug, Clone, Copy)]
@@ -177,7 +142,7 @@ async fn run_attack(attack: Attack) -> String {
         let mut warm = 0;
         for run in 0..attack.runs {
             if run == attack.runs / 10 {
-                warm = LIVE.load(Ordering::Relaxed);
+                warm = live();
             }
             let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;
@@ -185,7 +150,7 @@ async fn run_attack(attack: Attack) -> String {
             assert!(took <= budget + SLACK, "{label} run {run}: answered after {took:?}, budget {budget:?}");
             check(&attack, on_error, mode, &result, &label, run, &ctr);
         }
-        let growth = LIVE.load(Ordering::Relaxed) - warm;
+        let growth = live() - warm;
         assert!(growth < MAX_GROWTH, "{label}: the host's heap grew by {growth} bytes over {} runs", attack.runs);
         assert!(!conn.is_closed() && !h.task.is_finished(), "{label}: the host is still connected");
         // The healthy chain may want another subscription (the attacker
@@ -276,19 +241,19 @@ fn limits(timeout_ms: u64) -> Limits {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wasi_sleep_is_cut_at_the_time_limit() {
     let expect = Expect::Fails(&["time limit of 5 ms"]);
-    run_attack(Attack { settings: "sleep", limits: limits(5), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "sleep", limits: limits(5), expect, runs: matrix_runs() }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poll_that_never_fires_is_cut_at_the_time_limit() {
     let expect = Expect::Fails(&["time limit of 5 ms"]);
-    run_attack(Attack { settings: "sleep-forever", limits: limits(5), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "sleep-forever", limits: limits(5), expect, runs: matrix_runs() }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdin_is_empty_and_does_not_block() {
     let expect = Expect::Answers("example.com/stdin", "0");
-    run_attack(Attack { settings: "stdin", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "stdin", limits: roomy(), expect, runs: matrix_runs() }).await;
 }
 
 // ---------------------------------------------------------------- host resources
@@ -296,13 +261,13 @@ async fn stdin_is_empty_and_does_not_block() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holding_ever_more_pollables_hits_the_handle_limit() {
     let expect = Expect::Fails(&["more than 1024 resource handles"]);
-    run_attack(Attack { settings: "pollables", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "pollables", limits: roomy(), expect, runs: matrix_runs() }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asking_for_megabytes_of_random_bytes_traps() {
     let expect = Expect::Fails(&["trapped", "exceeds limit 65536"]);
-    run_attack(Attack { settings: "random-huge", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "random-huge", limits: roomy(), expect, runs: matrix_runs() }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,7 +321,7 @@ async fn state_stops_at_its_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eight_mebibyte_denial_reaches_the_runtime_clipped() {
     let expect = Expect::Denies(&["denied CreateContainer", "more bytes cut]"], 8192);
-    run_attack(Attack { settings: "deny-huge", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "deny-huge", limits: roomy(), expect, runs: matrix_runs() }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +340,7 @@ async fn a_reply_past_the_transfer_limit_is_refused_before_the_host_copies_it() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_past_the_reply_limit_is_invalid_output() {
     let expect = Expect::Fails(&["invalid output", "exceeds the limit of 1048576 bytes"]);
-    run_attack(Attack { settings: "reply-large", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "reply-large", limits: roomy(), expect, runs: matrix_runs() }).await;
 }
 
 // ---------------------------------------------------------------- host work
@@ -409,7 +374,7 @@ async fn four_thousand_updates_of_one_container_merge_in_linear_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_of_containers_the_node_does_not_have_are_invalid() {
     let expect = Expect::Fails(&["invalid output", "no container gone-0 on this node"]);
-    run_attack(Attack { settings: "unknown-updates:10", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "unknown-updates:10", limits: roomy(), expect, runs: matrix_runs() }).await;
     let expect = Expect::Fails(&["invalid output", "5000 updates; at most 4096 per reply"]);
     run_attack(Attack { settings: "unknown-updates:5000", limits: limits(900), expect, runs: 3 }).await;
 }
@@ -443,8 +408,13 @@ async fn outputs_the_runtime_would_refuse_are_invalid_with_the_field_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_is_a_one_line_failure() {
-    run_attack(Attack { settings: "exit", limits: roomy(), expect: Expect::Fails(&["called exit(0)"]), runs: RUNS })
-        .await;
+    run_attack(Attack {
+        settings: "exit",
+        limits: roomy(),
+        expect: Expect::Fails(&["called exit(0)"]),
+        runs: matrix_runs(),
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,7 +474,7 @@ fn configure_that_prints_panics_sleeps_or_exits_fails_the_load_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lying_pointers_and_bad_strings_are_one_line_traps() {
     let expect = Expect::Fails(&["trapped", "out of bounds"]);
-    run_attack(Attack { settings: "bad-pointer", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "bad-pointer", limits: roomy(), expect, runs: matrix_runs() }).await;
     let expect = Expect::Fails(&["trapped", "utf-8"]);
-    run_attack(Attack { settings: "bad-utf8", limits: roomy(), expect, runs: RUNS }).await;
+    run_attack(Attack { settings: "bad-utf8", limits: roomy(), expect, runs: matrix_runs() }).await;
 }

@@ -29,8 +29,8 @@ use nri_wasm::policy::compile::Compiler;
 use nri_wasm::policy::engine::{EngineSettings, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
-use nri_wasm_components::guests;
 use nri_wasm_e2e::{policy_spec, test_facts};
+use nri_wasm_test_support::guests;
 
 /// The slow policies' time limit: the most a policy may have. The ordinary
 /// policies must load within it (a second or two on an idle machine).

@@ -14,8 +14,8 @@ use nri_wasm::metrics::Metrics;
 use nri_wasm::nri::{Dispatcher, Endpoint, Phase, Supervisor};
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm_api::api as pb;
-use nri_wasm_components::guests;
 use nri_wasm_e2e::{options, Harness, Recorder, Replies, Seen};
+use nri_wasm_test_support::guests;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

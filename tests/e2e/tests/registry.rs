@@ -34,8 +34,8 @@ use nri_wasm::policy::compile::Compiler;
 use nri_wasm::registry::client::Registry;
 use nri_wasm::registry::sign::SigningKeyFile;
 use nri_wasm::registry::{push, OciRef, RegistrySettings, Source};
-use nri_wasm_components::guests;
 use nri_wasm_e2e::{engine_settings, init_logging, Harness};
+use nri_wasm_test_support::guests;
 
 const USER: &str = "alice";
 const PASSWORD: &str = "correct-horse";
@@ -1124,7 +1124,7 @@ async fn start_proxy() -> Proxy {
 /// test runs in a process of its own (this test binary, this test only).
 #[test]
 fn proxies_from_the_environment_are_used_and_no_proxy_is_respected() {
-    const NAME: &str = "proxies_from_the_environment_are_used_and_no_proxy_is_respected";
+    const NAME: &str = "registry::proxies_from_the_environment_are_used_and_no_proxy_is_respected";
     if std::env::var_os(PROXY_CHILD).is_none() {
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])

@@ -15,12 +15,12 @@
 //! - the host's heap returns to its baseline: what 500 cycles of compiled
 //!   versions, chains and reports allocated is all freed.
 //!
-//! The test binary counts its heap with a global allocator of its own; it
-//! holds this one test so that nothing else allocates meanwhile.
+//! The test binary (`memory.rs`) counts its heap with a global allocator of
+//! its own; the test holds the binary alone so that nothing else allocates
+//! meanwhile.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,41 +29,9 @@ use nri_wasm::config::Config;
 use nri_wasm::metrics::Metrics;
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm_api::api as pb;
-use nri_wasm_components::guests;
 use nri_wasm_e2e::{engine_settings, Harness};
-
-/// Live heap bytes of the whole test process.
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// counter is only a side effect.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+use nri_wasm_test_support::guests;
+use nri_wasm_test_support::heap::live;
 
 const CYCLES: usize = 500;
 
@@ -104,6 +72,7 @@ fn versions(reply: &pb::CreateContainerResponse) -> (Option<String>, Option<Stri
 
 #[test]
 fn five_hundred_reload_cycles_under_load_keep_every_answer_consistent() {
+    let _alone = crate::ALONE.blocking_lock();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();
@@ -171,7 +140,7 @@ fn five_hundred_reload_cycles_under_load_keep_every_answer_consistent() {
                 // stacks, the pool, the cache index, the simulator's buffers).
                 if cycle == 20 {
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    baseline = Some(LIVE.load(Ordering::Relaxed));
+                    baseline = Some(live());
                 }
                 let (v, w) = (format!("v{cycle}"), format!("v{cycle}r"));
                 let wasm = if cycle % 2 == 0 { &plain } else { &marked };
@@ -221,7 +190,7 @@ fn five_hundred_reload_cycles_under_load_keep_every_answer_consistent() {
         assert!(events >= CYCLES as u64, "only {events} events ran alongside the reloads");
 
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let end = LIVE.load(Ordering::Relaxed);
+        let end = live();
         // Slack for what grows with the number of events, not reloads (the
         // simulator's and the test's own counters) and allocator rounding.
         let slack = 512 * 1024;

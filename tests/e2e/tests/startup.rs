@@ -31,8 +31,8 @@ use nri_wasm::metrics::Metrics;
 use nri_wasm::nri::transport::Endpoint;
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm_api::api as pb;
-use nri_wasm_components::guests;
 use nri_wasm_e2e::{init_logging, options};
+use nri_wasm_test_support::guests;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

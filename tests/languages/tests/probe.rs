@@ -1,4 +1,4 @@
-//! Exploration aid: `PROBE=x.wasm PROBE_SETTINGS='a|b' cargo test -p nri-wasm-languages --test probe -- --nocapture`
+//! Exploration aid: `PROBE=x.wasm PROBE_SETTINGS='a|b' cargo test -p nri-wasm-languages --test languages probe:: -- --nocapture`
 //! loads a component through the host with each settings text and runs the
 //! captured CreateContainer through it. Does nothing without `PROBE`.
 use std::path::Path;

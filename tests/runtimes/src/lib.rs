@@ -1,6 +1,6 @@
 //! A harness for running the host against real container runtimes.
 //!
-//! The simulator (`tests/sim`) answers every question about the protocol
+//! The simulator (`host/sim`) answers every question about the protocol
 //! quickly, but it was written by the same people as the host. This crate
 //! puts the real thing under the host: a containerd (2.3.4 or 1.7.34) or
 //! CRI-O built from its pinned version by `tests/runtimes/install.sh`,

@@ -260,7 +260,7 @@ fn run_wasm(case: &Case, runs: usize) -> Vec<Outcome> {
         let toml =
             format!("on-error = \"fail\"\n{GRANT_EVERYTHING}settings = {}\n", toml_string(&adjustments.settings()));
         policies
-            .install(&format!("{}-p{i}", 10 + i), Path::new(nri_wasm_components::guests::MIRROR), &toml)
+            .install(&format!("{}-p{i}", 10 + i), Path::new(nri_wasm_test_support::guests::MIRROR), &toml)
             .unwrap_or_else(|e| panic!("installing policy {i}: {e}"));
     }
     let mut host = Host::start(&config).unwrap_or_else(|e| panic!("starting the host: {e}"));

@@ -73,7 +73,7 @@ fn pod_metadata_env() -> (&'static str, PathBuf, String) {
 /// The test guest that sets `example.com/<tag>` and `POLICY_<TAG>`, and
 /// denies containers annotated `example.com/deny`.
 fn annotate(name: &'static str, tag: &str, on_error: &str) -> (&'static str, PathBuf, String) {
-    (name, wasm(nri_wasm_components::guests::ANNOTATE), format!("on-error = \"{on_error}\"\nsettings = \"{tag}\"\n"))
+    (name, wasm(nri_wasm_test_support::guests::ANNOTATE), format!("on-error = \"{on_error}\"\nsettings = \"{tag}\"\n"))
 }
 
 fn no_plugin_dropped(node: &Node) {
@@ -144,8 +144,11 @@ fn synchronize_hands_the_policies_what_ran_before_the_host() {
         node.crictl.create_and_start(&pod, &Container::sleeper(name)).unwrap();
     }
     // Started after the containers: it learns of them only from Synchronize.
-    let probe =
-        ("50-probe", wasm(nri_wasm_components::guests::PROBE), "on-error = \"fail\"\nsettings = \"list-ids\"\n".into());
+    let probe = (
+        "50-probe",
+        wasm(nri_wasm_test_support::guests::PROBE),
+        "on-error = \"fail\"\nsettings = \"list-ids\"\n".into(),
+    );
     let host = host_with(&node, &[probe]);
 
     let id = node.crictl.create(&pod, &Container::sleeper("late")).unwrap();
@@ -189,7 +192,7 @@ fn a_looping_policy_is_cut_off_and_the_plugin_stays() {
     let looping = |on_error: &str| {
         (
             "50-faults",
-            wasm(nri_wasm_components::guests::FAULTS),
+            wasm(nri_wasm_test_support::guests::FAULTS),
             format!("on-error = \"{on_error}\"\nsettings = \"loop\"\n"),
         )
     };
@@ -404,7 +407,7 @@ fn a_reload_under_load_never_leaves_a_container_without_the_policy() {
     let host = host_with(&node, &[annotate("50-annotate", "old", "ignore")]);
     let pod = node.crictl.run_pod(&Pod::new("reloading")).unwrap();
     let policies = host.config().policy_dir();
-    let component = std::fs::read(nri_wasm_components::guests::ANNOTATE).unwrap();
+    let component = std::fs::read(nri_wasm_test_support::guests::ANNOTATE).unwrap();
 
     let mut seen = Vec::new();
     let mut replaced_at = None;
@@ -475,7 +478,7 @@ fn updates_the_host_sends_on_its_own_reach_the_running_containers_cgroup() {
     let node = node();
     let squeeze = (
         "40-squeeze",
-        wasm(nri_wasm_components::guests::SQUEEZE),
+        wasm(nri_wasm_test_support::guests::SQUEEZE),
         "grant = [\"updates\"]\nsettings = \"30000\"\n".to_string(),
     );
     let host = host_with(&node, &[squeeze]);

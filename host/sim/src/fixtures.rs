@@ -27,7 +27,7 @@ pub fn dir() -> Result<PathBuf, FixtureError> {
     if let Some(d) = std::env::var_os(ENV_FIXTURES) {
         return Ok(PathBuf::from(d));
     }
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/containerd-2.3.4"));
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/containerd-2.3.4"));
     if dir.is_dir() {
         Ok(dir)
     } else {

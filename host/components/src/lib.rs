@@ -1,10 +1,9 @@
 //! The project's WebAssembly components, built from source by `build.rs`.
 //!
-//! - [`examples`]: the policies of `example-policies/`, as files and as
-//!   bytes (the demo embeds them, so `nri-wasm demo` needs no build step
-//!   of its own);
-//! - [`guests`] (feature `test-guests`): the policies of `tests/guests/`,
-//!   which the tests and benchmarks run, hostile ones included.
+//! [`examples`]: the policies of `example-policies/`, as files and as bytes
+//! (the demo embeds them, so `nri-wasm demo` needs no build step of its
+//! own). The test guests of `tests/guests/` are built by the same script
+//! for `nri-wasm-test-support`.
 //!
 //! Both workspaces are built for `wasm32-wasip2` in release mode into one
 //! directory under the target directory, shared by every profile, so a

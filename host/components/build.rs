@@ -1,11 +1,17 @@
-//! Builds the example policies (and, with feature `test-guests`, the test
-//! guests) for wasm32-wasip2, and writes `components.rs` naming them.
+//! Builds policy components for wasm32-wasip2 and writes `components.rs`
+//! naming them: the example policies for `nri-wasm-components` (what the
+//! demo embeds), the test guests of `tests/guests` for
+//! `nri-wasm-test-support`, whose manifest points here. Two crates rather
+//! than a feature: a feature the tests turn on would give the host another
+//! dependency graph in `cargo test -p <crate>` than in the workspace build,
+//! and build it twice.
 //!
 //! rustup installs the targets listed in `rust-toolchain.toml` only when it
 //! installs the toolchain itself; a machine that already had the pinned
-//! toolchain lacks `wasm32-wasip2`. Rather than failing the README's
-//! commands there, this script adds the target (it is what the project's
-//! toolchain file asks for) and says so.
+//! toolchain lacks `wasm32-wasip2`. This script does not change the user's
+//! toolchain: without the target it fails with the command to run
+//! (`rustup target add wasm32-wasip2`, the first command of the README's
+//! Set-up).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,12 +23,14 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let root = manifest.join("../..").canonicalize().expect("repository root");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let test_guests = std::env::var_os("CARGO_FEATURE_TEST_GUESTS").is_some();
-
-    let mut workspaces = vec![("examples", "EXAMPLE", root.join("example-policies"))];
-    if test_guests {
-        workspaces.push(("guests", "GUEST", root.join("tests/guests")));
-    }
+    let package = std::env::var("CARGO_PKG_NAME").expect("CARGO_PKG_NAME");
+    let workspaces = match package.as_str() {
+        "nri-wasm-components" => [("examples", "EXAMPLE", root.join("example-policies"))],
+        "nri-wasm-test-support" => [("guests", "GUEST", root.join("tests/guests"))],
+        other => panic!(
+            "{other}: this build script builds the components of nri-wasm-components and nri-wasm-test-support only"
+        ),
+    };
     for dir in [root.join("guest-sdk/rust/src"), root.join("guest-sdk/rust/Cargo.toml"), root.join("wit")] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
@@ -101,7 +109,8 @@ fn guest_target_dir(out: &Path) -> PathBuf {
         .unwrap_or_else(|| out.join("wasm-guests"))
 }
 
-/// Makes sure the standard library for wasm32-wasip2 is installed.
+/// Fails the build, saying what to run, when the standard library for
+/// wasm32-wasip2 is not installed.
 fn ensure_target() {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let installed = || {
@@ -116,24 +125,15 @@ fn ensure_target() {
                 entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libstd-")))
             })
     };
-    if installed() {
-        return;
-    }
-    println!(
-        "cargo:warning=adding the {TARGET} target to the toolchain (rust-toolchain.toml lists it, \
-         but rustup adds listed targets only when it installs the toolchain itself)"
-    );
-    let added = Command::new("rustup").args(["target", "add", TARGET]).status();
-    match added {
-        Ok(status) if status.success() && installed() => {}
-        Ok(status) => panic!(
-            "`rustup target add {TARGET}` failed ({status}); policy components cannot be built \
-             without it: install the target by hand and build again"
-        ),
-        Err(e) => panic!(
-            "the {TARGET} target is not installed and rustup cannot be run ({e}); install the \
-             target for this toolchain (`rustup target add {TARGET}`) and build again"
-        ),
+    if !installed() {
+        // A build script does not change the user's toolchain: it says what
+        // to run (the README's Set-up runs it; `.ci/run` through it).
+        panic!(
+            "the {TARGET} target is not installed for this toolchain, and the policy components \
+             are built for it: run `rustup target add {TARGET}` in the repository and build again \
+             (rust-toolchain.toml lists the target, but rustup adds it only to a toolchain it \
+             installs itself)"
+        );
     }
 }
 

@@ -1,0 +1,26 @@
+//! The end-to-end suite as one test binary: each file of this directory is
+//! a module, so the host, wasmtime and the compiled components are linked
+//! once rather than once per file. A test keeps its file's name as a filter
+//! (`cargo test -p nri-wasm-e2e -- chain::`).
+//!
+//! The tests that measure the process's memory (`faults`, `hostile`,
+//! `reload`) are not here but in `memory.rs`: they need a process where
+//! nothing else allocates.
+
+mod author_tools;
+mod caps;
+mod chain;
+mod disk;
+mod engine;
+mod examples;
+mod framing;
+mod handshake;
+mod host_calls;
+mod loads;
+mod merge_plugins;
+mod node_state;
+mod operations;
+mod reconnect;
+mod registry;
+mod rpcs;
+mod startup;
