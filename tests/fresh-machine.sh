@@ -9,9 +9,11 @@
 #
 # The commands are read from the README's "Set-up" block, not copied here,
 # so the README cannot drift from what CI runs: `.ci/run` runs this script.
-# The first command adds the wasm32-wasip2 target (rustup adds the targets
-# of rust-toolchain.toml only to a toolchain it installs itself; the build
-# does not change the toolchain, it fails saying to run that command).
+# On a machine without the pinned toolchain, rustup installs it with the
+# wasm32-wasip2 target of rust-toolchain.toml. It adds the targets only to a
+# toolchain it installs itself, so on a machine that already had it this
+# script adds the target first, as the README tells such a user to (the
+# build does not change the toolchain; it fails saying what to run).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 demo=false
@@ -24,24 +26,22 @@ for arg in "$@"; do
     esac
 done
 
-# The README's three commands: the first ```sh block after "## Set-up".
+# The README's two commands: the first ```sh block after "## Set-up".
 mapfile -t commands < <(awk '
     /^## Set-up/ { in_setup = 1; next }
     in_setup && /^```sh/ { in_block = 1; next }
     in_block && /^```/ { exit }
     in_block { sub(/[[:space:]]+#.*$/, ""); if (length($0)) print }
 ' "$root/README.md")
-if [ "${#commands[@]}" -ne 3 ]; then
-    echo "the README's Set-up block should hold three commands, found ${#commands[@]}:" >&2
+if [ "${#commands[@]}" -ne 2 ]; then
+    echo "the README's Set-up block should hold two commands, found ${#commands[@]}:" >&2
     printf '  %s\n' "${commands[@]}" >&2
     exit 1
 fi
-target_command=${commands[0]}
-demo_command=${commands[1]}
-test_command=${commands[2]}
-case "$target_command" in "rustup target add "*) ;; *) echo "first Set-up command does not add the target: $target_command" >&2; exit 1 ;; esac
-case "$demo_command" in *" demo"*) ;; *) echo "second Set-up command is not the demo: $demo_command" >&2; exit 1 ;; esac
-case "$test_command" in "cargo test "*) ;; *) echo "third Set-up command is not a cargo test: $test_command" >&2; exit 1 ;; esac
+demo_command=${commands[0]}
+test_command=${commands[1]}
+case "$demo_command" in *" demo"*) ;; *) echo "first Set-up command is not the demo: $demo_command" >&2; exit 1 ;; esac
+case "$test_command" in "cargo test "*) ;; *) echo "second Set-up command is not a cargo test: $test_command" >&2; exit 1 ;; esac
 
 work=$root
 if $clone; then
@@ -60,8 +60,8 @@ fi
 
 cd "$work"
 echo "fresh-machine: in $work"
-echo "fresh-machine: $target_command"
-bash -c "$target_command"
+echo "fresh-machine: rustup target add wasm32-wasip2"
+rustup target add wasm32-wasip2
 if $demo; then
     echo "fresh-machine: $demo_command"
     out=$(mktemp)

@@ -10,8 +10,7 @@
 //! installs the toolchain itself; a machine that already had the pinned
 //! toolchain lacks `wasm32-wasip2`. This script does not change the user's
 //! toolchain: without the target it fails with the command to run
-//! (`rustup target add wasm32-wasip2`, the first command of the README's
-//! Set-up).
+//! (`rustup target add wasm32-wasip2`, as the README's Set-up says).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -127,7 +126,7 @@ fn ensure_target() {
     };
     if !installed() {
         // A build script does not change the user's toolchain: it says what
-        // to run (the README's Set-up runs it; `.ci/run` through it).
+        // to run (the README's Set-up says so; `.ci/run` runs it).
         panic!(
             "the {TARGET} target is not installed for this toolchain, and the policy components \
              are built for it: run `rustup target add {TARGET}` in the repository and build again \

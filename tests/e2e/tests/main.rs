@@ -23,4 +23,5 @@ mod operations;
 mod reconnect;
 mod registry;
 mod rpcs;
+mod sdk_agrees;
 mod startup;
