@@ -41,9 +41,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::scenario::{Expect, Scenario};
-use super::{policy_host_observed, subprocess_compiler, Colour, DemoArgs};
+use super::{Colour, DemoArgs, HostBuilder};
 use crate::config::Config;
-use crate::metrics::Metrics;
 use crate::nri::transport::Endpoint;
 use crate::nri::{ConnectOptions, PluginIdentity, Supervisor};
 use crate::policy::chain::{Observer, Outcome, Step};
@@ -215,7 +214,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     // The policy host, as `run` builds it, with a recorder watching.
     let recorder = Arc::new(Recorder::default());
     let loading = Instant::now();
-    let host = policy_host_observed(&config, subprocess_compiler(), Arc::new(Metrics::new()), Some(recorder.clone()))?;
+    let host = HostBuilder::new(config).observer(recorder.clone()).build()?;
     let mut reloads = host.reloader.reloads();
     let loaded = reloads.wait_for(|(n, _)| *n >= 1).await.map(|r| r.1.clone());
     let loaded = loaded.map_err(|_| anyhow::anyhow!("the policy host stopped before loading its policies"))?;
