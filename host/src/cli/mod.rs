@@ -11,6 +11,8 @@
 //! - `demo/`: the example policies against the embedded runtime simulator;
 //! - `config.rs`: `config check`, the effective configuration or its errors;
 //! - `status.rs`: a running host's chain and counters, over its endpoint;
+//! - `steps.rs`: the policies' steps of an event, collected for the reports
+//!   of `eval` and the demo;
 //! - `log.rs`: the serving host's log writer, which never blocks the thread
 //!   that logs;
 //! - `oci.rs`: `push`, `pull`, `sign` and `verify`, policies in OCI registries;
@@ -26,6 +28,7 @@ pub mod log;
 pub mod oci;
 mod run;
 mod status;
+pub mod steps;
 
 use std::path::PathBuf;
 
