@@ -16,6 +16,7 @@
 //!
 //! `frame.rs` is the frame codec without I/O, `clock.rs` the timing of each
 //! answer, `mux.rs` the loops that move frames between socket and conns.
+//! `events.rs` is the one table of NRI events the rest is generated from.
 //! `session.rs` runs one connection (serve, register, wait for the end);
 //! `supervisor.rs` keeps reconnecting in external mode and exits in launched
 //! mode; `transport.rs` opens the socket either way; `version.rs` decides
@@ -23,6 +24,7 @@
 
 pub mod clock;
 pub mod dispatch;
+pub mod events;
 pub mod frame;
 pub mod mux;
 pub mod record;

@@ -61,6 +61,23 @@ pub enum Reply {
     Validate(pb::ValidateContainerAdjustmentResponse),
 }
 
+/// The reply of each `answer` event of the table (`nri/events.rs`).
+macro_rules! reply_from {
+    ($($response:ident => $variant:ident),* $(,)?) => {
+        $(impl From<pb::$response> for Reply {
+            fn from(response: pb::$response) -> Self {
+                Self::$variant(response)
+            }
+        })*
+    };
+}
+reply_from! {
+    CreateContainerResponse => Create,
+    UpdateContainerResponse => Update,
+    StopContainerResponse => Stop,
+    ValidateContainerAdjustmentResponse => Validate,
+}
+
 impl Reply {
     pub(super) fn message(&self) -> Option<&dyn protobuf::MessageDyn> {
         match self {
@@ -300,58 +317,55 @@ impl Session {
     }
 }
 
-/// How reports name what an event is about.
-fn target(request: &Request) -> String {
-    use Request as R;
-    let container = |pod: &protobuf::MessageField<pb::PodSandbox>, ctr: &protobuf::MessageField<pb::Container>| {
-        container_target(pod.get_or_default(), ctr.get_or_default())
+/// What an event's request is about, for the report.
+macro_rules! event_target {
+    (pod, $r:ident) => {
+        pod_target($r.pod.get_or_default())
     };
-    match request {
-        R::Configure(c) => format!("runtime {} {}", c.runtime_name, c.runtime_version),
-        R::Synchronize(s) => format!("the node (pods: {}, containers: {})", s.pods.len(), s.containers.len()),
-        R::RunPodSandbox(r) => pod_target(r.pod.get_or_default()),
-        R::UpdatePodSandbox(r) => pod_target(r.pod.get_or_default()),
-        R::PostUpdatePodSandbox(r) => pod_target(r.pod.get_or_default()),
-        R::StopPodSandbox(r) => pod_target(r.pod.get_or_default()),
-        R::RemovePodSandbox(r) => pod_target(r.pod.get_or_default()),
-        R::CreateContainer(r) => container(&r.pod, &r.container),
-        R::PostCreateContainer(r) => container(&r.pod, &r.container),
-        R::StartContainer(r) => container(&r.pod, &r.container),
-        R::PostStartContainer(r) => container(&r.pod, &r.container),
-        R::UpdateContainer(r) => container(&r.pod, &r.container),
-        R::PostUpdateContainer(r) => container(&r.pod, &r.container),
-        R::StopContainer(r) => container(&r.pod, &r.container),
-        R::RemoveContainer(r) => container(&r.pod, &r.container),
-        R::ValidateContainerAdjustment(r) => container(&r.pod, &r.container),
-    }
+    (container, $r:ident) => {
+        container_target($r.pod.get_or_default(), $r.container.get_or_default())
+    };
 }
 
-/// Hands a request to the dispatcher's method for its event.
-async fn dispatch(d: &PolicyDispatcher, request: Request) -> Result<Reply, DispatchError> {
-    use Request as R;
-    let nothing = |r: Result<(), DispatchError>| r.map(|()| Reply::Nothing);
-    match request {
-        R::Configure(c) => nothing(d.configure(&runtime_info(&c)).await),
-        R::Synchronize(s) => d
-            .synchronize(s.pods, s.containers)
-            .await
-            .map(|update| Reply::Synchronize(pb::SynchronizeResponse { update, ..Default::default() })),
-        R::RunPodSandbox(r) => nothing(d.run_pod_sandbox(r).await),
-        R::UpdatePodSandbox(r) => nothing(d.update_pod_sandbox(r).await),
-        R::PostUpdatePodSandbox(r) => nothing(d.post_update_pod_sandbox(r).await),
-        R::StopPodSandbox(r) => nothing(d.stop_pod_sandbox(r).await),
-        R::RemovePodSandbox(r) => nothing(d.remove_pod_sandbox(r).await),
-        R::CreateContainer(r) => d.create_container(r).await.map(Reply::Create),
-        R::PostCreateContainer(r) => nothing(d.post_create_container(r).await),
-        R::StartContainer(r) => nothing(d.start_container(r).await),
-        R::PostStartContainer(r) => nothing(d.post_start_container(r).await),
-        R::UpdateContainer(r) => d.update_container(r).await.map(Reply::Update),
-        R::PostUpdateContainer(r) => nothing(d.post_update_container(r).await),
-        R::StopContainer(r) => d.stop_container(r).await.map(Reply::Stop),
-        R::RemoveContainer(r) => nothing(d.remove_container(r).await),
-        R::ValidateContainerAdjustment(r) => d.validate_container_adjustment(r).await.map(Reply::Validate),
-    }
+/// What an event's dispatcher method returned, as a [`Reply`].
+macro_rules! event_reply {
+    (notify, $answer:expr) => {
+        $answer.map(|()| Reply::Nothing)
+    };
+    (answer, $answer:expr) => {
+        $answer.map(Reply::from)
+    };
 }
+
+/// `eval`'s naming and dispatch of every request: Configure and
+/// Synchronize, then one arm per row of the event table (`nri/events.rs`).
+macro_rules! eval_requests {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        /// How reports name what an event is about.
+        fn target(request: &Request) -> String {
+            match request {
+                Request::Configure(c) => format!("runtime {} {}", c.runtime_name, c.runtime_version),
+                Request::Synchronize(s) => {
+                    format!("the node (pods: {}, containers: {})", s.pods.len(), s.containers.len())
+                }
+                $(Request::$kind(r) => event_target!($carries, r)),*
+            }
+        }
+
+        /// Hands a request to the dispatcher's method for its event.
+        async fn dispatch(d: &PolicyDispatcher, request: Request) -> Result<Reply, DispatchError> {
+            match request {
+                Request::Configure(c) => d.configure(&runtime_info(&c)).await.map(|()| Reply::Nothing),
+                Request::Synchronize(s) => d
+                    .synchronize(s.pods, s.containers)
+                    .await
+                    .map(|update| Reply::Synchronize(pb::SynchronizeResponse { update, ..Default::default() })),
+                $(Request::$kind(r) => event_reply!($reply, d.$method(r).await)),*
+            }
+        }
+    };
+}
+crate::nri::events::nri_events!(eval_requests);
 
 #[cfg(test)]
 mod tests {

@@ -35,131 +35,69 @@ impl RecordingDispatcher {
     }
 }
 
-#[async_trait]
-impl Dispatcher for RecordingDispatcher {
-    fn events(&self) -> EventMask {
-        self.inner.events()
-    }
+/// Every event is recorded, then passed on: one method per row of the
+/// event table (`nri/events.rs`).
+macro_rules! recording_dispatcher {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        #[async_trait]
+        impl Dispatcher for RecordingDispatcher {
+            fn events(&self) -> EventMask {
+                self.inner.events()
+            }
 
-    fn events_version(&self) -> u64 {
-        self.inner.events_version()
-    }
+            fn events_version(&self) -> u64 {
+                self.inner.events_version()
+            }
 
-    async fn events_changed(&self, since: u64) {
-        self.inner.events_changed(since).await
-    }
+            async fn events_changed(&self, since: u64) {
+                self.inner.events_changed(since).await
+            }
 
-    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::configure(runtime));
-        self.inner.configure(runtime).await
-    }
+            async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
+                self.recorder.record(|| Request::configure(runtime));
+                self.inner.configure(runtime).await
+            }
 
-    async fn synchronize(
-        &self,
-        pods: Vec<pb::PodSandbox>,
-        containers: Vec<pb::Container>,
-    ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
-        self.recorder.record(|| {
-            Request::Synchronize(pb::SynchronizeRequest {
-                pods: pods.clone(),
-                containers: containers.clone(),
-                ..Default::default()
-            })
-        });
-        self.inner.synchronize(pods, containers).await
-    }
+            async fn synchronize(
+                &self,
+                pods: Vec<pb::PodSandbox>,
+                containers: Vec<pb::Container>,
+            ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
+                self.recorder.record(|| {
+                    Request::Synchronize(pb::SynchronizeRequest {
+                        pods: pods.clone(),
+                        containers: containers.clone(),
+                        ..Default::default()
+                    })
+                });
+                self.inner.synchronize(pods, containers).await
+            }
 
-    async fn run_pod_sandbox(&self, req: pb::RunPodSandboxRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::RunPodSandbox(req.clone()));
-        self.inner.run_pod_sandbox(req).await
-    }
+            $(
+                async fn $method(
+                    &self,
+                    req: pb::$request,
+                ) -> Result<crate::nri::events::reply_type!($reply, $response), DispatchError> {
+                    self.recorder.record(|| Request::$kind(req.clone()));
+                    self.inner.$method(req).await
+                }
+            )*
 
-    async fn update_pod_sandbox(&self, req: pb::UpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::UpdatePodSandbox(req.clone()));
-        self.inner.update_pod_sandbox(req).await
-    }
+            fn answer_overrun(&self, event: &'static str, budget: Duration) {
+                self.inner.answer_overrun(event, budget)
+            }
 
-    async fn post_update_pod_sandbox(&self, req: pb::PostUpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::PostUpdatePodSandbox(req.clone()));
-        self.inner.post_update_pod_sandbox(req).await
-    }
+            fn answered(&self, answer: &crate::nri::mux::AnswerTime) {
+                self.inner.answered(answer)
+            }
 
-    async fn stop_pod_sandbox(&self, req: pb::StopPodSandboxRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::StopPodSandbox(req.clone()));
-        self.inner.stop_pod_sandbox(req).await
-    }
-
-    async fn remove_pod_sandbox(&self, req: pb::RemovePodSandboxRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::RemovePodSandbox(req.clone()));
-        self.inner.remove_pod_sandbox(req).await
-    }
-
-    async fn create_container(
-        &self,
-        req: pb::CreateContainerRequest,
-    ) -> Result<pb::CreateContainerResponse, DispatchError> {
-        self.recorder.record(|| Request::CreateContainer(req.clone()));
-        self.inner.create_container(req).await
-    }
-
-    async fn post_create_container(&self, req: pb::PostCreateContainerRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::PostCreateContainer(req.clone()));
-        self.inner.post_create_container(req).await
-    }
-
-    async fn start_container(&self, req: pb::StartContainerRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::StartContainer(req.clone()));
-        self.inner.start_container(req).await
-    }
-
-    async fn post_start_container(&self, req: pb::PostStartContainerRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::PostStartContainer(req.clone()));
-        self.inner.post_start_container(req).await
-    }
-
-    async fn update_container(
-        &self,
-        req: pb::UpdateContainerRequest,
-    ) -> Result<pb::UpdateContainerResponse, DispatchError> {
-        self.recorder.record(|| Request::UpdateContainer(req.clone()));
-        self.inner.update_container(req).await
-    }
-
-    async fn post_update_container(&self, req: pb::PostUpdateContainerRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::PostUpdateContainer(req.clone()));
-        self.inner.post_update_container(req).await
-    }
-
-    async fn stop_container(&self, req: pb::StopContainerRequest) -> Result<pb::StopContainerResponse, DispatchError> {
-        self.recorder.record(|| Request::StopContainer(req.clone()));
-        self.inner.stop_container(req).await
-    }
-
-    async fn remove_container(&self, req: pb::RemoveContainerRequest) -> Result<(), DispatchError> {
-        self.recorder.record(|| Request::RemoveContainer(req.clone()));
-        self.inner.remove_container(req).await
-    }
-
-    async fn validate_container_adjustment(
-        &self,
-        req: pb::ValidateContainerAdjustmentRequest,
-    ) -> Result<pb::ValidateContainerAdjustmentResponse, DispatchError> {
-        self.recorder.record(|| Request::ValidateContainerAdjustment(req.clone()));
-        self.inner.validate_container_adjustment(req).await
-    }
-
-    fn answer_overrun(&self, event: &'static str, budget: Duration) {
-        self.inner.answer_overrun(event, budget)
-    }
-
-    fn answered(&self, answer: &crate::nri::mux::AnswerTime) {
-        self.inner.answered(answer)
-    }
-
-    async fn disconnected(&self) {
-        self.inner.disconnected().await
-    }
+            async fn disconnected(&self) {
+                self.inner.disconnected().await
+            }
+        }
+    };
 }
+crate::nri::events::nri_events!(recording_dispatcher);
 
 #[cfg(test)]
 mod tests {

@@ -67,24 +67,18 @@ macro_rules! requests {
     };
 }
 
-requests! {
-    Configure => ConfigureRequest,
-    Synchronize => SynchronizeRequest,
-    RunPodSandbox => RunPodSandboxRequest,
-    UpdatePodSandbox => UpdatePodSandboxRequest,
-    PostUpdatePodSandbox => PostUpdatePodSandboxRequest,
-    StopPodSandbox => StopPodSandboxRequest,
-    RemovePodSandbox => RemovePodSandboxRequest,
-    CreateContainer => CreateContainerRequest,
-    PostCreateContainer => PostCreateContainerRequest,
-    StartContainer => StartContainerRequest,
-    PostStartContainer => PostStartContainerRequest,
-    UpdateContainer => UpdateContainerRequest,
-    PostUpdateContainer => PostUpdateContainerRequest,
-    StopContainer => StopContainerRequest,
-    RemoveContainer => RemoveContainerRequest,
-    ValidateContainerAdjustment => ValidateContainerAdjustmentRequest,
+/// The requests of the recording: Configure and Synchronize, then every
+/// event of the table (`nri/events.rs`), in its order.
+macro_rules! requests_of_events {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        requests! {
+            Configure => ConfigureRequest,
+            Synchronize => SynchronizeRequest,
+            $($kind => $request,)*
+        }
+    };
 }
+crate::nri::events::nri_events!(requests_of_events);
 
 /// An event's RPC name from what a user may type: `CreateContainer`,
 /// `create-container`, `create_container`, in any case.
