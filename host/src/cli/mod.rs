@@ -4,10 +4,15 @@
 //! arguments at all, so the binary without a subcommand is `run`, and `run`
 //! detects launched mode from the environment the runtime sets.
 //!
-//! - `run.rs`: serve a runtime (the DaemonSet's command);
-//! - `demo.rs`: the example policies against the embedded runtime simulator;
+//! - `run.rs`: the settings of `run` (the DaemonSet's command): file, flags
+//!   and the launch environment;
+//! - `host.rs`: the composition root, [`HostBuilder`], which the binary, the
+//!   demo and the tests use to put a host together and serve a runtime;
+//! - `demo/`: the example policies against the embedded runtime simulator;
 //! - `config.rs`: `config check`, the effective configuration or its errors;
 //! - `status.rs`: a running host's chain and counters, over its endpoint;
+//! - `steps.rs`: the policies' steps of an event, collected for the reports
+//!   of `eval` and the demo;
 //! - `log.rs`: the serving host's log writer, which never blocks the thread
 //!   that logs;
 //! - `oci.rs`: `push`, `pull`, `sign` and `verify`, policies in OCI registries;
@@ -18,10 +23,12 @@ pub mod author;
 mod config;
 #[cfg(feature = "demo")]
 mod demo;
+mod host;
 pub mod log;
 pub mod oci;
 mod run;
 mod status;
+pub mod steps;
 
 use std::path::PathBuf;
 
@@ -30,10 +37,8 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::LogFormat;
 use crate::nri::transport;
 
-pub use run::{
-    connect_options, policy_host, policy_host_observed, run, run_host, run_host_recording, run_recording, settings,
-    stop_on_signals, subprocess_compiler, transport_runtime, PolicyHost,
-};
+pub use host::{Host, HostBuilder};
+pub use run::{connect_options, settings, stop_on_signals, subprocess_compiler, transport_runtime};
 pub use status::print as print_status;
 
 /// One NRI plugin that runs a chain of WebAssembly policies.
@@ -346,9 +351,13 @@ fn serve(log: &Option<String>, format: Option<LogFormat>, args: RunArgs) -> anyh
         .record
         .clone()
         .map(|path| crate::nri::record::RecordOptions { path, max_bytes: args.record_max_mib.saturating_mul(1 << 20) });
-    let served = transport_runtime()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(run_recording(config, options, record)));
+    let served = transport_runtime().map_err(anyhow::Error::from).and_then(|rt| {
+        rt.block_on(async {
+            let stop = tokio_util::sync::CancellationToken::new();
+            stop_on_signals(stop.clone())?;
+            HostBuilder::new(config).record(record).build()?.serve(options, stop).await
+        })
+    });
     match served {
         Ok(()) => Ok(std::process::ExitCode::SUCCESS),
         Err(e) => {

@@ -53,123 +53,73 @@ pub enum DispatchError {
     Internal(String),
 }
 
-/// Handles NRI events. Every method has a default that changes nothing, so an
-/// implementation overrides only the events it cares about.
-#[async_trait]
-pub trait Dispatcher: Send + Sync + 'static {
-    /// Events this dispatcher wants; the transport narrows it down to what the
-    /// runtime knows before subscribing. Validation is opt-in: subscribing to
-    /// it makes the plugin a validator whose absence fails container creation.
-    fn events(&self) -> EventMask {
-        EventMask::all().without(EventKind::ValidateContainerAdjustment)
-    }
+macro_rules! dispatcher_trait {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        /// Handles NRI events. Every method has a default that changes nothing, so an
+        /// implementation overrides only the events it cares about.
+        #[async_trait]
+        pub trait Dispatcher: Send + Sync + 'static {
+            /// Events this dispatcher wants; the transport narrows it down to what the
+            /// runtime knows before subscribing. Validation is opt-in: subscribing to
+            /// it makes the plugin a validator whose absence fails container creation.
+            fn events(&self) -> EventMask {
+                EventMask::all().without(EventKind::ValidateContainerAdjustment)
+            }
 
-    /// A number that grows whenever [`Self::events`] may have changed (a
-    /// new set of policies).
-    fn events_version(&self) -> u64 {
-        0
-    }
+            /// A number that grows whenever [`Self::events`] may have changed (a
+            /// new set of policies).
+            fn events_version(&self) -> u64 {
+                0
+            }
 
-    /// Resolves once [`Self::events_version`] is past `since`: the session
-    /// then reconnects if the runtime's subscription no longer matches.
-    /// Never, by default.
-    async fn events_changed(&self, _since: u64) {
-        std::future::pending::<()>().await
-    }
+            /// Resolves once [`Self::events_version`] is past `since`: the session
+            /// then reconnects if the runtime's subscription no longer matches.
+            /// Never, by default.
+            async fn events_changed(&self, _since: u64) {
+                std::future::pending::<()>().await
+            }
 
-    /// The runtime (re)configured us: called once per connection, before
-    /// synchronisation. An error refuses the connection.
-    async fn configure(&self, _runtime: &RuntimeInfo) -> Result<(), DispatchError> {
-        Ok(())
-    }
+            /// The runtime (re)configured us: called once per connection, before
+            /// synchronisation. An error refuses the connection.
+            async fn configure(&self, _runtime: &RuntimeInfo) -> Result<(), DispatchError> {
+                Ok(())
+            }
 
-    /// Every existing pod and container, collected from all chunks of a split
-    /// Synchronize. The updates returned go out with the last reply.
-    async fn synchronize(
-        &self,
-        _pods: Vec<pb::PodSandbox>,
-        _containers: Vec<pb::Container>,
-    ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
-        Ok(Vec::new())
-    }
+            /// Every existing pod and container, collected from all chunks of a split
+            /// Synchronize. The updates returned go out with the last reply.
+            async fn synchronize(
+                &self,
+                _pods: Vec<pb::PodSandbox>,
+                _containers: Vec<pb::Container>,
+            ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
+                Ok(Vec::new())
+            }
 
-    async fn run_pod_sandbox(&self, _req: pb::RunPodSandboxRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
+            $(
+                #[doc = concat!("The runtime's `", stringify!($kind), "`.")]
+                async fn $method(
+                    &self,
+                    _req: pb::$request,
+                ) -> Result<super::events::reply_type!($reply, $response), DispatchError> {
+                    Ok(Default::default())
+                }
+            )*
 
-    async fn update_pod_sandbox(&self, _req: pb::UpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
+            /// A request was answered; its times at the socket (every request of
+            /// the Plugin service, whether or not it reached the dispatcher).
+            fn answered(&self, _answer: &AnswerTime) {}
 
-    async fn post_update_pod_sandbox(&self, _req: pb::PostUpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
+            /// The answer to `event` ran out of the answer budget and was sent as
+            /// DEADLINE_EXCEEDED; the call was dropped.
+            fn answer_overrun(&self, _event: &'static str, _budget: Duration) {}
 
-    async fn stop_pod_sandbox(&self, _req: pb::StopPodSandboxRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn remove_pod_sandbox(&self, _req: pb::RemovePodSandboxRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn create_container(
-        &self,
-        _req: pb::CreateContainerRequest,
-    ) -> Result<pb::CreateContainerResponse, DispatchError> {
-        Ok(pb::CreateContainerResponse::default())
-    }
-
-    async fn post_create_container(&self, _req: pb::PostCreateContainerRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn start_container(&self, _req: pb::StartContainerRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn post_start_container(&self, _req: pb::PostStartContainerRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn update_container(
-        &self,
-        _req: pb::UpdateContainerRequest,
-    ) -> Result<pb::UpdateContainerResponse, DispatchError> {
-        Ok(pb::UpdateContainerResponse::default())
-    }
-
-    async fn post_update_container(&self, _req: pb::PostUpdateContainerRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn stop_container(&self, _req: pb::StopContainerRequest) -> Result<pb::StopContainerResponse, DispatchError> {
-        Ok(pb::StopContainerResponse::default())
-    }
-
-    async fn remove_container(&self, _req: pb::RemoveContainerRequest) -> Result<(), DispatchError> {
-        Ok(())
-    }
-
-    async fn validate_container_adjustment(
-        &self,
-        _req: pb::ValidateContainerAdjustmentRequest,
-    ) -> Result<pb::ValidateContainerAdjustmentResponse, DispatchError> {
-        Ok(pb::ValidateContainerAdjustmentResponse::default())
-    }
-
-    /// A request was answered; its times at the socket (every request of
-    /// the Plugin service, whether or not it reached the dispatcher).
-    fn answered(&self, _answer: &AnswerTime) {}
-
-    /// The answer to `event` ran out of the answer budget and was sent as
-    /// DEADLINE_EXCEEDED; the call was dropped.
-    fn answer_overrun(&self, _event: &'static str, _budget: Duration) {}
-
-    /// The connection to the runtime is gone (it will be re-established or
-    /// the process exits). State derived from the runtime should be dropped.
-    async fn disconnected(&self) {}
+            /// The connection to the runtime is gone (it will be re-established or
+            /// the process exits). State derived from the runtime should be dropped.
+            async fn disconnected(&self) {}
+        }
+    };
 }
+super::events::nri_events!(dispatcher_trait);
 
 /// A dispatcher that changes nothing: the transport's default until policies
 /// are loaded, and the baseline of the transport tests.

@@ -14,12 +14,18 @@
 //!   Dispatcher (dispatch.rs) ── policy engine
 //! ```
 //!
+//! `frame.rs` is the frame codec without I/O, `clock.rs` the timing of each
+//! answer, `mux.rs` the loops that move frames between socket and conns.
+//! `events.rs` is the one table of NRI events the rest is generated from.
 //! `session.rs` runs one connection (serve, register, wait for the end);
 //! `supervisor.rs` keeps reconnecting in external mode and exits in launched
 //! mode; `transport.rs` opens the socket either way; `version.rs` decides
 //! which events a runtime of a given NRI version accepts.
 
+pub mod clock;
 pub mod dispatch;
+pub mod events;
+pub mod frame;
 pub mod mux;
 pub mod record;
 pub mod registration;
@@ -35,3 +41,48 @@ pub use session::{Phase, RuntimeLink, Status};
 pub use supervisor::{ConnectOptions, PluginHandles, Supervisor, SupervisorError};
 pub use transport::Endpoint;
 pub use version::{EventKind, EventMask, NriVersion};
+
+/// An error and its causes joined with `: `, for a log field or a report
+/// line that shows one string.
+///
+/// The errors of `nri/` and `cli/` do not repeat their `source()` in their
+/// own message: through `anyhow`'s `{:#}` the cause would otherwise show
+/// twice (`cannot connect ...: not found: not found`). Where such an error
+/// is shown by itself, this puts the causes back, once.
+#[derive(Debug, Clone, Copy)]
+pub struct Causes<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_with_a_source_shows_each_cause_once() {
+        let e = transport::ConnectError::Connect {
+            path: "/run/nri.sock".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "entity not found"),
+        };
+        assert_eq!(e.to_string(), "cannot connect to NRI socket /run/nri.sock");
+        assert_eq!(Causes(&e).to_string(), "cannot connect to NRI socket /run/nri.sock: entity not found");
+        let through_anyhow = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(through_anyhow, "cannot connect to NRI socket /run/nri.sock: entity not found");
+        let frame = mux::MuxError::Frame(mux::FrameError::ReservedConn);
+        assert_eq!(Causes(&frame).to_string(), "invalid frame from the runtime: frame for reserved conn id 0");
+        assert_eq!(
+            mux::MuxEnd::Failed(frame).to_string(),
+            "failed: invalid frame from the runtime: frame for reserved conn id 0"
+        );
+    }
+}

@@ -207,59 +207,12 @@ impl PluginService {
         })
     }
 
-    /// Delivers an event that arrived through the generic StateChange RPC.
-    pub async fn state_change_event(&self, ev: pb::StateChangeEvent) -> Result<(), DispatchError> {
-        let number = ev.event.value();
-        let kind = EventKind::from_number(number)
-            .ok_or_else(|| DispatchError::InvalidRequest(format!("StateChange for unknown event {number}")))?;
-        let pod = ev.pod;
-        let container = ev.container;
-        let d = &self.dispatcher;
-        match kind {
-            EventKind::RunPodSandbox => d.run_pod_sandbox(pb::RunPodSandboxRequest { pod, ..Default::default() }).await,
-            EventKind::StopPodSandbox => {
-                d.stop_pod_sandbox(pb::StopPodSandboxRequest { pod, ..Default::default() }).await
-            }
-            EventKind::RemovePodSandbox => {
-                d.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod, ..Default::default() }).await
-            }
-            EventKind::PostUpdatePodSandbox => {
-                d.post_update_pod_sandbox(pb::PostUpdatePodSandboxRequest { pod, ..Default::default() }).await
-            }
-            EventKind::UpdatePodSandbox => {
-                d.update_pod_sandbox(pb::UpdatePodSandboxRequest { pod, ..Default::default() }).await
-            }
-            EventKind::PostCreateContainer => {
-                d.post_create_container(pb::PostCreateContainerRequest { pod, container, ..Default::default() }).await
-            }
-            EventKind::StartContainer => {
-                d.start_container(pb::StartContainerRequest { pod, container, ..Default::default() }).await
-            }
-            EventKind::PostStartContainer => {
-                d.post_start_container(pb::PostStartContainerRequest { pod, container, ..Default::default() }).await
-            }
-            EventKind::PostUpdateContainer => {
-                d.post_update_container(pb::PostUpdateContainerRequest { pod, container, ..Default::default() }).await
-            }
-            EventKind::RemoveContainer => {
-                d.remove_container(pb::RemoveContainerRequest { pod, container, ..Default::default() }).await
-            }
-            // These carry an answer (adjustments, updates, a verdict) that a
-            // StateChange reply has no room for: dropping it silently would
-            // turn a policy's decision into a no-op.
-            EventKind::CreateContainer
-            | EventKind::UpdateContainer
-            | EventKind::StopContainer
-            | EventKind::ValidateContainerAdjustment => Err(DispatchError::InvalidRequest(format!(
-                "{kind} cannot be delivered through StateChange: its reply would be lost"
-            ))),
-        }
-    }
-}
-
-#[async_trait]
-impl services::Plugin for PluginService {
-    async fn configure(&self, ctx: &TtrpcContext, req: pb::ConfigureRequest) -> ttrpc::Result<pb::ConfigureResponse> {
+    /// `Configure`: the runtime's facts, then the subscription.
+    async fn serve_configure(
+        &self,
+        ctx: &TtrpcContext,
+        req: pb::ConfigureRequest,
+    ) -> ttrpc::Result<pb::ConfigureResponse> {
         let info = runtime_info(&req);
         // The dispatcher may settle what it wants while configuring (the
         // first load of its policies): ask for the mask after.
@@ -282,7 +235,8 @@ impl services::Plugin for PluginService {
         Ok(pb::ConfigureResponse { events: mask.bits() as i32, ..Default::default() })
     }
 
-    async fn synchronize(
+    /// `Synchronize`, collected over its chunks.
+    async fn serve_synchronize(
         &self,
         ctx: &TtrpcContext,
         req: pb::SynchronizeRequest,
@@ -312,139 +266,98 @@ impl services::Plugin for PluginService {
         Ok(pb::SynchronizeResponse { update, more: false, ..Default::default() })
     }
 
-    async fn shutdown(&self, _ctx: &TtrpcContext, _req: pb::Empty) -> ttrpc::Result<pb::Empty> {
-        tracing::info!("runtime asked the plugin to shut down");
-        self.state.shutdown.notify_one();
-        Ok(pb::Empty::default())
-    }
-
-    async fn run_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::RunPodSandboxRequest,
-    ) -> ttrpc::Result<pb::RunPodSandboxResponse> {
-        self.answer(ctx, "RunPodSandbox", self.dispatcher.run_pod_sandbox(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn update_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::UpdatePodSandboxRequest,
-    ) -> ttrpc::Result<pb::UpdatePodSandboxResponse> {
-        self.answer(ctx, "UpdatePodSandbox", self.dispatcher.update_pod_sandbox(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn post_update_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::PostUpdatePodSandboxRequest,
-    ) -> ttrpc::Result<pb::PostUpdatePodSandboxResponse> {
-        self.answer(ctx, "PostUpdatePodSandbox", self.dispatcher.post_update_pod_sandbox(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn stop_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::StopPodSandboxRequest,
-    ) -> ttrpc::Result<pb::StopPodSandboxResponse> {
-        self.answer(ctx, "StopPodSandbox", self.dispatcher.stop_pod_sandbox(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn remove_pod_sandbox(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::RemovePodSandboxRequest,
-    ) -> ttrpc::Result<pb::RemovePodSandboxResponse> {
-        self.answer(ctx, "RemovePodSandbox", self.dispatcher.remove_pod_sandbox(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn create_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::CreateContainerRequest,
-    ) -> ttrpc::Result<pb::CreateContainerResponse> {
-        self.answer(ctx, "CreateContainer", self.dispatcher.create_container(req)).await
-    }
-
-    async fn post_create_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::PostCreateContainerRequest,
-    ) -> ttrpc::Result<pb::PostCreateContainerResponse> {
-        self.answer(ctx, "PostCreateContainer", self.dispatcher.post_create_container(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn start_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::StartContainerRequest,
-    ) -> ttrpc::Result<pb::StartContainerResponse> {
-        self.answer(ctx, "StartContainer", self.dispatcher.start_container(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn post_start_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::PostStartContainerRequest,
-    ) -> ttrpc::Result<pb::PostStartContainerResponse> {
-        self.answer(ctx, "PostStartContainer", self.dispatcher.post_start_container(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn update_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::UpdateContainerRequest,
-    ) -> ttrpc::Result<pb::UpdateContainerResponse> {
-        self.answer(ctx, "UpdateContainer", self.dispatcher.update_container(req)).await
-    }
-
-    async fn post_update_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::PostUpdateContainerRequest,
-    ) -> ttrpc::Result<pb::PostUpdateContainerResponse> {
-        self.answer(ctx, "PostUpdateContainer", self.dispatcher.post_update_container(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn stop_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::StopContainerRequest,
-    ) -> ttrpc::Result<pb::StopContainerResponse> {
-        self.answer(ctx, "StopContainer", self.dispatcher.stop_container(req)).await
-    }
-
-    async fn remove_container(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::RemoveContainerRequest,
-    ) -> ttrpc::Result<pb::RemoveContainerResponse> {
-        self.answer(ctx, "RemoveContainer", self.dispatcher.remove_container(req)).await?;
-        Ok(Default::default())
-    }
-
-    async fn state_change(&self, ctx: &TtrpcContext, req: pb::StateChangeEvent) -> ttrpc::Result<pb::Empty> {
-        self.answer(ctx, "StateChange", self.state_change_event(req)).await?;
-        Ok(pb::Empty::default())
-    }
-
-    async fn validate_container_adjustment(
-        &self,
-        ctx: &TtrpcContext,
-        req: pb::ValidateContainerAdjustmentRequest,
-    ) -> ttrpc::Result<pb::ValidateContainerAdjustmentResponse> {
-        self.answer(ctx, "ValidateContainerAdjustment", self.dispatcher.validate_container_adjustment(req)).await
+    /// Delivers an event that arrived through the generic StateChange RPC.
+    pub async fn state_change_event(&self, ev: pb::StateChangeEvent) -> Result<(), DispatchError> {
+        let number = ev.event.value();
+        let kind = EventKind::from_number(number)
+            .ok_or_else(|| DispatchError::InvalidRequest(format!("StateChange for unknown event {number}")))?;
+        deliver_state_change(self.dispatcher.as_ref(), kind, ev.pod, ev.container).await
     }
 }
+
+/// The RPC's response: the dispatcher's reply for an `answer` event, an
+/// empty response once a `notify` event succeeded.
+macro_rules! rpc_response {
+    (notify, $call:expr) => {{
+        $call?;
+        Ok(Default::default())
+    }};
+    (answer, $call:expr) => {
+        $call
+    };
+}
+
+/// An event of a generic StateChange for the dispatcher: a `notify` event
+/// gets its request built from the pod (and container) StateChange carries.
+macro_rules! state_change_request {
+    (notify, pod, $kind:ident, $d:ident.$method:ident($request:ident, $pod:ident, $container:ident)) => {
+        $d.$method(pb::$request { pod: $pod, ..Default::default() }).await
+    };
+    (notify, container, $kind:ident, $d:ident.$method:ident($request:ident, $pod:ident, $container:ident)) => {
+        $d.$method(pb::$request { pod: $pod, container: $container, ..Default::default() }).await
+    };
+    // These carry an answer (adjustments, updates, a verdict) that a
+    // StateChange reply has no room for: dropping it silently would turn a
+    // policy's decision into a no-op.
+    (answer, $carries:ident, $kind:ident, $d:ident.$method:ident($request:ident, $pod:ident, $container:ident)) => {
+        Err(DispatchError::InvalidRequest(format!(
+            "{} cannot be delivered through StateChange: its reply would be lost",
+            stringify!($kind)
+        )))
+    };
+}
+
+/// The `Plugin` service's RPCs, one per row of the event table
+/// (`nri/events.rs`), and the routing of the generic StateChange.
+macro_rules! plugin_service {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        /// Delivers an event of kind `kind` that arrived through the generic
+        /// StateChange RPC, with the pod and container it carried.
+        async fn deliver_state_change(
+            d: &dyn Dispatcher,
+            kind: EventKind,
+            pod: protobuf::MessageField<pb::PodSandbox>,
+            container: protobuf::MessageField<pb::Container>,
+        ) -> Result<(), DispatchError> {
+            match kind {
+                $(EventKind::$kind => state_change_request!($reply, $carries, $kind, d.$method($request, pod, container))),*
+            }
+        }
+
+        #[async_trait]
+        impl services::Plugin for PluginService {
+            async fn configure(&self, ctx: &TtrpcContext, req: pb::ConfigureRequest) -> ttrpc::Result<pb::ConfigureResponse> {
+                self.serve_configure(ctx, req).await
+            }
+
+            async fn synchronize(
+                &self,
+                ctx: &TtrpcContext,
+                req: pb::SynchronizeRequest,
+            ) -> ttrpc::Result<pb::SynchronizeResponse> {
+                self.serve_synchronize(ctx, req).await
+            }
+
+            async fn shutdown(&self, _ctx: &TtrpcContext, _req: pb::Empty) -> ttrpc::Result<pb::Empty> {
+                tracing::info!("runtime asked the plugin to shut down");
+                self.state.shutdown.notify_one();
+                Ok(pb::Empty::default())
+            }
+
+            async fn state_change(&self, ctx: &TtrpcContext, req: pb::StateChangeEvent) -> ttrpc::Result<pb::Empty> {
+                self.answer(ctx, "StateChange", self.state_change_event(req)).await?;
+                Ok(pb::Empty::default())
+            }
+
+            $(
+                async fn $method(&self, ctx: &TtrpcContext, req: pb::$request) -> ttrpc::Result<pb::$response> {
+                    rpc_response!($reply, self.answer(ctx, stringify!($kind), self.dispatcher.$method(req)).await)
+                }
+            )*
+        }
+    };
+}
+super::events::nri_events!(plugin_service);
 
 #[cfg(test)]
 mod tests {

@@ -41,7 +41,7 @@ pub struct LaunchEnv {
 /// Failing to reach the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("cannot connect to NRI socket {path}: {source}")]
+    #[error("cannot connect to NRI socket {}", path.display())]
     Connect { path: PathBuf, source: std::io::Error },
     #[error("{ENV_SOCKET}={value:?} is not a file descriptor number")]
     BadFdVar { value: String },

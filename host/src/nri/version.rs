@@ -10,68 +10,53 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// Event numbers of the NRI protocol (the bit of event `n` is `1 << (n - 1)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum EventKind {
-    RunPodSandbox = 1,
-    StopPodSandbox = 2,
-    RemovePodSandbox = 3,
-    CreateContainer = 4,
-    PostCreateContainer = 5,
-    StartContainer = 6,
-    PostStartContainer = 7,
-    UpdateContainer = 8,
-    PostUpdateContainer = 9,
-    StopContainer = 10,
-    RemoveContainer = 11,
-    UpdatePodSandbox = 12,
-    PostUpdatePodSandbox = 13,
-    ValidateContainerAdjustment = 14,
+macro_rules! event_kinds {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        /// Event numbers of the NRI protocol (the bit of event `n` is
+        /// `1 << (n - 1)`): one variant per row of the event table
+        /// (`nri/events.rs`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum EventKind {
+            $($kind = $number),*
+        }
+
+        impl EventKind {
+            /// Every event, in protocol order.
+            pub const ALL: [EventKind; [$(EventKind::$kind),*].len()] = by_number([$(EventKind::$kind),*]);
+
+            /// The RPC name of the event (also its name in logs and metrics).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$kind => stringify!($kind)),*
+                }
+            }
+        }
+    };
+}
+super::events::nri_events!(event_kinds);
+
+/// `events` sorted by event number (the table lists them in the order of a
+/// pod's life).
+const fn by_number<const N: usize>(mut events: [EventKind; N]) -> [EventKind; N] {
+    let mut i = 1;
+    while i < N {
+        let mut j = i;
+        while j > 0 && (events[j - 1] as u8) > (events[j] as u8) {
+            let swapped = events[j];
+            events[j] = events[j - 1];
+            events[j - 1] = swapped;
+            j -= 1;
+        }
+        i += 1;
+    }
+    events
 }
 
 impl EventKind {
-    /// Every event, in protocol order.
-    pub const ALL: [EventKind; 14] = [
-        Self::RunPodSandbox,
-        Self::StopPodSandbox,
-        Self::RemovePodSandbox,
-        Self::CreateContainer,
-        Self::PostCreateContainer,
-        Self::StartContainer,
-        Self::PostStartContainer,
-        Self::UpdateContainer,
-        Self::PostUpdateContainer,
-        Self::StopContainer,
-        Self::RemoveContainer,
-        Self::UpdatePodSandbox,
-        Self::PostUpdatePodSandbox,
-        Self::ValidateContainerAdjustment,
-    ];
-
     /// The event with protocol number `n`.
     pub fn from_number(n: i32) -> Option<Self> {
         Self::ALL.iter().copied().find(|e| *e as i32 == n)
-    }
-
-    /// The RPC name of the event (also its name in logs and metrics).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::RunPodSandbox => "RunPodSandbox",
-            Self::StopPodSandbox => "StopPodSandbox",
-            Self::RemovePodSandbox => "RemovePodSandbox",
-            Self::CreateContainer => "CreateContainer",
-            Self::PostCreateContainer => "PostCreateContainer",
-            Self::StartContainer => "StartContainer",
-            Self::PostStartContainer => "PostStartContainer",
-            Self::UpdateContainer => "UpdateContainer",
-            Self::PostUpdateContainer => "PostUpdateContainer",
-            Self::StopContainer => "StopContainer",
-            Self::RemoveContainer => "RemoveContainer",
-            Self::UpdatePodSandbox => "UpdatePodSandbox",
-            Self::PostUpdatePodSandbox => "PostUpdatePodSandbox",
-            Self::ValidateContainerAdjustment => "ValidateContainerAdjustment",
-        }
     }
 
     /// The event's bit in a `ConfigureResponse.events` mask.
@@ -319,6 +304,16 @@ pub fn subscription(wanted: EventMask, runtime: NriVersion) -> EventMask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_numbers_every_event_once_in_protocol_order() {
+        let numbers: Vec<u8> = EventKind::ALL.iter().map(|e| *e as u8).collect();
+        assert_eq!(numbers, (1..=14).collect::<Vec<u8>>());
+        assert_eq!(EventKind::from_number(9), Some(EventKind::PostUpdateContainer));
+        assert_eq!(EventKind::PostUpdateContainer.name(), "PostUpdateContainer");
+        assert_eq!(EventKind::ValidateContainerAdjustment.bit(), 1 << 13);
+        assert!(EventKind::StopPodSandbox < EventKind::UpdatePodSandbox, "ordered by number, not by row");
+    }
 
     #[test]
     fn parses_versions() {

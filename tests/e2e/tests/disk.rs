@@ -391,12 +391,10 @@ fn records_and_compiled_forms_of_versions_gone_from_the_directory_are_pruned() {
         config.policies.watch = false;
         config.engine = settings(&cache);
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(
-            &config,
-            nri_wasm::policy::compile::Compiler::InProcess,
-            Arc::new(Metrics::new()),
-        )
-        .unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone())
+            .compiler(nri_wasm::policy::compile::Compiler::InProcess)
+            .build()
+            .unwrap();
         host.reloader.reloads().wait_for(|(n, _)| *n >= 1).await.unwrap();
         let first = files_of(&cache, "sub");
         assert_eq!(first.len(), 2, "one record per policy: {first:?}");

@@ -6,7 +6,7 @@
 //! cache takes none. Here two policies never finish `configure` (one
 //! computes without a pause, one sleeps in WASI), each until its time limit
 //! of 60 s, and two ordinary policies of the same directory must load
-//! meanwhile, through the host's own first load (`cli::policy_host`), which
+//! meanwhile, through the host's own first load (`cli::HostBuilder`), which
 //! polls every load from one task.
 //!
 //! The slow policies are compiled beforehand (they are in the cache), the
@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nri_wasm::config::Config;
-use nri_wasm::metrics::Metrics;
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm::policy::engine::{EngineSettings, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
@@ -83,7 +82,7 @@ fn ordinary_policies_load_while_two_others_are_still_in_configure() {
         config.policies.watch = false;
         config.engine = engine;
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
 
         loop {
             let chain = host.dispatcher.chain();

@@ -10,7 +10,6 @@ use std::time::Duration;
 use nri_sim::workload::Workload;
 use nri_sim::{PluginConn, RuntimeProfile, Simulator};
 use nri_wasm::config::Config;
-use nri_wasm::metrics::Metrics;
 use nri_wasm::nri::{Dispatcher, Endpoint, Phase, Supervisor};
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm_api::api as pb;
@@ -187,7 +186,7 @@ async fn a_subscription_change_answers_the_request_in_flight_before_reconnecting
     let socket = dir.path().join("nri.sock");
     let profile = RuntimeProfile::v0_12().with_request_timeout(Duration::from_secs(10));
     let sim = Simulator::listen(&socket, profile).await.unwrap();
-    let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+    let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
     let stop = CancellationToken::new();
     let debounce = Duration::from_millis(config.policies.reload_debounce_ms);
     host.dispatcher.engine().handle().spawn(nri_wasm::policy::reload::watch(

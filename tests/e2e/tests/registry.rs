@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use nri_sim::RuntimeProfile;
 use nri_wasm::config::Config;
-use nri_wasm::metrics::Metrics;
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm::registry::client::Registry;
 use nri_wasm::registry::sign::SigningKeyFile;
@@ -494,7 +493,7 @@ fn the_host_loads_and_reloads_policies_by_reference() {
         config.engine = engine_settings();
         config.registry = settings.clone();
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let mut reloads = host.reloader.reloads();
         reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
         let report = reloads.borrow().1.clone();
@@ -603,7 +602,7 @@ fn a_tag_moved_in_the_registry_reaches_the_host_without_a_touch() {
         config.engine = engine_settings();
         config.registry = RegistrySettings { public_keys: vec![public.clone()], tag_recheck_ms: 1_000, ..base.clone() };
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let stop = tokio_util::sync::CancellationToken::new();
         host.dispatcher.engine().handle().spawn(nri_wasm::policy::reload::watch(
             host.reloader.clone(),
@@ -707,7 +706,7 @@ fn a_tag_check_that_stalls_holds_no_reload() {
             ..base.clone()
         };
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let stop = tokio_util::sync::CancellationToken::new();
         let mut reloads = host.reloader.reloads();
         reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
@@ -782,7 +781,7 @@ fn a_policy_named_in_the_host_configuration_is_pulled_and_run() {
         config.validate().unwrap();
         // Valid with all three; first the one whose files are in order.
         config.policies.sources.retain(|n, _| n == "10-configured");
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let mut reloads = host.reloader.reloads();
         reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
         let report = reloads.borrow().1.clone();
@@ -812,7 +811,7 @@ fn a_policy_named_in_the_host_configuration_is_pulled_and_run() {
         let mut config = config.clone();
         config.policies.sources =
             ["10-configured", "20-both", "30-twice"].iter().map(|n| (n.to_string(), pinned.clone())).collect();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let mut reloads = host.reloader.reloads();
         reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
         let report = reloads.borrow().1.clone();
@@ -1164,7 +1163,7 @@ fn proxies_from_the_environment_are_used_and_no_proxy_is_respected() {
         config.engine = engine_settings();
         config.registry = settings.clone();
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let mut reloads = host.reloader.reloads();
         reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
         assert_eq!(reloads.borrow().1.added, ["10-pulled"], "{:?}", reloads.borrow().1);
@@ -1424,7 +1423,7 @@ fn a_stalled_pull_never_holds_an_event() {
         config.engine = engine_settings();
         config.registry = RegistrySettings { timeout_ms: 600_000, ..f.settings(hostile.port, Some("cache")) };
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let h = Harness::start_policies(RuntimeProfile::v0_12(), host.dispatcher.clone()).await;
         let conn = h.connect().await;
         conn.synchronize(&[], &[], 0).await.unwrap();

@@ -21,12 +21,10 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use nri_sim::RuntimeProfile;
 use nri_wasm::config::Config;
-use nri_wasm::metrics::Metrics;
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{engine_settings, Harness};
@@ -86,7 +84,7 @@ fn five_hundred_reload_cycles_under_load_keep_every_answer_consistent() {
         config.policies.watch = false;
         config.engine = engine_settings();
         config.validate().unwrap();
-        let host = nri_wasm::cli::policy_host(&config, Compiler::InProcess, Arc::new(Metrics::new())).unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config.clone()).compiler(Compiler::InProcess).build().unwrap();
         let mut reloads = host.reloader.reloads();
         reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
         let h = Harness::start_policies(RuntimeProfile::v0_12(), host.dispatcher.clone()).await;

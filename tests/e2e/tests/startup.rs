@@ -94,8 +94,9 @@ impl Host {
         let metrics = Arc::new(Metrics::new());
         let stop = CancellationToken::new();
         let options = options(Endpoint::Socket(socket.to_path_buf()));
-        let task =
-            tokio::spawn(nri_wasm::cli::run_host(config, options, Compiler::InProcess, metrics.clone(), stop.clone()));
+        let host = nri_wasm::cli::HostBuilder::new(config).compiler(Compiler::InProcess).metrics(metrics.clone());
+        let serving = stop.clone();
+        let task = tokio::spawn(async move { host.build()?.serve(options, serving).await });
         Self { metrics, stop, task }
     }
 

@@ -11,7 +11,10 @@
 //! policy did.
 //!
 //! - `check.rs`: one component through every load step, with its costs;
-//! - `eval.rs`: events through a chain, one or a recording (`replay.rs`);
+//! - `eval.rs`: events through a chain, one or a recording (`replay.rs`),
+//!   both run by `session.rs` (the chain loaded, each request dispatched)
+//!   and reported by `report.rs`; neither of those knows which input it
+//!   serves, so that `eval` and `replay` do not depend on each other;
 //! - `describe.rs`: replies as the Rust SDK's test lines;
 //! - `new.rs`: a project from a template.
 //!
@@ -23,6 +26,8 @@ pub mod describe;
 pub mod eval;
 pub mod new;
 mod replay;
+mod report;
+mod session;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,7 +97,7 @@ pub enum SetupError {
     SettingsFile { path: PathBuf, reason: String },
     #[error(transparent)]
     PolicyFile(#[from] SpecError),
-    #[error("cannot start the engine: {0}")]
+    #[error("cannot start the engine")]
     Engine(#[from] EngineError),
     #[error("{0}")]
     Usage(String),

@@ -22,17 +22,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::eval::{
-    chain_json, event_json, exit_code, write_chain, write_event, EvalArgs, EvalError, EventReport, Session,
-};
+use super::report::{chain_json, event_json, exit_code, write_chain, write_event};
+use super::session::{EvalError, EventReport, Session};
 use crate::nri::record::{parse_document, Recorded};
 use crate::policy::chain::Outcome;
-use crate::policy::compile::Compiler;
 
 /// Reads every line of the recordings, in order, before anything runs: a
 /// recording that cannot be read is reported with its line, not half
 /// replayed.
-fn read(paths: &[std::path::PathBuf]) -> Result<Vec<(usize, Recorded)>, EvalError> {
+pub(super) fn read(paths: &[std::path::PathBuf]) -> Result<Vec<(usize, Recorded)>, EvalError> {
     let mut all = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(|source| EvalError::Read { path: path.clone(), source })?;
@@ -186,15 +184,20 @@ impl Summary {
     }
 }
 
-/// `eval --replay`.
-pub fn replay(args: &EvalArgs, compiler: Compiler, out: &mut dyn Write) -> Result<u8, EvalError> {
-    let recorded = read(&args.replay)?;
-    let mut session = Session::load(&args.policies, &args.settings, &args.host, args.state.as_deref(), compiler)?;
-    if args.json {
+/// `eval --replay`: the `recorded` requests of `files` through `session`'s
+/// chain, reported to `out` (JSON lines with `json`).
+pub(super) fn run(
+    mut session: Session,
+    recorded: Vec<(usize, Recorded)>,
+    files: &[std::path::PathBuf],
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<u8, EvalError> {
+    if json {
         let _ = writeln!(out, "{}", chain_json(&session));
     } else {
         write_chain(&session, out);
-        let files: Vec<String> = args.replay.iter().map(|p| p.display().to_string()).collect();
+        let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
         let _ = writeln!(out, "replaying {} requests from {}", recorded.len(), files.join(", "));
     }
     let runtime = crate::cli::transport_runtime().map_err(EvalError::Runtime)?;
@@ -202,7 +205,7 @@ pub fn replay(args: &EvalArgs, compiler: Compiler, out: &mut dyn Write) -> Resul
     runtime.block_on(async {
         for (line, request) in recorded {
             let report = session.run(line, request).await;
-            if args.json {
+            if json {
                 let _ = writeln!(out, "{}", event_json(&session, &report));
             } else {
                 write_event(&session, &report, true, out);
@@ -213,7 +216,7 @@ pub fn replay(args: &EvalArgs, compiler: Compiler, out: &mut dyn Write) -> Resul
     let failed = summary.results.iter().any(|(r, n)| matches!(*r, "denied" | "failed") && *n > 0);
     let code = exit_code(failed, !session.problems.is_empty() || summary.policy_errors > 0);
     let state = session.state();
-    if args.json {
+    if json {
         let _ = writeln!(out, "{}", json!({"summary": summary.json(), "state": state, "exit": code}));
     } else {
         summary.write(out);

@@ -1,0 +1,397 @@
+//! A chain of policies loaded for `eval`, and each event run through it.
+//!
+//! `eval` (one event, after the node's Synchronize) and `eval --replay` (a
+//! recording) both load the chain the same way and run each request as the
+//! transport would; this is that part, apart from how either reads its
+//! input and from how the report is written (`report.rs`).
+//!
+//! The policies load through the loader's steps; a [`PolicyDispatcher`]
+//! (the one the transport calls on a node) runs each event, within the
+//! answer budget the transport gives it, so every limit, time share,
+//! on-error, conflict rule, merge and validation applies, and the node view
+//! and the policies' state carry from one event to the next. An observer
+//! collects each policy's step; the reply is kept as the runtime would have
+//! received it, typed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nri_wasm_api::api as pb;
+
+use super::{describe, HostArgs, SettingsArgs, SetupError};
+use crate::cli::steps::{SeenStep, StepLog};
+use crate::nri::record::{FormatError, Recorded, Request};
+use crate::nri::service::{answer_budget, runtime_info, DEFAULT_REQUEST_TIMEOUT};
+use crate::nri::{DispatchError, Dispatcher as _};
+use crate::policy::chain::{container_target, pod_target, Chain, Outcome};
+use crate::policy::compile::Compiler;
+use crate::policy::dispatcher::PolicyDispatcher;
+use crate::policy::limits::Limits;
+use crate::policy::loader::{self, DirOptions, LoadProblem};
+use crate::policy::state::{StateSnapshot, StateStore, StateTxn};
+
+/// What keeps `eval` from evaluating.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error("cannot read {}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: {error}", path.display())]
+    Input { path: PathBuf, error: FormatError },
+    #[error("{}, line {line}: {error}", path.display())]
+    Recording { path: PathBuf, line: usize, error: FormatError },
+    #[error("--state {}: {reason}", path.display())]
+    State { path: PathBuf, reason: String },
+    #[error("cannot start the event runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// What the runtime would have received.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The event's reply carries nothing.
+    Nothing,
+    Create(pb::CreateContainerResponse),
+    Update(pb::UpdateContainerResponse),
+    Stop(pb::StopContainerResponse),
+    Synchronize(pb::SynchronizeResponse),
+    Validate(pb::ValidateContainerAdjustmentResponse),
+}
+
+/// The reply of each `answer` event of the table (`nri/events.rs`).
+macro_rules! reply_from {
+    ($($response:ident => $variant:ident),* $(,)?) => {
+        $(impl From<pb::$response> for Reply {
+            fn from(response: pb::$response) -> Self {
+                Self::$variant(response)
+            }
+        })*
+    };
+}
+reply_from! {
+    CreateContainerResponse => Create,
+    UpdateContainerResponse => Update,
+    StopContainerResponse => Stop,
+    ValidateContainerAdjustmentResponse => Validate,
+}
+
+impl Reply {
+    pub(super) fn message(&self) -> Option<&dyn protobuf::MessageDyn> {
+        match self {
+            Self::Nothing => None,
+            Self::Create(m) => Some(m),
+            Self::Update(m) => Some(m),
+            Self::Stop(m) => Some(m),
+            Self::Synchronize(m) => Some(m),
+            Self::Validate(m) => Some(m),
+        }
+    }
+
+    /// The reply as the SDK's test lines.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            Self::Nothing | Self::Validate(_) => Vec::new(),
+            Self::Create(r) => describe::lines(r.adjust.as_ref(), &r.update, &r.evict),
+            Self::Update(r) => describe::lines(None, &r.update, &r.evict),
+            Self::Stop(r) => describe::lines(None, &r.update, &[]),
+            Self::Synchronize(r) => describe::lines(None, &r.update, &[]),
+        }
+    }
+}
+
+/// One event, evaluated.
+#[derive(Debug)]
+pub struct EventReport {
+    /// Its place in the input (a recording's line number).
+    pub index: usize,
+    pub event: &'static str,
+    /// When it was recorded, if it was.
+    pub time: Option<String>,
+    pub target: String,
+    pub elapsed: Duration,
+    pub steps: Vec<SeenStep>,
+    pub answer: Result<Reply, DispatchError>,
+}
+
+impl EventReport {
+    /// `changed`, `unchanged`, `denied` or `failed`: what the runtime saw.
+    pub fn result(&self) -> &'static str {
+        match &self.answer {
+            Ok(reply) if reply.lines().is_empty() => "unchanged",
+            Ok(_) => "changed",
+            Err(DispatchError::Denied(_)) => "denied",
+            Err(_) => "failed",
+        }
+    }
+
+    /// Policies that failed (trap, limit, invalid output, ...), whatever
+    /// their on-error made of it.
+    pub fn policy_errors(&self) -> usize {
+        self.steps.iter().filter(|s| matches!(s.step.outcome, Outcome::Failed { .. })).count()
+    }
+}
+
+/// What the chain looks like, for the report.
+#[derive(Debug, Clone)]
+pub struct PolicyInfo {
+    pub name: String,
+    pub events: Vec<&'static str>,
+    pub synchronize: bool,
+    /// It imports the node interface and may call it (see `check`'s `reads` line).
+    pub reads_node: bool,
+    pub keeps_state: bool,
+    pub limits: Limits,
+    pub cached: bool,
+}
+
+/// A loaded chain behind a dispatcher, ready for events.
+pub struct Session {
+    dispatcher: Arc<PolicyDispatcher>,
+    steps: Arc<StepLog>,
+    pub policies: Vec<PolicyInfo>,
+    pub problems: Vec<LoadProblem>,
+    /// Policies whose state the report shows.
+    stateful: Vec<String>,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("policies", &self.policies).finish_non_exhaustive()
+    }
+}
+
+/// Reads `--state`: `{"NN-name": {"key": "value"}}`, or a directory of
+/// `NN-name.json` files of `{"key": "value"}`.
+fn read_state(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, EvalError> {
+    let bad = |reason: String| EvalError::State { path: path.to_path_buf(), reason };
+    fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+    if path.is_dir() {
+        let mut all = BTreeMap::new();
+        let entries = std::fs::read_dir(path).map_err(|e| bad(e.to_string()))?;
+        for entry in entries.filter_map(|e| e.ok()) {
+            let file = entry.path();
+            let Some(policy) = file.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            let text = std::fs::read_to_string(&file).map_err(|e| bad(format!("{}: {e}", file.display())))?;
+            let state = parse(&text).map_err(|e| bad(format!("{}: not an object of strings: {e}", file.display())))?;
+            all.insert(policy.to_string(), state);
+        }
+        return Ok(all);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    parse(&text).map_err(|e| bad(format!("not an object of policies' states (objects of strings): {e}")))
+}
+
+/// Commits `state` to `store` as a policy's earlier events would have.
+fn preload(store: &StateStore, state: &BTreeMap<String, BTreeMap<String, String>>) -> Result<(), String> {
+    for (policy, entries) in state {
+        let mut txn = StateTxn::new(Arc::new(StateSnapshot::default()), usize::MAX);
+        for (key, value) in entries {
+            txn.set(key.clone(), value.clone()).map_err(|e| format!("{policy}: key {key:?}: {e:?}"))?;
+        }
+        if let Some(writes) = txn.take_writes() {
+            store.commit(policy, writes);
+        }
+    }
+    Ok(())
+}
+
+impl Session {
+    /// Loads the policies of `path` (a component or a directory) with the
+    /// production engine, behind a dispatcher that describes every step.
+    pub fn load(
+        path: &Path,
+        settings: &SettingsArgs,
+        host: &HostArgs,
+        state: Option<&Path>,
+        compiler: Compiler,
+    ) -> Result<Self, EvalError> {
+        let config = super::host_config(host)?;
+        let defaults = config.policies.limits();
+        let meta = std::fs::metadata(path).map_err(|_| SetupError::Missing(path.to_path_buf()))?;
+        let (specs, spec_errors) = if meta.is_dir() {
+            let (mut specs, errors) = loader::scan(path, DirOptions { defaults, strict_permissions: false });
+            let overridden = settings.settings.is_some() || settings.settings_file.is_some();
+            if overridden && specs.len() + errors.len() != 1 {
+                let e = "--settings and --settings-file apply to one policy; a directory's policies take theirs from their NN-name.toml";
+                return Err(SetupError::Usage(e.into()).into());
+            }
+            if overridden {
+                for spec in &mut specs {
+                    super::apply_settings(spec, settings, defaults)?;
+                }
+            }
+            (specs, errors)
+        } else {
+            (vec![super::file_spec(path, settings, defaults)?], Vec::new())
+        };
+        let preloaded = state.map(read_state).transpose()?.unwrap_or_default();
+        let states = StateStore::in_memory();
+        preload(&states, &preloaded)
+            .map_err(|reason| EvalError::State { path: state.unwrap_or(path).into(), reason })?;
+
+        let cache = super::cache_dir(&host.cache_dir, &config.engine);
+        let engine = super::engine(&config.engine, cache, compiler)?;
+        let facts = Arc::new(super::facts());
+        let loaded = engine.block_on(loader::load_specs(&engine, specs, spec_errors, &facts));
+        let policies = loaded
+            .policies
+            .iter()
+            .map(|p| PolicyInfo {
+                name: p.name().to_string(),
+                events: p.events().iter().map(|e| e.name()).collect(),
+                synchronize: p.wants_synchronize(),
+                // What it may read (its declaration, else its imports), not
+                // what a toolchain that imports every interface imported:
+                // the same test as the runtime's subscription.
+                reads_node: p.reads_node(),
+                keeps_state: p.imports().state,
+                limits: p.spec.limits,
+                cached: p.timings().cached,
+            })
+            .collect::<Vec<_>>();
+        let mut stateful: Vec<String> = policies.iter().filter(|p| p.keeps_state).map(|p| p.name.clone()).collect();
+        stateful.extend(preloaded.keys().cloned());
+        stateful.sort();
+        stateful.dedup();
+        let chain = Chain::new(loaded.policies, config.chain).with_unloadable(loaded.unloadable);
+        let steps = Arc::new(StepLog::default());
+        let dispatcher =
+            PolicyDispatcher::new(engine, chain, (*facts).clone(), config.engine.max_concurrent_calls as usize)
+                .with_states(Arc::new(states))
+                .with_observer(steps.clone())
+                .explaining();
+        Ok(Self {
+            dispatcher: Arc::new(dispatcher),
+            steps,
+            policies,
+            problems: loaded.problems,
+            stateful,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// Runs one request through the dispatcher, as the transport would
+    /// (within the answer budget of the runtime's request timeout).
+    pub async fn run(&mut self, index: usize, recorded: Recorded) -> EventReport {
+        let Recorded { request, time } = recorded;
+        let event = request.name();
+        let target = target(&request);
+        self.steps.take();
+        let budget = answer_budget(self.request_timeout);
+        if let Request::Configure(c) = &request {
+            self.request_timeout = runtime_info(c).request_timeout;
+        }
+        let started = Instant::now();
+        let answer = match tokio::time::timeout(budget, dispatch(&self.dispatcher, request)).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.dispatcher.answer_overrun(event, budget);
+                Err(DispatchError::DeadlineExceeded(budget))
+            }
+        };
+        EventReport { index, event, time, target, elapsed: started.elapsed(), steps: self.steps.take(), answer }
+    }
+
+    /// Every policy's committed state that the report shows.
+    pub fn state(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        let states = self.dispatcher.states();
+        self.stateful
+            .iter()
+            .map(|name| {
+                let snapshot = states.snapshot(name);
+                (name.clone(), snapshot.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            })
+            .collect()
+    }
+
+    pub(super) fn limits_of(&self, policy: &str) -> Option<&Limits> {
+        self.policies.iter().find(|p| p.name == policy).map(|p| &p.limits)
+    }
+}
+
+/// What an event's request is about, for the report.
+macro_rules! event_target {
+    (pod, $r:ident) => {
+        pod_target($r.pod.get_or_default())
+    };
+    (container, $r:ident) => {
+        container_target($r.pod.get_or_default(), $r.container.get_or_default())
+    };
+}
+
+/// What an event's dispatcher method returned, as a [`Reply`].
+macro_rules! event_reply {
+    (notify, $answer:expr) => {
+        $answer.map(|()| Reply::Nothing)
+    };
+    (answer, $answer:expr) => {
+        $answer.map(Reply::from)
+    };
+}
+
+/// `eval`'s naming and dispatch of every request: Configure and
+/// Synchronize, then one arm per row of the event table (`nri/events.rs`).
+macro_rules! eval_requests {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+        /// How reports name what an event is about.
+        fn target(request: &Request) -> String {
+            match request {
+                Request::Configure(c) => format!("runtime {} {}", c.runtime_name, c.runtime_version),
+                Request::Synchronize(s) => {
+                    format!("the node (pods: {}, containers: {})", s.pods.len(), s.containers.len())
+                }
+                $(Request::$kind(r) => event_target!($carries, r)),*
+            }
+        }
+
+        /// Hands a request to the dispatcher's method for its event.
+        async fn dispatch(d: &PolicyDispatcher, request: Request) -> Result<Reply, DispatchError> {
+            match request {
+                Request::Configure(c) => d.configure(&runtime_info(&c)).await.map(|()| Reply::Nothing),
+                Request::Synchronize(s) => d
+                    .synchronize(s.pods, s.containers)
+                    .await
+                    .map(|update| Reply::Synchronize(pb::SynchronizeResponse { update, ..Default::default() })),
+                $(Request::$kind(r) => event_reply!($reply, d.$method(r).await)),*
+            }
+        }
+    };
+}
+crate::nri::events::nri_events!(eval_requests);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_reads_as_a_file_of_policies_or_a_state_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("state.json");
+        std::fs::write(&file, r#"{"10-a": {"k": "v"}, "20-b": {}}"#).unwrap();
+        let state = read_state(&file).unwrap();
+        assert_eq!(state["10-a"]["k"], "v");
+        let store = StateStore::in_memory();
+        preload(&store, &state).unwrap();
+        assert_eq!(store.snapshot("10-a").get("k"), Some("v"));
+        assert!(store.snapshot("20-b").is_empty());
+
+        let states = dir.path().join("states");
+        std::fs::create_dir(&states).unwrap();
+        std::fs::write(states.join("30-c.json"), r#"{"x": "1"}"#).unwrap();
+        assert_eq!(read_state(&states).unwrap()["30-c"]["x"], "1");
+
+        std::fs::write(&file, r#"{"k": "v"}"#).unwrap();
+        let e = read_state(&file).unwrap_err().to_string();
+        assert!(e.contains("not an object of policies' states"), "{e}");
+        let bad_key = BTreeMap::from([("10-a".to_string(), BTreeMap::from([(String::new(), "v".to_string())]))]);
+        assert!(preload(&store, &bad_key).unwrap_err().contains("10-a"));
+    }
+}

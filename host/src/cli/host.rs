@@ -1,0 +1,290 @@
+//! The composition root: one place that puts a host together.
+//!
+//! The binary (`run`, launched mode), the demo and the tests all need the
+//! same host, differing only in a few knobs: which compiler, whose metrics,
+//! who watches the chain's steps, whether requests are recorded. Those knobs
+//! are the fields of [`HostBuilder`], each defaulted in [`HostBuilder::new`]
+//! and nowhere else; [`HostBuilder::build`] gives the policy side
+//! ([`Host`]), and [`Host::serve`] adds the metrics endpoint, the directory
+//! watch and the supervised connection to the runtime.
+//!
+//! Order matters for a node's pods: the host loads its policies in the
+//! background and registers with the runtime as soon as it knows what they
+//! subscribe to (at once when their subscriptions are recorded, see
+//! `policy/known.rs`; the start-up contract is in `policy/dispatcher.rs`);
+//! the metrics endpoint and the directory watch run on the policy runtime,
+//! so that the thread serving the runtime does nothing but serve it.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::subprocess_compiler;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::node::topology::Topology;
+use crate::nri::record::{RecordOptions, Recorder, RecordingDispatcher};
+use crate::nri::{ConnectOptions, Dispatcher, Supervisor};
+use crate::policy::chain::{Chain, Observer, Pending, Unloadable};
+use crate::policy::compile::Compiler;
+use crate::policy::dispatcher::PolicyDispatcher;
+use crate::policy::engine::{Allocator, Facts, PolicyEngine};
+use crate::policy::loader::{self, DirOptions};
+use crate::policy::reload::{PolicySource, Reloader};
+use crate::policy::state::StateStore;
+
+/// What a host is made of, before it is made. Start with
+/// [`HostBuilder::new`] (every knob at its default), change what differs,
+/// then [`build`](HostBuilder::build).
+#[derive(Debug)]
+pub struct HostBuilder {
+    /// The checked configuration: engine, policies, chain, registry,
+    /// metrics endpoint, runtime timings.
+    config: Config,
+    /// How components are compiled. Default: a child process of this
+    /// executable ([`subprocess_compiler`]), which bounds a compile's
+    /// memory; a test binary, which cannot compile as a child, passes
+    /// [`Compiler::InProcess`].
+    compiler: Compiler,
+    /// Where the host's counters go (and what `/metrics` serves). Default:
+    /// a fresh set; a test passes its own to read them.
+    metrics: Arc<Metrics>,
+    /// Who sees each step of every event, with every change described.
+    /// Default: nobody (the metrics count them); the demo passes its report.
+    observer: Option<Arc<dyn Observer>>,
+    /// Record every request the runtime sends to a file, for
+    /// `nri-wasm eval --replay` (`nri/record.rs`). Default: off.
+    record: Option<RecordOptions>,
+}
+
+impl HostBuilder {
+    /// A host for `config` with every other knob at its default.
+    pub fn new(config: Config) -> Self {
+        Self {
+            config,
+            compiler: subprocess_compiler(),
+            metrics: Arc::new(Metrics::new()),
+            observer: None,
+            record: None,
+        }
+    }
+
+    /// Compiles components with `compiler`.
+    pub fn compiler(mut self, compiler: Compiler) -> Self {
+        self.compiler = compiler;
+        self
+    }
+
+    /// Counts into `metrics`.
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Shows every step of every event to `observer`.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Records every request the runtime sends (`None`: off).
+    pub fn record(mut self, record: Option<RecordOptions>) -> Self {
+        self.record = record;
+        self
+    }
+
+    /// Builds the policy side of the host and starts the first load in the
+    /// background: the host registers with the runtime at once, and a
+    /// mandatory policy that is not loaded yet fails container creation
+    /// until it is.
+    pub fn build(self) -> anyhow::Result<Host> {
+        let HostBuilder { config, compiler, metrics, observer, record } = self;
+        let registry = crate::registry::client::Registry::new(&config.registry, config.engine.max_component_mib << 20)
+            .map(Arc::new)
+            .map_err(|e| format!("[registry] cannot be used: {e}"));
+        if let Err(e) = &registry {
+            tracing::error!(error = %e, "policies named by reference cannot load");
+        }
+        let engine = Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler).with_registry(registry));
+        if let Allocator::OnDemand(why) = engine.allocator() {
+            tracing::info!(reason = %why, "instances are allocated on demand");
+        }
+        let topology = Topology::from_system().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "node topology unreadable; policies see the CPU count only");
+            Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+        });
+        let facts = Facts::unconfigured(Facts::node_from_system(), &topology);
+        let states = Arc::new(match &config.policies.state_dir {
+            Some(dir) => StateStore::in_dir(dir.clone()),
+            None => StateStore::in_memory(),
+        });
+        // Failed saves show in /metrics and /status, per policy.
+        metrics.watch_states(states.clone());
+        let options =
+            DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
+        let mut specs = match &config.policies.dir {
+            Some(dir) => loader::scan(dir, options).0,
+            None => {
+                if config.policies.sources.is_empty() {
+                    tracing::info!("no policy directory configured: the chain is empty");
+                }
+                Vec::new()
+            }
+        };
+        // Those named in the host configuration ([policies.sources]) are found too.
+        let sources = config.policies.sources().map_err(anyhow::Error::msg)?;
+        loader::add_config_sources(&mut specs, &mut Vec::new(), config.policies.dir.as_deref(), &sources, options);
+        // Until they load, every policy found is not ready yet, with the
+        // subscription of its last load if one is recorded.
+        let pending: Vec<Pending> = loader::pending(&engine, &specs);
+        let placeholder = Arc::new(Chain::new(Vec::new(), config.chain).with_pending(pending.clone()));
+        metrics.chain_installed(&placeholder, true);
+        let dispatcher = PolicyDispatcher::new(
+            engine.clone(),
+            Chain::new(Vec::new(), config.chain).with_pending(pending.clone()),
+            facts.clone(),
+            config.engine.max_concurrent_calls as usize,
+        )
+        .with_states(states)
+        .with_metrics(metrics.clone())
+        .pending();
+        let dispatcher = match observer {
+            Some(observer) => dispatcher.with_observer(observer).explaining(),
+            None => dispatcher,
+        };
+        let dispatcher = Arc::new(dispatcher);
+        let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain, sources };
+        let reloader = Arc::new(
+            Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts))
+                .with_tag_recheck(config.registry.tag_recheck()),
+        );
+        let first = reloader.clone();
+        let chain_settings = config.chain;
+        let fallback = dispatcher.clone();
+        let fallback_metrics = metrics.clone();
+        engine.handle().spawn(async move {
+            first.reload().await;
+            // A load that failed in the host itself must not leave the policies
+            // "still loading" for ever.
+            if !fallback.is_loaded() {
+                let unloadable = pending
+                    .into_iter()
+                    .map(|p| Unloadable {
+                        name: p.name,
+                        reason: "the host failed to load it (see the log)".into(),
+                        mandatory: p.mandatory,
+                    })
+                    .collect();
+                let chain = Arc::new(Chain::new(Vec::new(), chain_settings).with_unloadable(unloadable));
+                fallback_metrics.chain_installed(&chain, false);
+                fallback.install_shared(chain).await;
+            }
+        });
+        Ok(Host { dispatcher, reloader, metrics, config, record })
+    }
+}
+
+/// A built host: the dispatcher the transport calls, the reloader that
+/// keeps its chain in step with the directory, and the metrics both record
+/// into. Tests and the demo drive these directly; the binary
+/// [serves](Host::serve) them.
+#[derive(Debug)]
+pub struct Host {
+    pub dispatcher: Arc<PolicyDispatcher>,
+    pub reloader: Arc<Reloader>,
+    pub metrics: Arc<Metrics>,
+    config: Config,
+    record: Option<RecordOptions>,
+}
+
+impl Host {
+    /// The whole host (metrics endpoint, reload watch, the supervised
+    /// connection to the runtime, the recording if asked for) until `stop`
+    /// is cancelled. With a recording, the transport serves a recording
+    /// wrapper around the policies' dispatcher, and the recording's last
+    /// lines are written out when the host stops.
+    pub async fn serve(self, options: ConnectOptions, stop: CancellationToken) -> anyhow::Result<()> {
+        let Host { dispatcher: policies, reloader, metrics, config, record } = self;
+        let engine = policies.engine().clone();
+        if let Some(addr) = config.metrics.socket_addr().map_err(anyhow::Error::msg)? {
+            let serving = engine.handle().spawn(crate::metrics::serve(addr, metrics.clone(), stop.clone()));
+            // Policies matter more than their metrics: a port someone else
+            // holds is reported, and the host serves the runtime without it
+            // (a liveness probe on the endpoint then restarts it, visibly).
+            match serving.await? {
+                Ok(bound) => {
+                    tracing::info!(address = %bound, "metrics and health endpoint listening");
+                    metrics.set_endpoint(bound);
+                }
+                Err(e) => tracing::error!(address = %addr, error = %e, "metrics and health endpoint not started"),
+            }
+        }
+        let debounce = std::time::Duration::from_millis(config.policies.reload_debounce_ms);
+        engine.handle().spawn(crate::policy::reload::watch(reloader, debounce, config.policies.watch, stop.clone()));
+        let link = policies.link();
+        let dispatcher: Arc<dyn Dispatcher> = policies.clone();
+        let recorder = record.map(|options| Arc::new(Recorder::start(options)));
+        let dispatcher: Arc<dyn Dispatcher> = match &recorder {
+            Some(recorder) => Arc::new(RecordingDispatcher::new(dispatcher, recorder.clone())),
+            None => dispatcher,
+        };
+        let supervisor = Supervisor::new(options, dispatcher, stop).with_link(link);
+        let mut status = supervisor.handles().status;
+        let wanted = policies.clone();
+        tokio::spawn(async move {
+            while status.changed().await.is_ok() {
+                let s = *status.borrow_and_update();
+                let registered = s.phase == crate::nri::Phase::Registered;
+                metrics.set_registered(registered, s.registrations, s.registration_failures);
+                if registered {
+                    metrics.set_subscribed(wanted.events().to_string());
+                }
+            }
+        });
+        wait_for_subscription(&policies, config.runtime.start_wait()).await;
+        let served = supervisor.run().await;
+        if let Some(recorder) = recorder {
+            let closing = tokio::task::spawn_blocking(move || recorder.close(RECORD_CLOSE_WAIT));
+            if let Err(e) = closing.await {
+                tracing::warn!(error = %e, "the recording was not closed");
+            }
+        }
+        served?;
+        Ok(())
+    }
+}
+
+/// Waits, at most `limit` (`[runtime] start-wait-ms`), until the
+/// dispatcher knows the subscription of every policy (those with no record
+/// of their last load finish `configure`; see the start-up contract in
+/// `policy/dispatcher.rs`). A restart with unchanged files and a compile
+/// cache does not wait at all. A launched plugin must register within the
+/// runtime's registration timeout (containerd: 5 s), which the
+/// configuration keeps the wait below; a policy still unknown then is
+/// registered for what is known, plus CreateContainer if it is mandatory,
+/// so that it can refuse; if it needs more once loaded, the host
+/// reconnects (answering what is in flight first).
+async fn wait_for_subscription(dispatcher: &PolicyDispatcher, limit: std::time::Duration) {
+    let started = std::time::Instant::now();
+    match tokio::time::timeout(limit, dispatcher.subscription_known()).await {
+        Ok(()) => tracing::info!(
+            waited_ms = started.elapsed().as_millis() as u64,
+            events = %dispatcher.events(),
+            "the policies' subscription is known: registering"
+        ),
+        Err(_) => {
+            let chain = dispatcher.chain();
+            let unknown: Vec<&str> =
+                chain.pending().iter().filter(|p| p.expected.is_none()).map(|p| p.name.as_str()).collect();
+            tracing::warn!(
+                waited_ms = limit.as_millis() as u64,
+                ?unknown,
+                events = %dispatcher.events(),
+                "registering before the subscription of every policy is known; a reconnect follows if they need more"
+            );
+        }
+    }
+}
+
+/// Longest the host waits at exit for the recording's last lines.
+const RECORD_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
