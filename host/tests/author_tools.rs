@@ -548,8 +548,19 @@ async fn a_recording_replays_to_the_outcomes_of_the_live_run() {
     let cache = toml::Value::String(nri_wasm_components::COMPONENT_CACHE.into());
     // The metrics endpoint tells the test when every policy is loaded.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    std::fs::write(&config, format!("[engine]\ncache-dir = {cache}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n"))
-        .unwrap();
+    // The simulated runtime accepts a connection only when the test asks it
+    // to: while the test waits for the loads, the host's next connection
+    // sits in the listen queue. A registration that timed out there would
+    // leave a closed connection for the test to accept, so the host waits
+    // for its registration's answer as long as the test may wait.
+    std::fs::write(
+        &config,
+        format!(
+            "[engine]\ncache-dir = {cache}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n\
+             [runtime]\nregister-timeout-ms = 600000\n"
+        ),
+    )
+    .unwrap();
     let socket = dir.path().join("nri.sock");
     let recording = dir.path().join("requests.jsonl");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();

@@ -53,7 +53,7 @@ pub struct HostBuilder {
     /// Default: nobody (the metrics count them); the demo passes its report.
     observer: Option<Arc<dyn Observer>>,
     /// Record every request the runtime sends to a file, for
-    /// `nri-wasm eval --replay` (`nri/record.rs`). Default: off.
+    /// `nri-wasm eval --replay` (`nri/record/`). Default: off.
     record: Option<RecordOptions>,
 }
 

@@ -6,8 +6,9 @@
 //!
 //! - `run.rs`: the settings of `run` (the DaemonSet's command): file, flags
 //!   and the launch environment;
-//! - `host.rs`: the composition root, [`HostBuilder`], which the binary, the
-//!   demo and the tests use to put a host together and serve a runtime;
+//! - `host.rs`: the composition root, [`HostBuilder`]: the binary and the
+//!   tests put a host together and serve a runtime with it; the demo builds
+//!   the policy side with it and serves its simulated runtime itself;
 //! - `demo/`: the example policies against the embedded runtime simulator;
 //! - `config.rs`: `config check`, the effective configuration or its errors;
 //! - `status.rs`: a running host's chain and counters, over its endpoint;

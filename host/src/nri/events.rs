@@ -46,7 +46,7 @@
 //! 3. for an `answer` event, a variant of `eval`'s `Reply`
 //!    (`cli/author/session.rs`), the one place that keeps replies typed.
 //!
-//! Tests and the runtime simulator (`tests/sim`) that play every event list
+//! Tests and the runtime simulator (`host/sim`) that play every event list
 //! them for themselves, on purpose: they check the host against NRI, not
 //! against this table.
 

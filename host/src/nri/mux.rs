@@ -31,7 +31,8 @@ const PIPE_CAPACITY: usize = 64 << 10;
 /// How much we read from the socket at once.
 const READ_CHUNK: usize = 64 << 10;
 
-/// Why a multiplexed connection ended.
+/// Why a multiplexed connection ended. Show it with [`super::Causes`]: its
+/// own text leaves out the cause (a frame's error) that its source gives.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MuxError {
     #[error("invalid frame from the runtime")]

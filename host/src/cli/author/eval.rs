@@ -1,16 +1,13 @@
 //! `nri-wasm eval`: events through a chain of policies, offline, exactly as
 //! a node would run them.
 //!
-//! The policies load through the loader's steps; a [`PolicyDispatcher`]
-//! (the one the transport calls on a node) runs each event, within the
-//! answer budget the transport gives it, so every limit, time share,
-//! on-error, conflict rule, merge and validation applies, and the node view
-//! and the policies' state carry from one event to the next. Nothing is
-//! evaluated here: an observer collects each policy's step, and the report
-//! shows them with the reply the runtime would have received.
+//! This file reads the input and hands it on: the events run through the
+//! dispatcher a node uses (`session.rs`, with every limit, time share,
+//! on-error, conflict rule, merge and validation), and `report.rs` shows
+//! each policy's step with the reply the runtime would have received.
 //!
 //! Input is NRI's protobuf JSON with the proto field names (see
-//! `nri/record.rs`): a bare request with `--event`, a document
+//! `nri/record/format.rs`): a bare request with `--event`, a document
 //! `{"event": ..., "request": {...}}` (the captured fixtures), or, with
 //! `--replay`, a recording of `nri-wasm run --record`. `--node` seeds the
 //! node view from a Synchronize request first, as the runtime does when it
