@@ -24,11 +24,14 @@ use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, matrix_runs, roomy, Harness};
+use nri_wasm_test_support::heap::live;
 
-/// Memory is compared between this run and the last one.
-const WARM_UP: usize = 100;
-/// Most resident-memory growth tolerated between the two readings.
+/// Most resident-memory growth tolerated between the reading after the
+/// warm-up (the first tenth of the runs) and the last one.
 const MAX_GROWTH_BYTES: i64 = 16 << 20;
+/// Most growth of the host's live heap over the same runs (this binary
+/// counts every allocation: `nri_wasm_test_support::heap`), the finer check.
+const MAX_HEAP_GROWTH: i64 = 2 << 20;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 use crate::ALONE as SERIAL;
@@ -99,11 +102,14 @@ async fn run_matrix(fault: Fault) {
         let h = Harness::start(RuntimeProfile::v0_12().with_request_timeout(REQUEST_TIMEOUT), dispatcher).await;
         let conn = h.connect().await;
         conn.synchronize(&[], &[], 0).await.expect("synchronize");
-        let mut warm = 0;
+        let (mut warm, mut warm_heap) = (0, 0);
         let mut slowest = Duration::ZERO;
+        let warm_up = matrix_runs() / 10;
         for run in 0..matrix_runs() {
-            if run == WARM_UP {
+            if run == warm_up {
                 warm = resident_bytes();
+                warm_heap = live();
+                assert!(warm_heap > 0, "the counting allocator is this binary's (memory.rs)");
             }
             let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;
@@ -137,7 +143,13 @@ async fn run_matrix(fault: Fault) {
             growth < MAX_GROWTH_BYTES,
             "{on_error:?}: resident memory grew by {} KiB over {} runs",
             growth / 1024,
-            matrix_runs() - WARM_UP
+            matrix_runs() - warm_up
+        );
+        let heap_growth = live() - warm_heap;
+        assert!(
+            heap_growth < MAX_HEAP_GROWTH,
+            "{on_error:?}: the host's heap grew by {heap_growth} bytes over {} runs",
+            matrix_runs() - warm_up
         );
         assert!(!conn.is_closed() && !h.task.is_finished(), "the host is still connected and running");
         eprintln!("{:?} {on_error:?}: slowest answer {slowest:?}, memory growth {} KiB", fault.settings, growth / 1024);

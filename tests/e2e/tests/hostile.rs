@@ -143,6 +143,7 @@ async fn run_attack(attack: Attack) -> String {
         for run in 0..attack.runs {
             if run == attack.runs / 10 {
                 warm = live();
+                assert!(warm > 0, "the counting allocator is this binary's (memory.rs)");
             }
             let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;

@@ -5,7 +5,9 @@
 //!
 //! The tests that measure the process's memory (`faults`, `hostile`,
 //! `reload`) are not here but in `memory.rs`: they need a process where
-//! nothing else allocates.
+//! nothing else allocates. `startup`, `host_calls` and `loads` are test
+//! binaries of their own (see Cargo.toml): they load the CPUs or measure
+//! time, and must not share a process with the rest.
 
 mod author_tools;
 mod caps;
@@ -15,8 +17,6 @@ mod engine;
 mod examples;
 mod framing;
 mod handshake;
-mod host_calls;
-mod loads;
 mod merge_plugins;
 mod node_state;
 mod operations;
@@ -24,4 +24,3 @@ mod reconnect;
 mod registry;
 mod rpcs;
 mod sdk_agrees;
-mod startup;

@@ -139,6 +139,7 @@ fn five_hundred_reload_cycles_under_load_keep_every_answer_consistent() {
                 if cycle == 20 {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     baseline = Some(live());
+                    assert!(baseline > Some(0), "the counting allocator is this binary's (memory.rs)");
                 }
                 let (v, w) = (format!("v{cycle}"), format!("v{cycle}r"));
                 let wasm = if cycle % 2 == 0 { &plain } else { &marked };
