@@ -17,6 +17,7 @@ use crate::nri::transport::DEFAULT_SOCKET;
 use crate::policy::chain::ChainSettings;
 use crate::policy::engine::EngineSettings;
 use crate::policy::limits::{LimitOverrides, Limits};
+pub use crate::text::toml_error;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default, serde::Serialize)]
@@ -303,79 +304,9 @@ fn check_log_filter(filter: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(filter).map(drop).map_err(|e| e.to_string())
 }
 
-/// serde names Rust types in its messages; an operator reads TOML.
-fn plain_types(message: &str) -> String {
-    let message = [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]
-        .iter()
-        .fold(message.to_string(), |m, (rust, toml)| {
-            m.replace(&format!("expected {rust}"), &format!("expected {toml}"))
-        });
-    match message.split_once("expected struct ") {
-        Some((before, _)) => format!("{before}expected a table"),
-        None => message,
-    }
-}
-
-/// A TOML error as the operator should see it: the line, the column, the
-/// key of that line if it is one of `known` (a name the host defines, so
-/// never data), and the parser's reason; never the text of the file. The
-/// parser's own rendering quotes the offending line, and serde's reasons
-/// quote the offending value (`invalid type: string "..."`): a policy's
-/// `settings` may hold a secret, which would end up in the log, in
-/// `/status` and in the output of `config check`. Only known keys are
-/// named because what looks like a key may be a line inside a multi-line
-/// string.
-pub fn toml_error(text: &str, error: &toml::de::Error, known: &[&str]) -> String {
-    let reason = without_values(&plain_types(error.message()));
-    let Some(at) = error.span().map(|s| s.start.min(text.len())) else { return reason };
-    let before = &text.as_bytes()[..at];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    // Characters, or bytes if the span is not on a character boundary.
-    let column = text.get(line_start..at).map_or(at - line_start, |s| s.chars().count()) + 1;
-    let key = text
-        .get(line_start..)
-        .and_then(|rest| rest.split('\n').next()?.split_once('='))
-        .map(|(key, _)| key.trim().replace('_', "-"))
-        .filter(|key| known.contains(&key.as_str()));
-    match key {
-        Some(key) => format!("line {line}, column {column}, key {key}: {reason}"),
-        None => format!("line {line}, column {column}: {reason}"),
-    }
-}
-
 /// Every key and table name of the configuration file.
 fn config_keys() -> Vec<&'static str> {
     TABLES.iter().flat_map(|(table, keys)| keys.iter().copied().chain(table.split('.'))).collect()
-}
-
-/// serde's reasons without the value they quote: `invalid type: string
-/// "...", expected ...` becomes `invalid type: a string, expected ...`,
-/// and `unknown variant `...``, `unknown variant`.
-fn without_values(reason: &str) -> String {
-    for prefix in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = reason.strip_prefix(prefix) {
-            let what = [
-                ("string", "a string"),
-                ("integer", "an integer"),
-                ("floating point", "a floating-point number"),
-                ("boolean", "a boolean"),
-                ("character", "a character"),
-            ]
-            .iter()
-            .find(|(kind, _)| rest.starts_with(kind))
-            .map(|(_, plain)| *plain);
-            if let Some(what) = what {
-                let expected = rest.rfind(", expected ").map_or("", |i| &rest[i..]);
-                return format!("{prefix}{what}{expected}");
-            }
-        }
-    }
-    if let Some(rest) = reason.strip_prefix("unknown variant `") {
-        let expected = rest.rfind("`, expected ").map_or("", |i| &rest[i + 1..]);
-        return format!("unknown variant{expected}");
-    }
-    reason.to_string()
 }
 
 impl Config {

@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 use nri_wasm_api::api as pb;
 use serde::Deserialize;
 
-use super::engine::{CallEnv, CallError, PolicyEngine};
-use super::known::Subscription;
-use super::manifest::{Mode, OnError};
-use super::prepare::CompiledPolicy;
-use super::state::StateWrites;
 use crate::merge::MergeError;
 use crate::nri::version::{EventKind, EventMask};
+use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::call::state::StateWrites;
+use crate::policy::engine::known::Subscription;
+use crate::policy::engine::{CallEnv, CallError, PolicyEngine};
+use crate::policy::load::manifest::{Mode, OnError};
 
 pub use budget::shares;
 

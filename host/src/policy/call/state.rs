@@ -45,7 +45,7 @@ use imbl::OrdMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::bindings::state::StateError;
+use crate::wit::state::StateError;
 
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -288,7 +288,7 @@ fn check_dir(dir: &Path, uid: u32) -> Result<(), String> {
     }
     let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
     if !meta.is_dir() {
-        return Err(format!("{}, not a directory", super::cache::kind_of(meta.file_type())));
+        return Err(format!("{}, not a directory", crate::files::kind_of(meta.file_type())));
     }
     if meta.uid() != uid {
         return Err(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()));
@@ -422,7 +422,7 @@ impl StateStore {
                 let aside = dir.join(format!(
                     "{policy}.json.unreadable-{}-{}",
                     std::process::id(),
-                    super::cache::unique_suffix()
+                    crate::files::unique_suffix()
                 ));
                 // Renames the name, never what a symlink points to.
                 let moved = std::fs::rename(&path, &aside).is_ok();
@@ -518,7 +518,7 @@ fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSna
     use std::io::Read as _;
     use std::os::unix::fs::MetadataExt;
     let read_err = |source| StateFileError::Read { policy: policy.into(), path: path.into(), source };
-    let (file, meta) = match super::cache::open_regular(path) {
+    let (file, meta) = match crate::files::open_regular(path) {
         Ok(Ok(opened)) => opened,
         Ok(Err(what)) => return Err(StateFileError::NotAFile { policy: policy.into(), path: path.into(), what }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -561,9 +561,9 @@ fn write_atomically(
     bytes: &[u8],
     disk: &dyn StateWriter,
 ) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{policy}.json.tmp.{}.{}", std::process::id(), super::cache::unique_suffix()));
+    let tmp = dir.join(format!(".{policy}.json.tmp.{}.{}", std::process::id(), crate::files::unique_suffix()));
     let result = (|| {
-        let mut f = super::cache::create_private(&tmp)?;
+        let mut f = crate::files::create_private(&tmp)?;
         disk.write(&mut f, bytes)?;
         f.sync_all()?;
         drop(f);

@@ -10,6 +10,12 @@
 //! an operator's terminal. [`guest_text`] makes every such string one line
 //! of bounded size: control characters are escaped (`\n`, `\u{1b}`), and
 //! what is cut is marked with how much was cut.
+//!
+//! The other text the host makes for people lives here too, because loading,
+//! the registry, the merge and the configuration all need it and none of
+//! them should import another for it: an error chain as one line
+//! ([`one_line`]) and a TOML error that locates without echoing the file
+//! ([`toml_error`]).
 
 use std::fmt::Write as _;
 
@@ -70,9 +76,100 @@ pub fn reason(text: &str) -> String {
     guest_text(text.trim(), MAX_REASON_BYTES)
 }
 
+/// An error as one bounded line: its causes joined, the wasm backtrace
+/// (multi-line, with names the guest chose) left out.
+pub fn one_line(err: &wasmtime::Error) -> String {
+    // The engine captures no backtraces; should one be attached anyway, it
+    // is left out by its fixed heading.
+    let parts: Vec<String> = err
+        .chain()
+        .map(|cause| cause.to_string())
+        .filter(|text| !text.trim().is_empty() && !text.starts_with("error while executing at wasm backtrace"))
+        .collect();
+    let mut parts = parts;
+    parts.dedup();
+    guest_text(&parts.join(": "), MAX_ERROR_BYTES)
+}
+
+/// serde names Rust types in its messages; an operator reads TOML.
+fn plain_types(message: &str) -> String {
+    let message = [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]
+        .iter()
+        .fold(message.to_string(), |m, (rust, toml)| {
+            m.replace(&format!("expected {rust}"), &format!("expected {toml}"))
+        });
+    match message.split_once("expected struct ") {
+        Some((before, _)) => format!("{before}expected a table"),
+        None => message,
+    }
+}
+
+/// A TOML error as the operator should see it: the line, the column, the
+/// key of that line if it is one of `known` (a name the host defines, so
+/// never data), and the parser's reason; never the text of the file. The
+/// parser's own rendering quotes the offending line, and serde's reasons
+/// quote the offending value (`invalid type: string "..."`): a policy's
+/// `settings` may hold a secret, which would end up in the log, in
+/// `/status` and in the output of `config check`. Only known keys are
+/// named because what looks like a key may be a line inside a multi-line
+/// string.
+pub fn toml_error(text: &str, error: &toml::de::Error, known: &[&str]) -> String {
+    let reason = without_values(&plain_types(error.message()));
+    let Some(at) = error.span().map(|s| s.start.min(text.len())) else { return reason };
+    let before = &text.as_bytes()[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    // Characters, or bytes if the span is not on a character boundary.
+    let column = text.get(line_start..at).map_or(at - line_start, |s| s.chars().count()) + 1;
+    let key = text
+        .get(line_start..)
+        .and_then(|rest| rest.split('\n').next()?.split_once('='))
+        .map(|(key, _)| key.trim().replace('_', "-"))
+        .filter(|key| known.contains(&key.as_str()));
+    match key {
+        Some(key) => format!("line {line}, column {column}, key {key}: {reason}"),
+        None => format!("line {line}, column {column}: {reason}"),
+    }
+}
+
+/// serde's reasons without the value they quote: `invalid type: string
+/// "...", expected ...` becomes `invalid type: a string, expected ...`,
+/// and `unknown variant `...``, `unknown variant`.
+fn without_values(reason: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = reason.strip_prefix(prefix) {
+            let what = [
+                ("string", "a string"),
+                ("integer", "an integer"),
+                ("floating point", "a floating-point number"),
+                ("boolean", "a boolean"),
+                ("character", "a character"),
+            ]
+            .iter()
+            .find(|(kind, _)| rest.starts_with(kind))
+            .map(|(_, plain)| *plain);
+            if let Some(what) = what {
+                let expected = rest.rfind(", expected ").map_or("", |i| &rest[i..]);
+                return format!("{prefix}{what}{expected}");
+            }
+        }
+    }
+    if let Some(rest) = reason.strip_prefix("unknown variant `") {
+        let expected = rest.rfind("`, expected ").map_or("", |i| &rest[i + 1..]);
+        return format!("unknown variant{expected}");
+    }
+    reason.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_are_one_line_without_the_backtrace() {
+        let err = wasmtime::Error::msg("first\nsecond").context("outer");
+        assert_eq!(one_line(&err), "outer: first\\nsecond");
+    }
 
     #[test]
     fn a_tail_keeps_its_end_whatever_the_bytes_per_character() {

@@ -25,11 +25,11 @@
 //! (`caps.rs`); without it they answer empty and the call fails naming the
 //! capability (`CallState::may_read_node`).
 
-use super::bindings::event::{self as api, ContainerMeta, PodMeta};
-use super::bindings::{host, node, state, wit};
-use super::event::CallEvent;
-use super::store::CallState;
 use crate::node::view::{ContainerQuery, Expired, WorkClock, COPY_UNITS};
+use crate::policy::call::event::CallEvent;
+use crate::policy::call::store::CallState;
+use crate::wit::event::{self as api, ContainerMeta, PodMeta};
+use crate::wit::{host, node, state, wit};
 
 impl wit::Host for CallState {}
 
@@ -44,7 +44,7 @@ impl host::Host for CallState {
             wit::LogLevel::Warn => tracing::Level::WARN,
             wit::LogLevel::Error => tracing::Level::ERROR,
         };
-        super::output::log_message(&self.policy, level, &message);
+        crate::policy::call::output::log_message(&self.policy, level, &message);
     }
 
     fn settings(&mut self) -> String {

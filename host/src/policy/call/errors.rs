@@ -1,82 +1,15 @@
-//! Why a policy could not be loaded, or a call gave no answer; one enum per
-//! step, each variant naming the policy, the event and the limit.
+//! Why a call gave no answer: the policy, the event and what went wrong
+//! (the limit it hit, the trap, the refused capability).
 //!
 //! Every message is one line: wasmtime's own errors carry a multi-line wasm
-//! backtrace (with function names a guest chooses), which is left out, and
-//! every guest-supplied part goes through `clip.rs`.
+//! backtrace (with function names a guest chooses), which is left out
+//! (`crate::text::one_line`), and every guest-supplied part is clipped.
 
 use wasmtime::Trap;
 
-use super::clip;
 use super::limiter::Refusal;
-use super::limits::Limits;
-
-/// The `nri-wasm:policy` package versions this host loads: `0.3.x`.
-pub const WIT_VERSION: &str = "0.3";
-
-/// Loading one policy failed; each variant names the step that failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LoadError {
-    #[error("policy {policy}: cannot read {path}: {reason}")]
-    Read { policy: String, path: String, reason: String },
-    #[error("policy {policy}: {path} is {what}, not a policy file")]
-    NotAFile { policy: String, path: String, what: String },
-    #[error(
-        "policy {policy}: {size} bytes is more than the {limit} bytes a policy may have ([engine] max-component-mib)"
-    )]
-    TooLarge { policy: String, size: u64, limit: u64 },
-    #[error("policy {policy}: not a WebAssembly file ({reason})")]
-    NotWasm { policy: String, reason: String },
-    #[error("policy {policy}: a core WebAssembly module, not a component: build it for wasm32-wasip2 or turn it into a component (`wasm-tools component new`)")]
-    CoreModule { policy: String },
-    #[error("policy {policy}: not a valid WebAssembly component: {reason}")]
-    Invalid { policy: String, reason: String },
-    #[error("policy {policy}: imports {import}, which the host does not provide (allowed: nri-wasm:policy/*, wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets)")]
-    ForbiddenImport { policy: String, import: String },
-    #[error("policy {policy}: built against {import}, but this host loads nri-wasm:policy@{WIT_VERSION}.x: rebuild it against {WIT_VERSION} with the current SDK or WIT package")]
-    Version { policy: String, import: String },
-    #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
-    World { policy: String, reason: String },
-    /// Its capability declaration (`caps.rs`) cannot be read.
-    #[error("policy {policy}: capability declaration: {reason}")]
-    Declaration { policy: String, reason: String },
-    #[error("policy {policy}: {what} ({limit})")]
-    Structure { policy: String, what: String, limit: String },
-    #[error("policy {policy}: memory-mib {asked} exceeds the engine's max-memory-mib {max}")]
-    Limits { policy: String, asked: u64, max: u64 },
-    #[error("policy {policy}: compiling it {reason}")]
-    Compile { policy: String, reason: String },
-    #[error("policy {policy}: cannot be linked: {reason}")]
-    Link { policy: String, reason: String },
-    #[error("policy {policy}: configure (its settings step) failed: {reason}")]
-    Init { policy: String, reason: String },
-    #[error("policy {policy}: refused: the pinned sha256 is {expected}, the file's is {actual}")]
-    Pin { policy: String, expected: String, actual: String },
-    #[error("policy {policy}: {path} is {problem}, and [policies] strict-permissions is on")]
-    Permissions { policy: String, path: String, problem: String },
-    /// Pulling or verifying a policy named by reference failed; `reason`
-    /// names the reference.
-    #[error("policy {policy}: from registry: {reason}")]
-    Registry { policy: String, reason: String },
-}
-
-impl LoadError {
-    /// The name of the step that failed, for metrics and `check`.
-    pub fn step(&self) -> &'static str {
-        match self {
-            Self::Read { .. } | Self::NotAFile { .. } | Self::Permissions { .. } | Self::Pin { .. } => "read",
-            Self::Registry { .. } => "pull",
-            Self::TooLarge { .. } | Self::NotWasm { .. } | Self::CoreModule { .. } | Self::Invalid { .. } => "validate",
-            Self::ForbiddenImport { .. } | Self::Version { .. } | Self::World { .. } | Self::Declaration { .. } => {
-                "world"
-            }
-            Self::Structure { .. } | Self::Limits { .. } => "limits",
-            Self::Compile { .. } => "compile",
-            Self::Link { .. } => "link",
-            Self::Init { .. } => "configure",
-        }
-    }
-}
+use crate::policy::load::limits::Limits;
+use crate::text::one_line;
 
 /// Which limit cut a call off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,21 +165,6 @@ pub(crate) fn timeout(a: &Attempt<'_>) -> CallError {
     }
 }
 
-/// An error as one bounded line: its causes joined, the wasm backtrace
-/// (multi-line, with names the guest chose) left out.
-pub(crate) fn one_line(err: &wasmtime::Error) -> String {
-    // The engine captures no backtraces; should one be attached anyway, it
-    // is left out by its fixed heading.
-    let parts: Vec<String> = err
-        .chain()
-        .map(|cause| cause.to_string())
-        .filter(|text| !text.trim().is_empty() && !text.starts_with("error while executing at wasm backtrace"))
-        .collect();
-    let mut parts = parts;
-    parts.dedup();
-    clip::guest_text(&parts.join(": "), clip::MAX_ERROR_BYTES)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,11 +206,5 @@ mod tests {
             "policy 10-p on CreateContainer: time limit of 480 ms exceeded inside host call node.containers \
              (its timeout-ms is 10000; the chain's budget left it 480)"
         );
-    }
-
-    #[test]
-    fn errors_are_one_line_without_the_backtrace() {
-        let err = wasmtime::Error::msg("first\nsecond").context("outer");
-        assert_eq!(one_line(&err), "outer: first\\nsecond");
     }
 }
