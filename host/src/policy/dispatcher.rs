@@ -758,7 +758,7 @@ mod tests {
     use super::*;
     use crate::merge::MergeError;
     use crate::policy::chain::PolicyFailure;
-    use crate::policy::engine::CallError;
+    use crate::policy::engine::{CallError, CallErrorKind};
 
     #[test]
     fn chain_errors_map_to_denied_or_internal_with_the_whole_story() {
@@ -774,11 +774,11 @@ mod tests {
         );
         let failed = ChainError::Failed {
             target: "container c1 (ns/pod/app)".into(),
-            failure: Box::new(PolicyFailure::Call(CallError::OutOfFuel {
-                policy: "20-q".into(),
-                event: "CreateContainer".into(),
-                limit: 1000,
-            })),
+            failure: Box::new(PolicyFailure::Call(CallError::new(
+                "20-q",
+                "CreateContainer",
+                CallErrorKind::OutOfFuel { limit: 1000 },
+            ))),
         };
         let d = DispatchError::from(failed);
         let DispatchError::Internal(m) = &d else { panic!("{d:?}") };

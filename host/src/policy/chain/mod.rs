@@ -110,7 +110,7 @@ impl PolicyFailure {
     /// A short name of the kind of failure, for metrics and reports.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Call(e) => e.kind(),
+            Self::Call(e) => e.label(),
             Self::InvalidOutput { .. } => "invalid",
             Self::Conflict { .. } => "conflict",
             Self::Overran { .. } => "timeout",
@@ -123,19 +123,7 @@ impl PolicyFailure {
     /// The policy that failed.
     pub fn policy(&self) -> &str {
         match self {
-            Self::Call(e) => match e {
-                CallError::OutOfFuel { policy, .. }
-                | CallError::Timeout { policy, .. }
-                | CallError::MemoryLimit { policy, .. }
-                | CallError::TableLimit { policy, .. }
-                | CallError::StackOverflow { policy, .. }
-                | CallError::Transfer { policy, .. }
-                | CallError::Handles { policy, .. }
-                | CallError::Exit { policy, .. }
-                | CallError::Trap { policy, .. }
-                | CallError::Init { policy, .. }
-                | CallError::Ungranted { policy, .. } => policy,
-            },
+            Self::Call(e) => &e.policy,
             Self::InvalidOutput { policy, .. }
             | Self::Conflict { policy, .. }
             | Self::Overran { policy, .. }

@@ -69,7 +69,7 @@ use crate::wit::wit;
 pub use crate::files::{default_cache_dir, ROOT_CACHE_DIR};
 pub use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
 pub use crate::policy::call::env::{CallEnv, Facts};
-pub use crate::policy::call::errors::{CallError, LimitKind};
+pub use crate::policy::call::errors::{CallError, CallErrorKind, LimitKind};
 pub use crate::policy::load::compile::codegen_config;
 pub use crate::policy::load::errors::{LoadError, WIT_VERSION};
 
@@ -561,11 +561,9 @@ impl PolicyEngine {
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
             Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(kinds)) => Ok(kinds),
-            Ok(Err(reason)) => Err(CallError::Init {
-                policy: policy.name.to_string(),
-                event: event.into(),
-                reason: crate::text::reason(&reason),
-            }),
+            Ok(Err(reason)) => {
+                Err(CallError::new(&*policy.name, event, CallErrorKind::Init { reason: crate::text::reason(&reason) }))
+            }
             Err(e) => Err(classify(&e, &attempt)),
         }
     }
@@ -666,10 +664,12 @@ async fn cut_at<T>(deadline: Instant, run: impl Future<Output = wasmtime::Result
 
 /// The call read the node view without the capability.
 fn ungranted_node(a: &Attempt<'_>, state: &CallState) -> CallError {
-    CallError::Ungranted {
-        policy: a.policy.to_string(),
-        event: a.event.to_string(),
-        capability: crate::policy::load::caps::Capability::Node.name(),
-        function: state.refused_in().unwrap_or("node"),
-    }
+    CallError::new(
+        a.policy,
+        a.event,
+        CallErrorKind::Ungranted {
+            capability: crate::policy::load::caps::Capability::Node.name(),
+            function: state.refused_in().unwrap_or("node"),
+        },
+    )
 }
