@@ -230,13 +230,13 @@ pub const RUNTIME_REGISTRATION_TIMEOUT: Duration = crate::nri::service::DEFAULT_
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("config file {}{}: {message}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
     Invalid { path: PathBuf, line: Option<usize>, message: String },
-    #[error("invalid [plugin] settings: {0}")]
+    #[error("invalid [plugin] settings")]
     Identity(#[from] IdentityError),
 }
 
@@ -473,6 +473,20 @@ mod tests {
         c.runtime.start_wait_ms = 5000;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("start-wait-ms 5000") && e.contains("registration"), "{e}");
+    }
+
+    /// A file that cannot be read is named, and the reason given once, by
+    /// the error's Display and by its source (anyhow's `{:#}`, `text::chain`).
+    #[test]
+    fn a_read_error_gives_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.toml");
+        let e = Config::load(&path).unwrap_err();
+        let direct = crate::text::chain(&e);
+        let shown = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(shown, direct);
+        assert!(shown.starts_with(&format!("cannot read config file {}: ", path.display())), "{shown}");
+        assert_eq!(shown.matches("No such file or directory").count(), 1, "{shown}");
     }
 
     /// A syntax or type error says where it is and why, never what the line

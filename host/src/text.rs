@@ -91,6 +91,21 @@ pub fn one_line(err: &wasmtime::Error) -> String {
     guest_text(&parts.join(": "), MAX_ERROR_BYTES)
 }
 
+/// An error and its causes as one line, `error: cause: cause's cause`:
+/// what anyhow's `{:#}` shows, for the places that log or return an error
+/// as text. An error's own Display names what failed and leaves its cause
+/// to its `source()`, so that the chain says each part once.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![err.to_string()];
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        parts.push(e.to_string());
+        cause = e.source();
+    }
+    parts.dedup();
+    parts.join(": ")
+}
+
 /// serde names Rust types in its messages; an operator reads TOML.
 fn plain_types(message: &str) -> String {
     let message = [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]

@@ -484,7 +484,7 @@ impl PolicyDispatcher {
                 let states = self.states.clone();
                 self.engine.handle().spawn_blocking(move || {
                     if let Err(e) = states.persist(&policy) {
-                        tracing::error!(error = %e, "policy state not saved");
+                        tracing::error!(error = %crate::text::chain(&e), "policy state not saved");
                     }
                 });
             }

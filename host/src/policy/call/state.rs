@@ -183,7 +183,7 @@ impl StateTxn {
 /// Reading or writing a state file failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StateFileError {
-    #[error("state of policy {policy}: cannot read {path}: {source}")]
+    #[error("state of policy {policy}: cannot read {path}")]
     Read { policy: String, path: PathBuf, source: std::io::Error },
     #[error("state of policy {policy}: {path} is {what}, not a regular file; not read")]
     NotAFile { policy: String, path: PathBuf, what: &'static str },
@@ -195,7 +195,7 @@ pub enum StateFileError {
     TooLarge { policy: String, path: PathBuf, size: u64, limit: u64 },
     #[error("state of policy {policy}: {path} is not a JSON object of strings: {reason}")]
     Parse { policy: String, path: PathBuf, reason: String },
-    #[error("state of policy {policy}: cannot write {path}: {source}")]
+    #[error("state of policy {policy}: cannot write {path}")]
     Write { policy: String, path: PathBuf, source: std::io::Error },
     #[error("state of policy {policy}: state directory {dir}: {reason}")]
     Dir { policy: String, dir: PathBuf, reason: String },
@@ -426,8 +426,9 @@ impl StateStore {
                 ));
                 // Renames the name, never what a symlink points to.
                 let moved = std::fs::rename(&path, &aside).is_ok();
+                let e = crate::text::chain(&e);
                 tracing::error!(policy, error = %e, moved_to = %aside.display(), moved, "policy state not loaded, starting empty");
-                Err(e.to_string())
+                Err(e)
             }
         }
     }
@@ -489,7 +490,7 @@ impl StateStore {
                 }
                 Err(e) => {
                     slot.failures += 1;
-                    slot.last_error = Some(e.to_string());
+                    slot.last_error = Some(crate::text::chain(e));
                 }
             }
         }
@@ -772,7 +773,7 @@ mod tests {
         let store = StateStore::in_dir(state.clone());
         assert!(store.snapshot("10-p").is_empty(), "not read from a directory anyone may write");
         set(&store, "10-p", "k", "w");
-        let e = store.persist("10-p").unwrap_err().to_string();
+        let e = crate::text::chain(&store.persist("10-p").unwrap_err());
         assert!(e.contains("10-p") && e.contains("writable by group or others"), "{e}");
         let health = &store.health()["10-p"];
         assert_eq!((health.failures, health.unsaved), (1, true));
@@ -809,7 +810,7 @@ mod tests {
         volume.room.store(5, std::sync::atomic::Ordering::SeqCst);
         for i in 3..=12 {
             set(&store, "10-count", "n", &i.to_string());
-            let e = store.persist("10-count").unwrap_err().to_string();
+            let e = crate::text::chain(&store.persist("10-count").unwrap_err());
             assert!(e.contains("10-count") && e.contains("10-count.json") && e.contains("No space left"), "{e}");
         }
         let health = store.health()["10-count"].clone();
