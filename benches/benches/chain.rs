@@ -23,7 +23,7 @@ use nri_wasm::nri::Dispatcher;
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainSettings, Outcome, PolicyFailure, Step};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::{CallEnv, CallError};
+use nri_wasm::policy::engine::{CallEnv, CallError, CallErrorKind};
 use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
@@ -293,7 +293,10 @@ fn time_limit(s: &Setup, full: bool) {
         let timed_out = matches!(
             steps.as_slice(),
             [Step {
-                outcome: Outcome::Failed { failure: PolicyFailure::Call(CallError::Timeout { .. }), ignored: true },
+                outcome: Outcome::Failed {
+                    failure: PolicyFailure::Call(CallError { kind: CallErrorKind::Timeout { .. }, .. }),
+                    ignored: true
+                },
                 ..
             }]
         );

@@ -17,6 +17,7 @@ use crate::nri::transport::DEFAULT_SOCKET;
 use crate::policy::chain::ChainSettings;
 use crate::policy::engine::EngineSettings;
 use crate::policy::limits::{LimitOverrides, Limits};
+pub use crate::text::toml_error;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default, serde::Serialize)]
@@ -242,13 +243,13 @@ pub const RUNTIME_REGISTRATION_TIMEOUT: Duration = crate::nri::service::DEFAULT_
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("config file {}{}: {message}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
     Invalid { path: PathBuf, line: Option<usize>, message: String },
-    #[error("invalid [plugin] settings: {0}")]
+    #[error("invalid [plugin] settings")]
     Identity(#[from] IdentityError),
 }
 
@@ -316,79 +317,9 @@ fn check_log_filter(filter: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(filter).map(drop).map_err(|e| e.to_string())
 }
 
-/// serde names Rust types in its messages; an operator reads TOML.
-fn plain_types(message: &str) -> String {
-    let message = [("u64", "a non-negative integer"), ("u32", "a non-negative integer"), ("i64", "an integer")]
-        .iter()
-        .fold(message.to_string(), |m, (rust, toml)| {
-            m.replace(&format!("expected {rust}"), &format!("expected {toml}"))
-        });
-    match message.split_once("expected struct ") {
-        Some((before, _)) => format!("{before}expected a table"),
-        None => message,
-    }
-}
-
-/// A TOML error as the operator should see it: the line, the column, the
-/// key of that line if it is one of `known` (a name the host defines, so
-/// never data), and the parser's reason; never the text of the file. The
-/// parser's own rendering quotes the offending line, and serde's reasons
-/// quote the offending value (`invalid type: string "..."`): a policy's
-/// `settings` may hold a secret, which would end up in the log, in
-/// `/status` and in the output of `config check`. Only known keys are
-/// named because what looks like a key may be a line inside a multi-line
-/// string.
-pub fn toml_error(text: &str, error: &toml::de::Error, known: &[&str]) -> String {
-    let reason = without_values(&plain_types(error.message()));
-    let Some(at) = error.span().map(|s| s.start.min(text.len())) else { return reason };
-    let before = &text.as_bytes()[..at];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    // Characters, or bytes if the span is not on a character boundary.
-    let column = text.get(line_start..at).map_or(at - line_start, |s| s.chars().count()) + 1;
-    let key = text
-        .get(line_start..)
-        .and_then(|rest| rest.split('\n').next()?.split_once('='))
-        .map(|(key, _)| key.trim().replace('_', "-"))
-        .filter(|key| known.contains(&key.as_str()));
-    match key {
-        Some(key) => format!("line {line}, column {column}, key {key}: {reason}"),
-        None => format!("line {line}, column {column}: {reason}"),
-    }
-}
-
 /// Every key and table name of the configuration file.
 fn config_keys() -> Vec<&'static str> {
     TABLES.iter().flat_map(|(table, keys)| keys.iter().copied().chain(table.split('.'))).collect()
-}
-
-/// serde's reasons without the value they quote: `invalid type: string
-/// "...", expected ...` becomes `invalid type: a string, expected ...`,
-/// and `unknown variant `...``, `unknown variant`.
-fn without_values(reason: &str) -> String {
-    for prefix in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = reason.strip_prefix(prefix) {
-            let what = [
-                ("string", "a string"),
-                ("integer", "an integer"),
-                ("floating point", "a floating-point number"),
-                ("boolean", "a boolean"),
-                ("character", "a character"),
-            ]
-            .iter()
-            .find(|(kind, _)| rest.starts_with(kind))
-            .map(|(_, plain)| *plain);
-            if let Some(what) = what {
-                let expected = rest.rfind(", expected ").map_or("", |i| &rest[i..]);
-                return format!("{prefix}{what}{expected}");
-            }
-        }
-    }
-    if let Some(rest) = reason.strip_prefix("unknown variant `") {
-        let expected = rest.rfind("`, expected ").map_or("", |i| &rest[i + 1..]);
-        return format!("unknown variant{expected}");
-    }
-    reason.to_string()
 }
 
 impl Config {
@@ -555,6 +486,20 @@ mod tests {
         c.runtime.start_wait_ms = 5000;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("start-wait-ms 5000") && e.contains("registration"), "{e}");
+    }
+
+    /// A file that cannot be read is named, and the reason given once, by
+    /// the error's Display and by its source (anyhow's `{:#}`, `text::chain`).
+    #[test]
+    fn a_read_error_gives_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.toml");
+        let e = Config::load(&path).unwrap_err();
+        let direct = crate::text::chain(&e);
+        let shown = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(shown, direct);
+        assert!(shown.starts_with(&format!("cannot read config file {}: ", path.display())), "{shown}");
+        assert_eq!(shown.matches("No such file or directory").count(), 1, "{shown}");
     }
 
     /// A syntax or type error says where it is and why, never what the line

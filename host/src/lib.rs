@@ -12,18 +12,34 @@
 //!   (digests, signatures) and cached by digest;
 //! - [`config`]: the operator's configuration file, validated up front;
 //! - [`metrics`]: Prometheus metrics, health and status over HTTP;
-//! - [`cli`]: the command line of the `nri-wasm` binary.
+//! - [`cli`]: the command line of the `nri-wasm` binary;
+//! - [`wit`], [`text`], [`files`]: what several of the above share (the
+//!   WIT world as Rust types, text made safe to show, host-private files),
+//!   kept at the bottom so that none of them imports another for it.
+//!
+//! Layers, lowest first. A module imports from the layers below its own
+//! and never back up, and no two modules import each other, directly or
+//! around a circle (`host/tests/module_circles.rs` checks it):
+//! 1. `alloc`, `files`, `text`, `watch`, `wit`;
+//! 2. `nri` (the transport and its `Dispatcher` seam);
+//! 3. `merge`, `node`, `convert`, `registry`;
+//! 4. `policy`;
+//! 5. `metrics` (implements the policy's `Observer` and `Tally`), `config`;
+//! 6. `cli`.
 
 pub mod alloc;
 pub mod cli;
 pub mod config;
 pub mod convert;
+pub mod files;
 pub mod merge;
 pub mod metrics;
 pub mod node;
 pub mod nri;
 pub mod policy;
 pub mod registry;
+pub mod text;
 pub mod watch;
+pub mod wit;
 
 pub use nri_wasm_api as api;

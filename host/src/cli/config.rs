@@ -30,7 +30,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
     let config = match Config::load(&args.file) {
         Ok(c) => c,
         Err(e) => {
-            writeln!(err, "error: {e}")?;
+            writeln!(err, "error: {}", crate::text::chain(&e))?;
             return Ok(false);
         }
     };

@@ -36,7 +36,7 @@ pub struct RegistryArgs {
 impl RegistryArgs {
     fn settings(&self) -> Result<RegistrySettings, String> {
         let mut settings = match &self.config {
-            Some(path) => crate::config::Config::load(path).map_err(|e| e.to_string())?.registry,
+            Some(path) => crate::config::Config::load(path).map_err(|e| crate::text::chain(&e))?.registry,
             None => RegistrySettings::default(),
         };
         // The commands never use the node's cache.

@@ -9,7 +9,7 @@ use super::{
     cdi_to_pb, cdi_to_wit, get, kv_to_pb, kv_to_wit, list_to_pb, list_to_wit, list_try_to_pb, net_devices_to_pb,
     net_devices_to_wit, opt_to_pb, opt_to_wit, opt_try_to_pb, wrap, ConvertError,
 };
-use crate::policy::bindings::wit;
+use crate::wit::wit;
 
 impl From<&pb::ContainerAdjustment> for wit::ContainerAdjustment {
     fn from(a: &pb::ContainerAdjustment) -> Self {

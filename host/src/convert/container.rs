@@ -8,7 +8,7 @@ use super::{
     cdi_to_pb, cdi_to_wit, get, kv_to_pb, kv_to_wit, list_to_pb, list_to_wit, net_devices_to_pb, net_devices_to_wit,
     opt_to_pb, opt_to_wit, opt_try_to_pb, wrap, ConvertError,
 };
-use crate::policy::bindings::{event, wit};
+use crate::wit::{event, wit};
 
 impl From<&pb::Container> for wit::Container {
     fn from(c: &pb::Container) -> Self {

@@ -10,7 +10,7 @@ use nri_wasm_api::api as pb;
 use protobuf::EnumOrUnknown;
 
 use super::ConvertError;
-use crate::policy::bindings::wit;
+use crate::wit::wit;
 
 /// Reading an enum the runtime reports, where an unknown value must not fail
 /// the event.

@@ -8,7 +8,7 @@ use nri_wasm_api::api as pb;
 use protobuf::MessageField;
 
 use super::{list_to_pb, list_to_wit, list_try_to_pb, opt_to_wit, opt_try_to_pb, ConvertError};
-use crate::policy::bindings::wit;
+use crate::wit::wit;
 
 /// Requests that carry only a pod.
 macro_rules! pod_events {

@@ -82,6 +82,7 @@ mod adjust;
 mod container;
 mod enums;
 mod event;
+mod kind;
 mod node;
 mod pod;
 mod resources;
@@ -95,10 +96,11 @@ use std::collections::HashMap;
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
 
-use crate::policy::bindings::wit;
+use crate::wit::wit;
 
 pub use adjust::{reply_parts, ReplyParts};
 pub use event::{owners_from_wit, owners_to_wit};
+pub use kind::event_kind;
 
 /// Why a value could not be converted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,7 @@ use protobuf::EnumOrUnknown;
 use super::enums::Informational;
 use crate::node::topology::Topology;
 use crate::node::view::{ContainerEntry, ContainerFilter, PodEntry};
-use crate::policy::bindings::{node, wit};
+use crate::wit::{node, wit};
 
 /// A sorted map as a list of key-values (already in key order).
 fn kv(map: &BTreeMap<String, String>) -> Vec<wit::KeyValue> {

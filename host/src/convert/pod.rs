@@ -3,7 +3,7 @@
 use nri_wasm_api::api as pb;
 
 use super::{kv_to_pb, kv_to_wit, list_to_pb, list_to_wit, opt_to_wit, opt_try_to_pb, ConvertError};
-use crate::policy::bindings::{event, wit};
+use crate::wit::{event, wit};
 
 impl From<&pb::PodSandbox> for wit::PodSandbox {
     fn from(p: &pb::PodSandbox) -> Self {

@@ -3,7 +3,7 @@
 use nri_wasm_api::api as pb;
 
 use super::{get, kv_to_pb, kv_to_wit, list_to_pb, list_to_wit, opt_to_pb, opt_to_wit, wrap, ConvertError};
-use crate::policy::bindings::wit;
+use crate::wit::wit;
 
 impl From<&pb::LinuxResources> for wit::LinuxResources {
     fn from(r: &pb::LinuxResources) -> Self {

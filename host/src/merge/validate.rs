@@ -622,5 +622,5 @@ fn literal(what: &str, name: &str, key: &str) -> Checked {
 
 /// A guest string shown in an error: short, one line.
 fn clip(s: &str) -> String {
-    crate::policy::clip::guest_text(s, 128)
+    crate::text::guest_text(s, 128)
 }

@@ -31,6 +31,7 @@ use serde::Serialize;
 
 use crate::policy::chain::{Chain, Observer, Outcome, Step};
 use crate::policy::state::StateStore;
+use crate::policy::Tally;
 
 pub use http::{get, serve};
 
@@ -564,6 +565,28 @@ pub const OUTCOMES: &[&str] = &[
     "quarantined",
     "not-loaded",
 ];
+
+/// The dispatcher's and the reloader's reports, counted.
+impl Tally for Metrics {
+    fn event(&self, event: &str, result: &str, chain: Duration) {
+        Metrics::event(self, event, result, chain)
+    }
+    fn answer(&self, event: &str, total: Duration) {
+        Metrics::answer(self, event, total)
+    }
+    fn budget_overrun(&self) {
+        Metrics::budget_overrun(self)
+    }
+    fn chain_installed(&self, chain: &Arc<Chain>, loading: bool) {
+        Metrics::chain_installed(self, chain, loading)
+    }
+    fn reload(&self, ok: bool) {
+        Metrics::reload(self, ok)
+    }
+    fn versions_refused(&self, refused: &[(String, String)]) {
+        Metrics::versions_refused(self, refused)
+    }
+}
 
 impl Observer for Metrics {
     fn step(&self, event: &str, target: &str, step: &Step) {

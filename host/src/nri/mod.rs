@@ -42,28 +42,6 @@ pub use supervisor::{ConnectOptions, PluginHandles, Supervisor, SupervisorError}
 pub use transport::Endpoint;
 pub use version::{EventKind, EventMask, NriVersion};
 
-/// An error and its causes joined with `: `, for a log field or a report
-/// line that shows one string.
-///
-/// The errors of `nri/` and `cli/` do not repeat their `source()` in their
-/// own message: through `anyhow`'s `{:#}` the cause would otherwise show
-/// twice (`cannot connect ...: not found: not found`). Where such an error
-/// is shown by itself, this puts the causes back, once.
-#[derive(Debug, Clone, Copy)]
-pub struct Causes<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for Causes<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut cause = self.0.source();
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,11 +53,11 @@ mod tests {
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "entity not found"),
         };
         assert_eq!(e.to_string(), "cannot connect to NRI socket /run/nri.sock");
-        assert_eq!(Causes(&e).to_string(), "cannot connect to NRI socket /run/nri.sock: entity not found");
+        assert_eq!(crate::text::chain(&e), "cannot connect to NRI socket /run/nri.sock: entity not found");
         let through_anyhow = format!("{:#}", anyhow::Error::new(e));
         assert_eq!(through_anyhow, "cannot connect to NRI socket /run/nri.sock: entity not found");
         let frame = mux::MuxError::Frame(mux::FrameError::ReservedConn);
-        assert_eq!(Causes(&frame).to_string(), "invalid frame from the runtime: frame for reserved conn id 0");
+        assert_eq!(crate::text::chain(&frame), "invalid frame from the runtime: frame for reserved conn id 0");
         assert_eq!(
             mux::MuxEnd::Failed(frame).to_string(),
             "failed: invalid frame from the runtime: frame for reserved conn id 0"

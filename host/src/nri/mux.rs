@@ -31,7 +31,7 @@ const PIPE_CAPACITY: usize = 64 << 10;
 /// How much we read from the socket at once.
 const READ_CHUNK: usize = 64 << 10;
 
-/// Why a multiplexed connection ended. Show it with [`super::Causes`]: its
+/// Why a multiplexed connection ended. Show it with [`crate::text::chain`]: its
 /// own text leaves out the cause (a frame's error) that its source gives.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MuxError {
@@ -63,7 +63,7 @@ impl fmt::Display for MuxEnd {
         match self {
             Self::PeerClosed => f.write_str("closed by the runtime"),
             Self::LocalClosed(why) => write!(f, "closed locally ({why})"),
-            Self::Failed(e) => write!(f, "failed: {}", super::Causes(e)),
+            Self::Failed(e) => write!(f, "failed: {}", crate::text::chain(e)),
         }
     }
 }

@@ -147,7 +147,7 @@ impl Supervisor {
                         }
                     }
                 }
-                Err(e) => failures.failed(&super::Causes(&e).to_string()),
+                Err(e) => failures.failed(&crate::text::chain(&e)),
             }
             let delay = match quick.checked_sub(1) {
                 Some(left) => {

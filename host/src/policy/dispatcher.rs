@@ -66,16 +66,18 @@ use futures::FutureExt as _;
 use nri_wasm_api::api as pb;
 use tokio::sync::{watch, Semaphore};
 
-use super::bindings::wit;
-use super::chain::{container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer};
-use super::engine::{CallEnv, Facts, PolicyEngine};
-use super::event::CallEvent;
-use super::state::StateStore;
-use crate::metrics::Metrics;
 use crate::node::view::NodeView;
 use crate::nri::service::DEFAULT_REQUEST_TIMEOUT;
 use crate::nri::version::{EventKind, EventMask};
 use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
+use crate::policy::call::event::CallEvent;
+use crate::policy::call::state::StateStore;
+use crate::policy::chain::{
+    container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer,
+};
+use crate::policy::engine::{CallEnv, Facts, PolicyEngine};
+use crate::policy::tally::{Tally, Uncounted};
+use crate::wit::wit;
 
 /// Extra time the answer waits for a chain past its deadline, in case the
 /// chain waits in something async past it (its calls end by the deadline).
@@ -159,7 +161,7 @@ pub struct PolicyDispatcher {
     outbox: Outbox,
     request_timeout: Mutex<Duration>,
     permits: Arc<Semaphore>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Tally>,
     /// Told of every step; the metrics unless [`Self::with_observer`].
     observer: Arc<dyn Observer>,
     /// Describe every change in the steps (the demo, `eval`).
@@ -197,7 +199,6 @@ impl PolicyDispatcher {
     /// counts as the first load (see [`Self::pending`] for a host that
     /// registers before its policies are loaded).
     pub fn new(engine: Arc<PolicyEngine>, chain: Chain, facts: Facts, max_concurrent: usize) -> Self {
-        let metrics = Arc::new(Metrics::new());
         Self {
             engine,
             chain: RwLock::new(Arc::new(chain)),
@@ -209,14 +210,15 @@ impl PolicyDispatcher {
             outbox: Outbox::default(),
             request_timeout: Mutex::new(DEFAULT_REQUEST_TIMEOUT),
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
-            metrics: metrics.clone(),
-            observer: metrics,
+            metrics: Arc::new(Uncounted),
+            observer: Arc::new(Uncounted),
             explain: false,
         }
     }
 
-    /// Records events, policy calls and decisions in `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    /// Records events, policy calls and decisions in `metrics` (the
+    /// host's `crate::metrics::Metrics`).
+    pub fn with_metrics<M: Tally + Observer + 'static>(mut self, metrics: Arc<M>) -> Self {
         self.observer = metrics.clone();
         self.metrics = metrics;
         self
@@ -233,10 +235,6 @@ impl PolicyDispatcher {
     pub fn explaining(mut self) -> Self {
         self.explain = true;
         self
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 
     /// The first load is still under way: `chain` stands in until
@@ -486,7 +484,7 @@ impl PolicyDispatcher {
                 let states = self.states.clone();
                 self.engine.handle().spawn_blocking(move || {
                     if let Err(e) = states.persist(&policy) {
-                        tracing::error!(error = %e, "policy state not saved");
+                        tracing::error!(error = %crate::text::chain(&e), "policy state not saved");
                     }
                 });
             }
@@ -760,7 +758,7 @@ mod tests {
     use super::*;
     use crate::merge::MergeError;
     use crate::policy::chain::PolicyFailure;
-    use crate::policy::engine::CallError;
+    use crate::policy::engine::{CallError, CallErrorKind};
 
     #[test]
     fn chain_errors_map_to_denied_or_internal_with_the_whole_story() {
@@ -776,11 +774,11 @@ mod tests {
         );
         let failed = ChainError::Failed {
             target: "container c1 (ns/pod/app)".into(),
-            failure: Box::new(PolicyFailure::Call(CallError::OutOfFuel {
-                policy: "20-q".into(),
-                event: "CreateContainer".into(),
-                limit: 1000,
-            })),
+            failure: Box::new(PolicyFailure::Call(CallError::new(
+                "20-q",
+                "CreateContainer",
+                CallErrorKind::OutOfFuel { limit: 1000 },
+            ))),
         };
         let d = DispatchError::from(failed);
         let DispatchError::Internal(m) = &d else { panic!("{d:?}") };

@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::chain::{Pending, Unloadable};
-use super::engine::{Facts, LoadError, PolicyEngine};
-use super::limits::Limits;
-use super::manifest::{self, Mode, OnError, PolicySpec, SpecError};
-use super::prepare::CompiledPolicy;
+use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::chain::{Pending, Unloadable};
+use crate::policy::engine::{Facts, LoadError, PolicyEngine};
+use crate::policy::load::limits::Limits;
+use crate::policy::load::manifest::{self, Mode, OnError, PolicySpec, SpecError};
 
 /// A policy file that was left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +192,7 @@ async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadEr
     let Some(dir) = engine.cache().map(|c| c.dir().to_path_buf()) else { return };
     let max = engine.settings().max_component_mib << 20;
     let owned = spec.clone();
-    match tokio::task::spawn_blocking(move || super::known::record_failed(&dir, &owned, max)).await {
+    match tokio::task::spawn_blocking(move || crate::policy::engine::known::record_failed(&dir, &owned, max)).await {
         Ok(Some(record)) => engine.keep_record(&spec.name, record),
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "failed load not recorded"),
@@ -203,13 +203,13 @@ async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadEr
 /// recorded at its last load, if the host may trust a record of it
 /// (`known.rs`). Reads and hashes each file: run it off the event path.
 pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
-    let dir = engine.cache().map(super::cache::Cache::dir);
+    let dir = engine.cache().map(crate::policy::load::cache::Cache::dir);
     let max = engine.settings().max_component_mib << 20;
     let since = std::time::Instant::now();
     specs
         .iter()
         .map(|spec| {
-            let found = super::known::lookup(dir, spec, max);
+            let found = crate::policy::engine::known::lookup(dir, spec, max);
             let expected = found.map(|(subscription, record)| {
                 engine.keep_record(&spec.name, record);
                 subscription

@@ -1,52 +1,108 @@
 //! Policies: WebAssembly components that decide what happens on NRI events.
 //!
-//! Loading (a file to a [`prepare::CompiledPolicy`]):
-//! - `manifest`: finding `NN-name.wasm` and reading `NN-name.toml`;
-//! - `inspect`: the cheap checks before compiling (size, world, imports,
-//!   structure against the pool);
-//! - `compile`: compiling within bounds (a child process in the binary);
-//! - `cache`: compiled components on disk, trusted only when host-private;
-//! - `prepare`: the steps in order, cheapest first;
-//! - `loader`: a policy directory into compiled policies, skipping bad files.
+//! The code is grouped by job, and the groups are layered, lowest first;
+//! a group imports only from the groups above it in this list, never back
+//! (`host/tests/module_circles.rs` fails on a circle):
+//! - `load/`: what a policy file is and what it becomes without an engine:
+//!   its settings file (`manifest`), limits, capabilities (`caps`), the
+//!   cheap checks before compiling (`inspect`), compiling within bounds
+//!   (`compile`), the compiled forms on disk (`cache`), and load errors.
+//!   At the bottom, so that everything else can name a spec or a limit;
+//! - `call/`: one call, one event, one policy, one fresh instance: what it
+//!   runs (`compiled`), reads and writes (`event`, `env`, `state`), its
+//!   store, limiter, watchdog and output, and call errors. It knows no
+//!   engine, so the engine can use all of it;
+//! - [`engine`]: the wasmtime engine, linker and policy runtime shared by
+//!   every policy, where loading and calling meet; with the load steps that
+//!   need it (`prepare`: a file to a [`CompiledPolicy`], the cheap steps
+//!   first; `known`: subscriptions remembered across restarts);
+//! - `imports/`: the host side of the interfaces a policy imports (`host`,
+//!   `event`, `node`, `state`), linked into the engine's linker;
+//! - [`chain`]: the ordered chain for one event, time shares, on-error,
+//!   on-conflict, audit, breaker; with [`tally`], what the host counts
+//!   about it (implemented by `crate::metrics`, which sits above);
+//! - [`dispatcher`]: the chain behind the transport's `Dispatcher`, in
+//!   time, off the reactor, bounded;
+//! - [`loader`]: a policy directory into compiled policies, skipping bad
+//!   files; [`reload`]: watching the directory and the registry, swapping
+//!   the chain.
 //!
-//! Calling (one event, one policy, one fresh instance):
-//! - `bindings`: the WIT world as Rust types (one `bindgen!`);
-//! - `engine`: the wasmtime engine, linker, policy runtime; a call;
-//! - `store`: a call's store and its limits; `limiter`: memory and tables;
-//! - `watchdog`: ends calls at their deadlines, idle otherwise;
-//! - `interfaces`: the host side of the policy's imports;
-//! - `event`, `env`, `state`: what a call reads and writes;
-//! - `output`, `clip`: what a guest says, bounded and made one line;
-//! - `caps`: what a policy may change and read (declared, granted, checked);
-//! - `errors`: load and call failures, named after the step or the limit.
-//!
-//! Running the chain:
-//! - `chain`: the ordered chain for one event, time shares, on-error,
-//!   on-conflict, audit, breaker;
-//! - `dispatcher`: the chain behind the transport's `Dispatcher`, in time,
-//!   off the reactor, bounded.
+//! This module is the facade: the groups are private to the crate, and
+//! what the rest of the crate, the binary, the tests and the benchmarks use
+//! is re-exported below, under the module names it has always had
+//! (`policy::manifest::PolicySpec`, `policy::limits::Limits`, ...), so that
+//! moving a file between groups changes no caller.
 
-pub mod bindings;
-pub mod cache;
-pub mod caps;
+pub(crate) mod call;
 pub mod chain;
-pub mod clip;
-pub mod compile;
 pub mod dispatcher;
 pub mod engine;
-pub mod env;
-pub mod errors;
-pub mod event;
-pub mod inspect;
-pub mod interfaces;
-pub mod known;
-pub mod limiter;
-pub mod limits;
+pub(crate) mod imports;
+pub(crate) mod load;
 pub mod loader;
-pub mod manifest;
-pub mod output;
-pub mod prepare;
 pub mod reload;
-pub mod state;
-pub mod store;
-pub mod watchdog;
+pub mod tally;
+
+pub use call::compiled::CompiledPolicy;
+pub use tally::Tally;
+
+/// The WIT world as Rust types (`crate::wit`).
+pub use crate::wit as bindings;
+
+/// A policy's settings file, `NN-name.toml` (`load/manifest.rs`).
+pub mod manifest {
+    pub use super::load::manifest::{
+        policy_stem, read_spec, read_spec_sourced, Mode, OnConflict, OnError, PolicySpec, SpecError,
+    };
+}
+
+/// The limits of one call (`load/limits.rs`).
+pub mod limits {
+    pub use super::load::limits::{LimitOverrides, Limits};
+}
+
+/// What a policy may change and read (`load/caps.rs`).
+pub mod caps {
+    pub use super::load::caps::{parse_declaration, Allowed, CapSet, Capability, SECTION};
+}
+
+/// The checks before compiling (`load/inspect.rs`).
+pub mod inspect {
+    pub use super::load::inspect::{binary, import_refusal, inspect, survey, Inspection, PoolShape};
+}
+
+/// Compiling within bounds (`load/compile.rs`).
+pub mod compile {
+    pub use super::load::compile::{child_main, codegen_config, CompileBounds, CompileError, Compiler};
+}
+
+/// The compile cache (`load/cache.rs`).
+pub mod cache {
+    pub use super::load::cache::{key_path, Cache};
+}
+
+/// Load errors (`load/errors.rs`).
+pub mod errors {
+    pub use super::call::errors::{CallError, CallErrorKind, LimitKind};
+    pub use super::load::errors::{LoadError, WIT_VERSION};
+}
+
+/// A policy's key-value state (`call/state.rs`).
+pub mod state {
+    pub use super::call::state::{SaveHealth, StateSnapshot, StateStore, StateTxn, StateWriter, StateWrites};
+}
+
+/// The event a call handles (`call/event.rs`).
+pub mod event {
+    pub use super::call::event::CallEvent;
+}
+
+/// Reading a policy file, the first load step (`engine/prepare.rs`).
+pub mod prepare {
+    pub use super::call::compiled::{CompiledPolicy, Imports, LoadTimings};
+    pub use super::engine::prepare::{allowed, check_permissions, read_policy_file};
+    pub use crate::files::sha256_hex;
+}
+
+/// Text made one bounded line (`crate::text`).
+pub(crate) use crate::text as clip;

@@ -43,13 +43,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::chain::{Chain, ChainSettings, Pending, Unloadable};
-use super::dispatcher::PolicyDispatcher;
-use super::engine::{Facts, LoadError, PolicyEngine};
-use super::loader::{self, DirOptions, LoadProblem};
-use super::manifest::{PolicySpec, SpecError};
-use super::prepare::CompiledPolicy;
-use crate::metrics::Metrics;
+use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::chain::{Chain, ChainSettings, Pending, Unloadable};
+use crate::policy::dispatcher::PolicyDispatcher;
+use crate::policy::engine::{Facts, LoadError, PolicyEngine};
+use crate::policy::load::manifest::{PolicySpec, SpecError};
+use crate::policy::loader::{self, DirOptions, LoadProblem};
+use crate::policy::tally::Tally;
 
 /// What identifies the content of a policy file without reading it: a file
 /// replaced or rewritten changes at least one of these.
@@ -91,7 +91,7 @@ fn rewritten_lately(origin: &Origin, policy: &CompiledPolicy) -> bool {
         return false;
     }
     match std::fs::read(&origin.spec.wasm) {
-        Ok(bytes) => super::prepare::sha256_hex(&bytes) != policy.digest(),
+        Ok(bytes) => crate::files::sha256_hex(&bytes) != policy.digest(),
         Err(_) => true,
     }
 }
@@ -152,7 +152,7 @@ pub struct PolicySource {
 pub struct Reloader {
     engine: Arc<PolicyEngine>,
     dispatcher: Arc<PolicyDispatcher>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Tally>,
     source: PolicySource,
     facts: Arc<Facts>,
     /// Where each policy of the installed chain came from.
@@ -184,7 +184,7 @@ impl Reloader {
     pub fn new(
         engine: Arc<PolicyEngine>,
         dispatcher: Arc<PolicyDispatcher>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<dyn Tally>,
         source: PolicySource,
         facts: Arc<Facts>,
     ) -> Self {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::prepare::sha256_hex;
+use crate::files::sha256_hex;
 
 /// Older than this, a temporary download file is left over from a download
 /// that was cut off: every pull ends well before (`[registry]` deadline).
@@ -82,7 +82,7 @@ impl BlobCache {
 
     /// A new temporary file in `blobs/` (for a download), and its path.
     pub fn temp_file(&self) -> Result<(std::fs::File, PathBuf), String> {
-        let path = self.dir.join("blobs").join(format!(".tmp-{}", crate::policy::cache::unique_suffix()));
+        let path = self.dir.join("blobs").join(format!(".tmp-{}", crate::files::unique_suffix()));
         let file = std::fs::File::options()
             .write(true)
             .create_new(true)

@@ -25,7 +25,7 @@ use super::{
     check_manifest, check_pinning, digest_hex, keys_for, Provenance, RegistryError, RegistrySettings, Resolved, Source,
     MAX_MANIFEST_BYTES, MAX_SMALL_BYTES, OCI_MANIFEST,
 };
-use crate::policy::prepare::sha256_hex;
+use crate::files::sha256_hex;
 
 /// Installs the TLS crypto provider once (rustls on ring).
 pub fn crypto() {
@@ -169,7 +169,7 @@ impl Registry {
                 continue;
             }
             let body = read_bounded(resp, 512).await.unwrap_or_default();
-            let text = crate::policy::clip::guest_text(&String::from_utf8_lossy(&body), 200);
+            let text = crate::text::guest_text(&String::from_utf8_lossy(&body), 200);
             // A 5xx says the registry is there but cannot serve now: as
             // good as unreachable (the cache may answer).
             return Err((
@@ -644,7 +644,7 @@ pub fn describe(e: &reqwest::Error) -> String {
 }
 
 fn clip(s: &str) -> String {
-    crate::policy::clip::guest_text(s, 120)
+    crate::text::guest_text(s, 120)
 }
 
 /// `key="value", key=value` of a challenge.

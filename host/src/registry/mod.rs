@@ -96,7 +96,7 @@ impl Default for RegistrySettings {
 
 /// The cache of a host that sets none: beside the compile cache.
 pub fn default_cache_dir() -> Option<PathBuf> {
-    crate::policy::engine::default_cache_dir().map(|d| d.with_file_name("nri-wasm-oci"))
+    crate::files::default_cache_dir().map(|d| d.with_file_name("nri-wasm-oci"))
 }
 
 impl RegistrySettings {
@@ -265,7 +265,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| format!("{}: not a file name", path.display()))?;
-    let temp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), crate::policy::cache::unique_suffix()));
+    let temp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), crate::files::unique_suffix()));
     let result = (|| {
         let mut f = std::fs::File::options().write(true).create_new(true).open(&temp)?;
         f.write_all(bytes)?;

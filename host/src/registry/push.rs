@@ -16,7 +16,7 @@ use reqwest::header::HeaderValue;
 use super::client::{crypto, read_auth_file, Registry};
 use super::sign::{self, SigningKeyFile};
 use super::{OciRef, RegistryError, RegistrySettings, OCI_MANIFEST, WASM_CONFIG, WASM_LAYER};
-use crate::policy::prepare::sha256_hex;
+use crate::files::sha256_hex;
 
 /// Config media type of a cosign signature manifest.
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";

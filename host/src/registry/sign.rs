@@ -113,7 +113,7 @@ impl SigningKeyFile {
     /// A new key from the kernel's random source.
     pub fn generate() -> std::io::Result<Self> {
         loop {
-            let bytes = crate::policy::cache::random_key()?;
+            let bytes = crate::files::random_key()?;
             if let Ok(key) = SigningKey::from_bytes(&bytes.into()) {
                 return Ok(Self { key });
             }

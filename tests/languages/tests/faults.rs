@@ -7,7 +7,7 @@
 #![cfg(feature = "languages")]
 
 use nri_wasm::policy::chain::ChainError;
-use nri_wasm::policy::engine::CallError;
+use nri_wasm::policy::engine::CallErrorKind;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -73,10 +73,10 @@ fn check(lang: &str, wasm: &str, cases: &[(&str, Want)]) {
         }
         let named = text.starts_with(&format!("policy {POLICY} on CreateContainer: "));
         let ok = named
-            && match (want, &err) {
-                (Want::Trap(parts), CallError::Trap { .. }) => parts.iter().all(|p| text.contains(p)),
-                (Want::StackOverflow, CallError::StackOverflow { .. }) => true,
-                (Want::Limit, CallError::OutOfFuel { .. } | CallError::Timeout { .. }) => true,
+            && match (want, &err.kind) {
+                (Want::Trap(parts), CallErrorKind::Trap { .. }) => parts.iter().all(|p| text.contains(p)),
+                (Want::StackOverflow, CallErrorKind::StackOverflow) => true,
+                (Want::Limit, CallErrorKind::OutOfFuel { .. } | CallErrorKind::Timeout { .. }) => true,
                 _ => false,
             };
         if !ok {

@@ -105,7 +105,7 @@ pub fn check(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write, err: &mu
             ExitCode::from(e.exit_code())
         }
         Err(e) => {
-            let _ = writeln!(err, "nri-wasm check: {}", crate::nri::Causes(&e));
+            let _ = writeln!(err, "nri-wasm check: {}", crate::text::chain(&e));
             ExitCode::from(e.exit_code())
         }
     }

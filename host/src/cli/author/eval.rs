@@ -87,7 +87,7 @@ pub fn eval(args: &EvalArgs, compiler: Compiler, out: &mut dyn Write, err: &mut 
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let _ = writeln!(err, "nri-wasm eval: {}", crate::nri::Causes(&e));
+            let _ = writeln!(err, "nri-wasm eval: {}", crate::text::chain(&e));
             ExitCode::from(EXIT_USAGE)
         }
     }

@@ -11,8 +11,8 @@ use super::{container_target, Chain, ChainEntry, ChainError, EvalContext, Evalua
 use crate::merge::{CreateMerge, Known, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::{container_entry, overlay_resources, ContainerEntry};
 use crate::nri::version::EventKind;
-use crate::policy::bindings::wit;
-use crate::policy::event::CallEvent;
+use crate::policy::call::event::CallEvent;
+use crate::wit::wit;
 
 impl EvalContext {
     /// What the merge may know of the node's containers.

@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 use nri_wasm_api::api as pb;
 use serde::Deserialize;
 
-use super::engine::{CallEnv, CallError, PolicyEngine};
-use super::known::Subscription;
-use super::manifest::{Mode, OnError};
-use super::prepare::CompiledPolicy;
-use super::state::StateWrites;
 use crate::merge::MergeError;
 use crate::nri::version::{EventKind, EventMask};
+use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::call::state::StateWrites;
+use crate::policy::engine::known::Subscription;
+use crate::policy::engine::{CallEnv, CallError, PolicyEngine};
+use crate::policy::load::manifest::{Mode, OnError};
 
 pub use budget::shares;
 
@@ -110,7 +110,7 @@ impl PolicyFailure {
     /// A short name of the kind of failure, for metrics and reports.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Call(e) => e.kind(),
+            Self::Call(e) => e.label(),
             Self::InvalidOutput { .. } => "invalid",
             Self::Conflict { .. } => "conflict",
             Self::Overran { .. } => "timeout",
@@ -123,19 +123,7 @@ impl PolicyFailure {
     /// The policy that failed.
     pub fn policy(&self) -> &str {
         match self {
-            Self::Call(e) => match e {
-                CallError::OutOfFuel { policy, .. }
-                | CallError::Timeout { policy, .. }
-                | CallError::MemoryLimit { policy, .. }
-                | CallError::TableLimit { policy, .. }
-                | CallError::StackOverflow { policy, .. }
-                | CallError::Transfer { policy, .. }
-                | CallError::Handles { policy, .. }
-                | CallError::Exit { policy, .. }
-                | CallError::Trap { policy, .. }
-                | CallError::Init { policy, .. }
-                | CallError::Ungranted { policy, .. } => policy,
-            },
+            Self::Call(e) => &e.policy,
             Self::InvalidOutput { policy, .. }
             | Self::Conflict { policy, .. }
             | Self::Overran { policy, .. }

@@ -18,10 +18,10 @@ use super::{
 };
 use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::ContainerEntry;
-use crate::policy::bindings::wit;
-use crate::policy::caps::{self, Capability};
-use crate::policy::event::CallEvent;
-use crate::policy::manifest::OnConflict;
+use crate::policy::call::event::CallEvent;
+use crate::policy::load::caps::{self, Capability};
+use crate::policy::load::manifest::OnConflict;
+use crate::wit::wit;
 
 /// Where the replies of one event go.
 pub(super) trait Sink: Clone {
@@ -196,7 +196,7 @@ const MAX_DESCRIPTION_BYTES: usize = 4096;
 fn describe(reply: &dyn protobuf::MessageDyn, size: usize) -> String {
     if size <= 4 * MAX_DESCRIPTION_BYTES {
         let json = protobuf_json_mapping::print_to_string(reply).unwrap_or_default();
-        return crate::policy::clip::guest_text(&json, MAX_DESCRIPTION_BYTES);
+        return crate::text::guest_text(&json, MAX_DESCRIPTION_BYTES);
     }
     format!("a reply of {size} bytes (too large to show)")
 }

@@ -30,13 +30,14 @@
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::io::{Read as _, Write as _};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+
+use crate::files::{create_private, hex, open_regular, random_key, unique_suffix, KEY_BYTES};
 
 /// Unused entries (and subscription records, `known.rs`) older than this
 /// are removed when the cache is pruned.
@@ -56,7 +57,6 @@ const PREFIX: usize = HEADER + 32;
 /// The compiler refuses artifacts over 1 GiB (`compile.rs`): no entry is
 /// larger than that and its prefix, and no larger file is read.
 pub const MAX_ENTRY_BYTES: u64 = (1 << 30) + PREFIX as u64;
-const KEY_BYTES: usize = 32;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -129,10 +129,6 @@ impl Binding {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// SHA-256 of the engine's compatibility hash (settings, target, version).
 fn engine_digest(engine: &wasmtime::Engine) -> [u8; 32] {
     struct Sha(Sha256);
@@ -186,81 +182,6 @@ fn distrust(meta: &std::fs::Metadata, uid: u32) -> Option<String> {
         return Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777));
     }
     None
-}
-
-/// Creates `path` for writing: a new file (never one an attacker put
-/// there first, never through a symlink), mode 0600.
-pub(crate) fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::File::options().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path)
-}
-
-/// What kind of non-file `ft` is.
-pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// Opens `path` for reading without following a symlink in its last
-/// component and without blocking (a FIFO), and checks through the open
-/// descriptor that it is a regular file.
-pub(crate) fn open_regular(path: &Path) -> std::io::Result<Result<(std::fs::File, std::fs::Metadata), &'static str>> {
-    let file = match std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-    {
-        Ok(f) => f,
-        // O_NOFOLLOW on a symlink.
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Err("a symbolic link")),
-        Err(e) => return Err(e),
-    };
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Ok(Err(kind_of(meta.file_type())));
-    }
-    Ok(Ok((file, meta)))
-}
-
-/// 32 bytes from the kernel's random source.
-pub(crate) fn random_key() -> std::io::Result<[u8; KEY_BYTES]> {
-    let mut key = [0u8; KEY_BYTES];
-    let mut filled = 0;
-    while filled < KEY_BYTES {
-        // SAFETY: the pointer and length describe the unfilled tail of `key`.
-        let n = unsafe { libc::getrandom(key[filled..].as_mut_ptr().cast(), KEY_BYTES - filled, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            continue;
-        }
-        filled += n as usize;
-    }
-    Ok(key)
-}
-
-/// A suffix unique in this process and that no one can have guessed before
-/// this call: a sequence number and 64 random bits.
-pub(crate) fn unique_suffix() -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let nonce = random_key().map(|k| hex(&k[..8])).unwrap_or_default();
-    format!("{seq}.{nonce}")
 }
 
 /// A name for a temporary file no one can have guessed before this call.

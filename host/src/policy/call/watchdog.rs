@@ -99,6 +99,7 @@ impl Watchdog {
     }
 
     /// How many times the epoch was advanced so far.
+    #[cfg(test)]
     pub fn advances(&self) -> u64 {
         lock(&self.shared).advances
     }

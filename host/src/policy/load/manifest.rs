@@ -140,7 +140,7 @@ pub fn grant_of(names: &[String]) -> Result<CapSet, String> {
             None => {
                 return Err(format!(
                     "grant: unknown capability {:?} (allowed: {})",
-                    super::clip::guest_text(name, 64),
+                    crate::text::guest_text(name, 64),
                     Capability::names()
                 ))
             }
@@ -272,7 +272,7 @@ fn read_spec_with(
             toml::from_str::<PolicyFile>(&text).map_err(|e| SpecError::Settings {
                 policy: name.into(),
                 path: path.to_path_buf(),
-                reason: super::clip::guest_text(&crate::config::toml_error(&text, &e, POLICY_KEYS), 512),
+                reason: crate::text::guest_text(&crate::text::toml_error(&text, &e, POLICY_KEYS), 512),
             })?
         }
     };

@@ -17,137 +17,22 @@ use std::io::Read as _;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
+use wasmtime::component::Component;
 
-use super::bindings::{wit, PolicyPre};
-use super::cache::Binding;
-use super::caps::{parse_declaration, Allowed, Capability};
-use super::engine::{event_kind, Facts, PolicyEngine};
-use super::errors::LoadError;
-use super::inspect::{self, Inspection};
-use super::manifest::PolicySpec;
-use super::store::CallState;
+use crate::convert::event_kind;
+use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
-
-/// Which optional host interfaces a policy imports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Imports {
-    /// `nri-wasm:policy/node`: the policy reads the node view.
-    pub node: bool,
-    /// `nri-wasm:policy/state`: the policy keeps state.
-    pub state: bool,
-}
-
-impl Imports {
-    /// Whether a policy with these imports, allowed `allowed`, reads the
-    /// node view: it imports the interface and may call it (its grant,
-    /// narrowed by its declaration if it has one). Toolchains such as
-    /// componentize-js and componentize-py import every interface of the
-    /// world, so the import alone overstates it; a policy without a
-    /// declaration is judged by its imports and grant, as `caps.rs` treats
-    /// it. The host subscribes to the view's events and keeps the view
-    /// only for policies that do, and `check` and `eval` say the same.
-    pub fn reads_node(self, allowed: Allowed) -> bool {
-        self.node && allowed.effective().contains(Capability::Node)
-    }
-}
-
-/// How long each step of a load took.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LoadTimings {
-    pub read: Duration,
-    pub inspect: Duration,
-    /// Compiling, or loading the compiled form from the cache.
-    pub compile: Duration,
-    /// Whether the compiled form came from the cache.
-    pub cached: bool,
-    pub link: Duration,
-    pub configure: Duration,
-}
-
-/// A loaded policy: its spec, its pre-linked component and its subscription.
-#[derive(Clone)]
-pub struct CompiledPolicy {
-    pub spec: PolicySpec,
-    /// Seed of the policy's random sources (from its name).
-    pub(crate) seed: u64,
-    pub(crate) instance_pre: InstancePre<CallState>,
-    pub(crate) handle: ComponentExportIndex,
-    pub(crate) configure: ComponentExportIndex,
-    pub(crate) imports: Imports,
-    events: EventMask,
-    synchronize: bool,
-    pub(crate) name: Arc<str>,
-    pub(crate) settings: Arc<str>,
-    /// SHA-256 of the file, hex.
-    digest: String,
-    /// Its key in the compile cache.
-    cache_key: String,
-    inspection: Inspection,
-    /// What it may change and read (`caps.rs`).
-    allowed: Allowed,
-    timings: LoadTimings,
-    /// Keeps the component shared with other policies of the same file.
-    _component: Arc<Component>,
-}
-
-impl std::fmt::Debug for CompiledPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledPolicy").field("name", &self.name).field("events", &self.events).finish_non_exhaustive()
-    }
-}
-
-impl CompiledPolicy {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// NRI events the policy subscribed to in `configure`.
-    pub fn events(&self) -> EventMask {
-        self.events
-    }
-
-    /// Whether the policy subscribed to `synchronize`.
-    pub fn wants_synchronize(&self) -> bool {
-        self.synchronize
-    }
-
-    /// Which optional host interfaces it imports.
-    pub fn imports(&self) -> Imports {
-        self.imports
-    }
-
-    /// SHA-256 of the policy file, hex.
-    pub fn digest(&self) -> &str {
-        &self.digest
-    }
-
-    pub fn cache_key(&self) -> &str {
-        &self.cache_key
-    }
-
-    /// What it declares, what it is granted, and so what it may use.
-    pub fn allowed(&self) -> Allowed {
-        self.allowed
-    }
-
-    /// Whether it reads the node view ([`Imports::reads_node`]).
-    pub fn reads_node(&self) -> bool {
-        self.imports.reads_node(self.allowed)
-    }
-
-    /// What inspecting the file found.
-    pub fn inspection(&self) -> &Inspection {
-        &self.inspection
-    }
-
-    pub fn timings(&self) -> &LoadTimings {
-        &self.timings
-    }
-}
+use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
+use crate::policy::call::env::Facts;
+use crate::policy::engine::PolicyEngine;
+use crate::policy::load::cache::Binding;
+use crate::policy::load::caps::{parse_declaration, Allowed};
+use crate::policy::load::errors::LoadError;
+use crate::policy::load::inspect::{self, Inspection};
+use crate::policy::load::manifest::PolicySpec;
+use crate::wit::{wit, PolicyPre};
 
 /// What a policy may use: its spec's grant and its declaration. A
 /// declaration the grant does not cover loads (its output that needs the
@@ -183,11 +68,6 @@ fn seed_of(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// SHA-256 of `bytes`, hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Reads a policy file: a regular file (symlinks followed), at most `max`
 /// bytes, checked through the open descriptor so that it cannot be swapped
 /// for something else between the check and the read.
@@ -206,7 +86,7 @@ pub fn read_policy_file(spec: &PolicySpec, max: u64) -> Result<Vec<u8>, LoadErro
         return Err(LoadError::NotAFile {
             policy: spec.name.clone(),
             path: path.display().to_string(),
-            what: super::cache::kind_of(meta.file_type()).into(),
+            what: crate::files::kind_of(meta.file_type()).into(),
         });
     }
     if spec.strict_permissions {
@@ -317,10 +197,10 @@ impl PolicyEngine {
         let instance_pre = self
             .linker()
             .instantiate_pre(&component)
-            .map_err(|e| LoadError::Link { policy: name.into(), reason: super::errors::one_line(&e) })?;
+            .map_err(|e| LoadError::Link { policy: name.into(), reason: crate::text::one_line(&e) })?;
         // Checks every export against the world once; calls then skip it.
         PolicyPre::new(instance_pre.clone())
-            .map_err(|e| LoadError::World { policy: name.into(), reason: super::errors::one_line(&e) })?;
+            .map_err(|e| LoadError::World { policy: name.into(), reason: crate::text::one_line(&e) })?;
         let export = |func: &str| {
             component
                 .get_export_index(None, func)
@@ -361,7 +241,7 @@ impl PolicyEngine {
         compiled.timings.configure = step.elapsed();
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
-        super::known::record(self, &compiled);
+        crate::policy::engine::known::record(self, &compiled);
         Ok(compiled)
     }
 
@@ -413,7 +293,7 @@ impl PolicyEngine {
                         tracing::warn!(
                             policy,
                             file = %file.display(),
-                            error = %super::errors::one_line(&e),
+                            error = %crate::text::one_line(&e),
                             "compile cache entry unusable; compiling the policy again"
                         );
                     }
@@ -430,7 +310,7 @@ impl PolicyEngine {
         // configuration, in this process or in a child process of this
         // binary that exited cleanly.
         let component = unsafe { Component::deserialize(self.engine(), &artifact) }
-            .map_err(|e| compile_err(format!("produced an unusable artifact: {}", super::errors::one_line(&e))))?;
+            .map_err(|e| compile_err(format!("produced an unusable artifact: {}", crate::text::one_line(&e))))?;
         Ok((component, false))
     }
 

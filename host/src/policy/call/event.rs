@@ -21,10 +21,10 @@ use std::sync::Arc;
 use nri_wasm_api::api as pb;
 use protobuf::Message;
 
-use super::bindings::event::{ContainerMeta, PodMeta};
-use super::bindings::wit;
-use super::engine::event_kind;
+use crate::convert::event_kind;
 use crate::nri::version::EventKind;
+use crate::wit::event::{ContainerMeta, PodMeta};
+use crate::wit::wit;
 
 /// The event one policy call handles.
 #[derive(Debug, Clone)]

@@ -41,10 +41,11 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-use super::engine::PolicyEngine;
-use super::manifest::PolicySpec;
-use super::prepare::{sha256_hex, CompiledPolicy};
+use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
+use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::engine::PolicyEngine;
+use crate::policy::load::manifest::PolicySpec;
 
 /// Largest record read; a real one is under 100 bytes.
 pub const MAX_RECORD_BYTES: u64 = 512;
@@ -101,8 +102,13 @@ impl Subscription {
 /// The file name of the record of a policy file's `digest` with `settings`.
 fn record_path(dir: &Path, digest: &str, settings: &str) -> PathBuf {
     let mut h = Sha256::new();
-    for part in [MAGIC, env!("CARGO_PKG_VERSION"), super::errors::WIT_VERSION, digest, &sha256_hex(settings.as_bytes())]
-    {
+    for part in [
+        MAGIC,
+        env!("CARGO_PKG_VERSION"),
+        crate::policy::load::errors::WIT_VERSION,
+        digest,
+        &sha256_hex(settings.as_bytes()),
+    ] {
         h.update(part.as_bytes());
         h.update([0]);
     }
@@ -119,7 +125,7 @@ fn file_name(path: &Path) -> String {
 /// directory, and keeps it as the policy's current record. Failing to
 /// write is logged: the next start only waits a little longer.
 pub fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
-    let Some(dir) = engine.cache().map(super::cache::Cache::dir) else { return };
+    let Some(dir) = engine.cache().map(crate::policy::load::cache::Cache::dir) else { return };
     let path = write(dir, policy.name(), policy.digest(), &policy.settings, Subscription::of(policy));
     engine.keep_record(policy.name(), file_name(&path));
 }
@@ -135,7 +141,7 @@ pub fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) -> Option<St
     if spec.source.is_some() {
         return None;
     }
-    let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
+    let bytes = crate::policy::engine::prepare::read_policy_file(spec, max_bytes).ok()?;
     let path = write(dir, &spec.name, &sha256_hex(&bytes), &spec.settings, Subscription::default());
     Some(file_name(&path))
 }
@@ -170,13 +176,13 @@ pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(
     if spec.source.is_some() {
         return None;
     }
-    let bytes = super::prepare::read_policy_file(spec, max_bytes).ok()?;
+    let bytes = crate::policy::engine::prepare::read_policy_file(spec, max_bytes).ok()?;
     let path = record_path(dir, &sha256_hex(&bytes), &spec.settings);
     read_record(&path).map(|s| (s, file_name(&path)))
 }
 
 /// Removes the records in `dir` that are not in `keep` (file names) and
-/// were not read or written for [`super::cache::UNUSED_TTL`]. Returns how
+/// were not read or written for [`crate::policy::load::cache::UNUSED_TTL`]. Returns how
 /// many were removed. Temporary files left by a crash are the compile
 /// cache's to remove (`Cache::prune`).
 pub fn prune(dir: &Path, keep: &HashSet<String>) -> usize {
@@ -191,7 +197,7 @@ pub fn prune(dir: &Path, keep: &HashSet<String>) -> usize {
         // The entry itself, never what a link points to.
         let Ok(meta) = entry.metadata() else { continue };
         let age = meta.modified().ok().and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
-        if age > super::cache::UNUSED_TTL && std::fs::remove_file(entry.path()).is_ok() {
+        if age > crate::policy::load::cache::UNUSED_TTL && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
     }
@@ -307,7 +313,7 @@ mod tests {
     #[test]
     fn pruning_removes_old_records_no_policy_uses() {
         let dir = tempfile::tempdir().unwrap();
-        let day = super::super::cache::UNUSED_TTL;
+        let day = crate::policy::load::cache::UNUSED_TTL;
         let two_days = day * 2;
         let current = aged(dir.path(), "aa", "s", two_days);
         let superseded = aged(dir.path(), "ab", "s", two_days);

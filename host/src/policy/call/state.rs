@@ -45,7 +45,7 @@ use imbl::OrdMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::bindings::state::StateError;
+use crate::wit::state::StateError;
 
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -183,7 +183,7 @@ impl StateTxn {
 /// Reading or writing a state file failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StateFileError {
-    #[error("state of policy {policy}: cannot read {path}: {source}")]
+    #[error("state of policy {policy}: cannot read {path}")]
     Read { policy: String, path: PathBuf, source: std::io::Error },
     #[error("state of policy {policy}: {path} is {what}, not a regular file; not read")]
     NotAFile { policy: String, path: PathBuf, what: &'static str },
@@ -195,7 +195,7 @@ pub enum StateFileError {
     TooLarge { policy: String, path: PathBuf, size: u64, limit: u64 },
     #[error("state of policy {policy}: {path} is not a JSON object of strings: {reason}")]
     Parse { policy: String, path: PathBuf, reason: String },
-    #[error("state of policy {policy}: cannot write {path}: {source}")]
+    #[error("state of policy {policy}: cannot write {path}")]
     Write { policy: String, path: PathBuf, source: std::io::Error },
     #[error("state of policy {policy}: state directory {dir}: {reason}")]
     Dir { policy: String, dir: PathBuf, reason: String },
@@ -288,7 +288,7 @@ fn check_dir(dir: &Path, uid: u32) -> Result<(), String> {
     }
     let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
     if !meta.is_dir() {
-        return Err(format!("{}, not a directory", super::cache::kind_of(meta.file_type())));
+        return Err(format!("{}, not a directory", crate::files::kind_of(meta.file_type())));
     }
     if meta.uid() != uid {
         return Err(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()));
@@ -422,12 +422,13 @@ impl StateStore {
                 let aside = dir.join(format!(
                     "{policy}.json.unreadable-{}-{}",
                     std::process::id(),
-                    super::cache::unique_suffix()
+                    crate::files::unique_suffix()
                 ));
                 // Renames the name, never what a symlink points to.
                 let moved = std::fs::rename(&path, &aside).is_ok();
+                let e = crate::text::chain(&e);
                 tracing::error!(policy, error = %e, moved_to = %aside.display(), moved, "policy state not loaded, starting empty");
-                Err(e.to_string())
+                Err(e)
             }
         }
     }
@@ -489,7 +490,7 @@ impl StateStore {
                 }
                 Err(e) => {
                     slot.failures += 1;
-                    slot.last_error = Some(e.to_string());
+                    slot.last_error = Some(crate::text::chain(e));
                 }
             }
         }
@@ -518,7 +519,7 @@ fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSna
     use std::io::Read as _;
     use std::os::unix::fs::MetadataExt;
     let read_err = |source| StateFileError::Read { policy: policy.into(), path: path.into(), source };
-    let (file, meta) = match super::cache::open_regular(path) {
+    let (file, meta) = match crate::files::open_regular(path) {
         Ok(Ok(opened)) => opened,
         Ok(Err(what)) => return Err(StateFileError::NotAFile { policy: policy.into(), path: path.into(), what }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -561,9 +562,9 @@ fn write_atomically(
     bytes: &[u8],
     disk: &dyn StateWriter,
 ) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{policy}.json.tmp.{}.{}", std::process::id(), super::cache::unique_suffix()));
+    let tmp = dir.join(format!(".{policy}.json.tmp.{}.{}", std::process::id(), crate::files::unique_suffix()));
     let result = (|| {
-        let mut f = super::cache::create_private(&tmp)?;
+        let mut f = crate::files::create_private(&tmp)?;
         disk.write(&mut f, bytes)?;
         f.sync_all()?;
         drop(f);
@@ -772,7 +773,7 @@ mod tests {
         let store = StateStore::in_dir(state.clone());
         assert!(store.snapshot("10-p").is_empty(), "not read from a directory anyone may write");
         set(&store, "10-p", "k", "w");
-        let e = store.persist("10-p").unwrap_err().to_string();
+        let e = crate::text::chain(&store.persist("10-p").unwrap_err());
         assert!(e.contains("10-p") && e.contains("writable by group or others"), "{e}");
         let health = &store.health()["10-p"];
         assert_eq!((health.failures, health.unsaved), (1, true));
@@ -809,7 +810,7 @@ mod tests {
         volume.room.store(5, std::sync::atomic::Ordering::SeqCst);
         for i in 3..=12 {
             set(&store, "10-count", "n", &i.to_string());
-            let e = store.persist("10-count").unwrap_err().to_string();
+            let e = crate::text::chain(&store.persist("10-count").unwrap_err());
             assert!(e.contains("10-count") && e.contains("10-count.json") && e.contains("No space left"), "{e}");
         }
         let health = store.health()["10-count"].clone();

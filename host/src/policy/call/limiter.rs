@@ -13,7 +13,7 @@
 
 use wasmtime::ResourceLimiter;
 
-use super::limits::Limits;
+use crate::policy::load::limits::Limits;
 
 /// What a limiter refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The store of one call: its limits, its deadline, and everything the guest
-//! can reach (the host state behind the imports in `interfaces.rs`).
+//! can reach (the host state behind the imports in `policy/imports/`).
 //!
 //! A store lives for exactly one call (`configure` at load, `handle` per
 //! event) and is dropped with everything the guest did. What it may cost is
@@ -33,14 +33,14 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::clip;
-use super::engine::CallEnv;
+use super::compiled::CompiledPolicy;
+use super::env::CallEnv;
 use super::event::CallEvent;
 use super::limiter::CallLimiter;
 use super::output::{GuestOutput, Written};
-use super::prepare::CompiledPolicy;
 use super::state::StateTxn;
 use crate::node::view::{ContainerEntry, Expired, NodeView, WorkClock};
+use crate::text as clip;
 
 /// Most bytes of stdout, and of stderr, kept per call (the first and the
 /// last half of what was written; see `output.rs`).
@@ -267,7 +267,7 @@ pub fn new_store(
         started: Instant::now(),
         engine: engine.clone(),
         stopped_in: std::cell::Cell::new(None),
-        node_allowed: policy.allowed().effective().contains(super::caps::Capability::Node),
+        node_allowed: policy.allowed().effective().contains(crate::policy::load::caps::Capability::Node),
         refused_in: std::cell::Cell::new(None),
         logs: LogBudget::default(),
     };

@@ -113,7 +113,7 @@ impl Compiler {
                 let backstop = bounds.backstop();
                 match tokio::time::timeout(backstop, work).await {
                     Ok(Ok(Ok(artifact))) => Ok(artifact),
-                    Ok(Ok(Err(e))) => Err(CompileError::Failed(super::errors::one_line(&e))),
+                    Ok(Ok(Err(e))) => Err(CompileError::Failed(crate::text::one_line(&e))),
                     Ok(Err(join)) => Err(CompileError::Failed(format!("the compiler panicked: {join}"))),
                     Err(_) => Err(CompileError::Timeout(backstop.as_millis() as u64)),
                 }
@@ -196,7 +196,7 @@ async fn subprocess(
         .map(str::trim)
         .rfind(|l| !l.is_empty() && !l.starts_with("note:") && !l.starts_with("stack backtrace"))
         .map_or_else(|| format!("the compiler exited with {status}"), str::to_string);
-    Err(CompileError::Failed(super::clip::guest_text(&message, super::clip::MAX_ERROR_BYTES)))
+    Err(CompileError::Failed(crate::text::guest_text(&message, crate::text::MAX_ERROR_BYTES)))
 }
 
 /// Limits of the compiling child, applied between fork and exec.
@@ -236,9 +236,9 @@ pub fn child_main(max_component_bytes: u64) -> std::process::ExitCode {
             if component.len() as u64 > max_component_bytes {
                 return Err(format!("the component exceeds {max_component_bytes} bytes"));
             }
-            let engine = wasmtime::Engine::new(&super::engine::codegen_config())
-                .map_err(|e| format!("cannot create the engine: {}", super::errors::one_line(&e)))?;
-            engine.precompile_component(&component).map_err(|e| super::errors::one_line(&e))
+            let engine = wasmtime::Engine::new(&codegen_config())
+                .map_err(|e| format!("cannot create the engine: {}", crate::text::one_line(&e)))?;
+            engine.precompile_component(&component).map_err(|e| crate::text::one_line(&e))
         })
         .and_then(|artifact| {
             use std::io::Write as _;
@@ -256,4 +256,25 @@ pub fn child_main(max_component_bytes: u64) -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+/// The engine configuration that decides the compiled code. The host and a
+/// compiling child (below) must use exactly this, or the child's
+/// artifacts would not load.
+pub fn codegen_config() -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
+    // Deterministic execution: same input, same result, same fuel.
+    config.cranelift_nan_canonicalization(true);
+    // A trap's wasm backtrace costs time to capture and names functions
+    // the guest chose; errors are reported as one line without it.
+    config.wasm_backtrace_max_frames(None);
+    // Bounds are checked by compiled code rather than by guard pages: a pool
+    // slot then never changes its page protections, so an instance costs no
+    // mprotect (and no TLB shoot-down on the other cores) when it is
+    // created, grows or is reset. Policies do little arithmetic; the checks
+    // cost them less than the syscalls.
+    config.signals_based_traps(false).memory_guard_size(0).guard_before_linear_memory(false);
+    config
 }

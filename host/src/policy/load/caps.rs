@@ -32,7 +32,7 @@
 
 use std::fmt;
 
-use super::bindings::wit;
+use crate::wit::wit;
 
 /// The custom section a component declares its capabilities in.
 pub const SECTION: &str = "nri-wasm:capabilities";
@@ -236,7 +236,7 @@ pub fn parse_declaration(text: &str) -> Result<CapSet, String> {
             None => {
                 return Err(format!(
                     "declares capability {:?}, which this host does not know (known: {})",
-                    super::clip::guest_text(name, 64),
+                    crate::text::guest_text(name, 64),
                     Capability::names()
                 ))
             }

@@ -35,6 +35,17 @@
 //!
 //! Callers that are not async themselves (tests, the CLI) use the blocking
 //! wrappers [`PolicyEngine::load`] and [`PolicyEngine::call`].
+//!
+//! The engine is its own group because both halves of a policy's life meet
+//! in it: it holds what loading needs (`load/`: the compiler, the cache, the
+//! pool's shape) and runs what a call needs (`call/`: the store, the
+//! watchdog). Loading steps that need the engine live beside it: `prepare`
+//! (a file to a [`CompiledPolicy`], the cheap steps first) and `known`
+//! (what a policy subscribed to, remembered so a restart needs no
+//! `configure` before registering).
+
+pub(crate) mod known;
+pub(crate) mod prepare;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -43,22 +54,24 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use wasmtime::component::{Linker, TypedFunc};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::wit;
-use super::compile::{CompileBounds, Compiler};
-use super::errors::{classify, timeout, Attempt};
-use super::event::CallEvent;
-use super::inspect::PoolShape;
-use super::state::{StateSnapshot, StateTxn, StateWrites};
-use super::store::{drain_output, new_store, CallState};
-use super::watchdog::Watchdog;
 use crate::node::view::ContainerEntry;
-use crate::nri::version::EventKind;
+use crate::policy::call::errors::{classify, timeout, Attempt};
+use crate::policy::call::event::CallEvent;
+use crate::policy::call::state::{StateSnapshot, StateTxn, StateWrites};
+use crate::policy::call::store::{drain_output, new_store, CallState};
+use crate::policy::call::watchdog::Watchdog;
+use crate::policy::load::compile::{CompileBounds, Compiler};
+use crate::policy::load::inspect::PoolShape;
+use crate::wit::wit;
 
-pub use super::env::{CallEnv, Facts};
-pub use super::errors::{CallError, LimitKind, LoadError, WIT_VERSION};
-pub use super::prepare::{CompiledPolicy, Imports};
+pub use crate::files::{default_cache_dir, ROOT_CACHE_DIR};
+pub use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
+pub use crate::policy::call::env::{CallEnv, Facts};
+pub use crate::policy::call::errors::{CallError, CallErrorKind, LimitKind};
+pub use crate::policy::load::compile::codegen_config;
+pub use crate::policy::load::errors::{LoadError, WIT_VERSION};
 
 /// Memory (and table) bytes a pool slot keeps resident between calls.
 const KEEP_RESIDENT: usize = 2 << 20;
@@ -119,33 +132,6 @@ pub struct EngineSettings {
     pub compile_memory_mib: u64,
 }
 
-/// The compile cache of a host running as root: regenerable data, so under
-/// `/var/cache`, created with mode 0700.
-pub const ROOT_CACHE_DIR: &str = "/var/cache/nri-wasm";
-
-/// Where compiled policies are cached unless `[engine] cache-dir` says
-/// otherwise: [`ROOT_CACHE_DIR`] for root; for another user, private to
-/// that user, `$XDG_CACHE_HOME/nri-wasm` or `~/.cache/nri-wasm`; none if
-/// that user has no home.
-///
-/// On by default because a host that restarts (a node reboot, an upgrade
-/// of the DaemonSet, a crash) would otherwise compile every policy again,
-/// which takes seconds to minutes while mandatory policies refuse
-/// containers. The directory is trusted only if it is owned by the host's
-/// user and writable by no one else (`cache.rs`), so a default under a
-/// shared location cannot be planted by someone else.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return Some(PathBuf::from(ROOT_CACHE_DIR));
-    }
-    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() => dir,
-        _ => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
-    };
-    base.is_absolute().then(|| base.join("nri-wasm"))
-}
-
 /// `cache-dir` in the file: a path, or `""` for none.
 mod cache_dir {
     use std::path::PathBuf;
@@ -183,7 +169,7 @@ impl Default for EngineSettings {
 
 impl EngineSettings {
     /// Checks the settings against the default limits of policies.
-    pub fn validate(&self, defaults: &super::limits::Limits) -> Result<(), String> {
+    pub fn validate(&self, defaults: &crate::policy::load::limits::Limits) -> Result<(), String> {
         let ranges: [(&str, u64, u64, u64); 7] = [
             ("max-concurrent-calls", self.max_concurrent_calls.into(), 1, 256),
             ("max-memory-mib", self.max_memory_mib, 1, 4096),
@@ -262,7 +248,7 @@ pub struct PolicyEngine {
     allocator: Allocator,
     settings: EngineSettings,
     compiler: Compiler,
-    cache: Option<super::cache::Cache>,
+    cache: Option<crate::policy::load::cache::Cache>,
     watchdog: Watchdog,
     /// Where guest code runs; shut down without blocking when dropped.
     runtime: Option<tokio::runtime::Runtime>,
@@ -313,28 +299,6 @@ impl Drop for PolicyEngine {
     }
 }
 
-/// The engine configuration that decides the compiled code. The host and a
-/// compiling child (`compile.rs`) must use exactly this, or the child's
-/// artifacts would not load.
-pub fn codegen_config() -> Config {
-    let mut config = Config::new();
-    config.wasm_component_model(true);
-    config.consume_fuel(true);
-    config.epoch_interruption(true);
-    // Deterministic execution: same input, same result, same fuel.
-    config.cranelift_nan_canonicalization(true);
-    // A trap's wasm backtrace costs time to capture and names functions
-    // the guest chose; errors are reported as one line without it.
-    config.wasm_backtrace_max_frames(None);
-    // Bounds are checked by compiled code rather than by guard pages: a pool
-    // slot then never changes its page protections, so an instance costs no
-    // mprotect (and no TLB shoot-down on the other cores) when it is
-    // created, grows or is reset. Policies do little arithmetic; the checks
-    // cost them less than the syscalls.
-    config.signals_based_traps(false).memory_guard_size(0).guard_before_linear_memory(false);
-    config
-}
-
 impl PolicyEngine {
     /// Builds the engine (pooling allocator if possible), the linker, the
     /// deadline thread and the policy runtime. Components are compiled in
@@ -382,11 +346,8 @@ impl PolicyEngine {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| EngineError::Link(format!("{e:#}")))?;
-        super::bindings::Policy::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut linker,
-            |s: &mut CallState| s,
-        )
-        .map_err(|e| EngineError::Link(format!("{e:#}")))?;
+        crate::wit::Policy::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut CallState| s)
+            .map_err(|e| EngineError::Link(format!("{e:#}")))?;
         let watchdog = Watchdog::start(&engine).map_err(|e| EngineError::Runtime(e.to_string()))?;
         // Guest code is CPU work, and a guest waiting in a host call frees
         // its thread: more workers than cores would only compete.
@@ -402,7 +363,7 @@ impl PolicyEngine {
             .map_err(|e| EngineError::Runtime(e.to_string()))?;
         let cache = match &settings.cache_dir {
             None => None,
-            Some(dir) => match super::cache::Cache::open(dir, settings.cache_max_mib << 20) {
+            Some(dir) => match crate::policy::load::cache::Cache::open(dir, settings.cache_max_mib << 20) {
                 Ok(cache) => Some(cache),
                 Err(e) => {
                     tracing::warn!(error = %e, "compiled policies are not cached");
@@ -473,12 +434,15 @@ impl PolicyEngine {
 
     /// Compiles `component` within the engine's bounds, holding one of the
     /// [`MAX_CONCURRENT_COMPILES`] permits for the compile only.
-    pub(crate) async fn compile(&self, component: Arc<[u8]>) -> Result<Vec<u8>, super::compile::CompileError> {
+    pub(crate) async fn compile(
+        &self,
+        component: Arc<[u8]>,
+    ) -> Result<Vec<u8>, crate::policy::load::compile::CompileError> {
         let _permit = self.compiles.acquire().await.expect("the compile semaphore is never closed");
         self.compiler.compile(&self.engine, component, self.settings.compile_bounds()).await
     }
 
-    pub fn cache(&self) -> Option<&super::cache::Cache> {
+    pub fn cache(&self) -> Option<&crate::policy::load::cache::Cache> {
         self.cache.as_ref()
     }
 
@@ -504,7 +468,8 @@ impl PolicyEngine {
             records.retain(|name, _| policies.contains(name));
             records.values().cloned().collect()
         };
-        let pruned = Pruned { entries: cache.prune(&used), records: super::known::prune(cache.dir(), &records) };
+        let pruned =
+            Pruned { entries: cache.prune(&used), records: crate::policy::engine::known::prune(cache.dir(), &records) };
         if pruned != Pruned::default() {
             tracing::info!(
                 dir = %cache.dir().display(),
@@ -596,11 +561,9 @@ impl PolicyEngine {
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
             Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(kinds)) => Ok(kinds),
-            Ok(Err(reason)) => Err(CallError::Init {
-                policy: policy.name.to_string(),
-                event: event.into(),
-                reason: super::clip::reason(&reason),
-            }),
+            Ok(Err(reason)) => {
+                Err(CallError::new(&*policy.name, event, CallErrorKind::Init { reason: crate::text::reason(&reason) }))
+            }
             Err(e) => Err(classify(&e, &attempt)),
         }
     }
@@ -656,7 +619,7 @@ impl PolicyEngine {
             // answered (on an empty view) is not used.
             Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(reply)) => Ok(Ok(reply)),
-            Ok(Err(reason)) => Ok(Err(super::clip::reason(&reason))),
+            Ok(Err(reason)) => Ok(Err(crate::text::reason(&reason))),
             Err(e) => Err(classify(&e, &attempt)),
         };
         let writes = match &outcome {
@@ -699,34 +662,14 @@ async fn cut_at<T>(deadline: Instant, run: impl Future<Output = wasmtime::Result
     .await
 }
 
-/// Protocol event of a WIT event kind (`synchronize` has none: it is not
-/// an event a plugin subscribes to).
-pub fn event_kind(k: wit::EventKind) -> Option<EventKind> {
-    Some(match k {
-        wit::EventKind::RunPodSandbox => EventKind::RunPodSandbox,
-        wit::EventKind::StopPodSandbox => EventKind::StopPodSandbox,
-        wit::EventKind::RemovePodSandbox => EventKind::RemovePodSandbox,
-        wit::EventKind::CreateContainer => EventKind::CreateContainer,
-        wit::EventKind::PostCreateContainer => EventKind::PostCreateContainer,
-        wit::EventKind::StartContainer => EventKind::StartContainer,
-        wit::EventKind::PostStartContainer => EventKind::PostStartContainer,
-        wit::EventKind::UpdateContainer => EventKind::UpdateContainer,
-        wit::EventKind::PostUpdateContainer => EventKind::PostUpdateContainer,
-        wit::EventKind::StopContainer => EventKind::StopContainer,
-        wit::EventKind::RemoveContainer => EventKind::RemoveContainer,
-        wit::EventKind::UpdatePodSandbox => EventKind::UpdatePodSandbox,
-        wit::EventKind::PostUpdatePodSandbox => EventKind::PostUpdatePodSandbox,
-        wit::EventKind::ValidateContainerAdjustment => EventKind::ValidateContainerAdjustment,
-        wit::EventKind::Synchronize => return None,
-    })
-}
-
 /// The call read the node view without the capability.
 fn ungranted_node(a: &Attempt<'_>, state: &CallState) -> CallError {
-    CallError::Ungranted {
-        policy: a.policy.to_string(),
-        event: a.event.to_string(),
-        capability: super::caps::Capability::Node.name(),
-        function: state.refused_in().unwrap_or("node"),
-    }
+    CallError::new(
+        a.policy,
+        a.event,
+        CallErrorKind::Ungranted {
+            capability: crate::policy::load::caps::Capability::Node.name(),
+            function: state.refused_in().unwrap_or("node"),
+        },
+    )
 }

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use super::bindings::{node, wit};
 use super::state::StateStore;
 use crate::node::topology::Topology;
 use crate::node::view::NodeView;
+use crate::wit::{node, wit};
 
 /// Read-only facts offered to policies through the host interface.
 #[derive(Debug, Clone)]

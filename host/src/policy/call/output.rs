@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
-use super::clip;
+use crate::text as clip;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
@@ -90,6 +90,11 @@ pub enum Stream {
     Stderr,
 }
 
+/// The target of what policies write and log, whatever module writes it:
+/// operators filter on it (`nri_wasm::policy::output=warn`), so it stays
+/// put when the code moves.
+pub const TARGET: &str = "nri_wasm::policy::output";
+
 /// Logs one line a guest wrote to stdout (info) or stderr (warn): the
 /// message is fixed, the line is the `guest_output` field, clipped to one
 /// escaped line.
@@ -97,8 +102,12 @@ pub fn log_output(policy: &str, event: &str, stream: Stream, line: &str) {
     let text = clip::guest_text(line, clip::MAX_LOG_LINE_BYTES);
     let text = text.as_str();
     match stream {
-        Stream::Stdout => tracing::info!(policy, event, stream = "stdout", guest_output = text, "policy output"),
-        Stream::Stderr => tracing::warn!(policy, event, stream = "stderr", guest_output = text, "policy output"),
+        Stream::Stdout => {
+            tracing::info!(target: TARGET, policy, event, stream = "stdout", guest_output = text, "policy output")
+        }
+        Stream::Stderr => {
+            tracing::warn!(target: TARGET, policy, event, stream = "stderr", guest_output = text, "policy output")
+        }
     }
 }
 
@@ -108,10 +117,10 @@ pub fn log_message(policy: &str, level: tracing::Level, line: &str) {
     let text = clip::guest_text(line, clip::MAX_LOG_LINE_BYTES);
     let text = text.as_str();
     match level {
-        tracing::Level::ERROR => tracing::error!(policy, guest_log = text, "policy log"),
-        tracing::Level::WARN => tracing::warn!(policy, guest_log = text, "policy log"),
-        tracing::Level::INFO => tracing::info!(policy, guest_log = text, "policy log"),
-        _ => tracing::debug!(policy, guest_log = text, "policy log"),
+        tracing::Level::ERROR => tracing::error!(target: TARGET, policy, guest_log = text, "policy log"),
+        tracing::Level::WARN => tracing::warn!(target: TARGET, policy, guest_log = text, "policy log"),
+        tracing::Level::INFO => tracing::info!(target: TARGET, policy, guest_log = text, "policy log"),
+        _ => tracing::debug!(target: TARGET, policy, guest_log = text, "policy log"),
     }
 }
 

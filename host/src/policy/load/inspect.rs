@@ -90,7 +90,7 @@ pub fn binary<'a>(policy: &str, bytes: &'a [u8]) -> Result<std::borrow::Cow<'a, 
         let mut e = e;
         e.set_path("policy");
         let first = e.to_string().lines().next().unwrap_or_default().to_string();
-        not_wasm(&format!("text format that does not parse: {}", super::clip::guest_text(&first, 200)))
+        not_wasm(&format!("text format that does not parse: {}", crate::text::guest_text(&first, 200)))
     })
 }
 
@@ -289,13 +289,13 @@ mod tests {
     fn the_capability_declaration_is_read_from_every_section() {
         let mut bytes = wat::parse_str("(component)").unwrap();
         assert_eq!(survey("p", &bytes).unwrap().declaration, None);
-        bytes.extend(custom(crate::policy::caps::SECTION, b"env,hooks"));
+        bytes.extend(custom(super::super::caps::SECTION, b"env,hooks"));
         bytes.extend(custom("other", b"mounts"));
-        bytes.extend(custom(crate::policy::caps::SECTION, b"deny"));
+        bytes.extend(custom(super::super::caps::SECTION, b"deny"));
         let text = survey("p", &bytes).unwrap().declaration.unwrap();
-        assert_eq!(crate::policy::caps::parse_declaration(&text).unwrap().describe(), "env, deny, hooks");
+        assert_eq!(super::super::caps::parse_declaration(&text).unwrap().describe(), "env, deny, hooks");
         let mut bad = wat::parse_str("(component)").unwrap();
-        bad.extend(custom(crate::policy::caps::SECTION, b"\xff"));
+        bad.extend(custom(super::super::caps::SECTION, b"\xff"));
         let e = survey("p", &bad).unwrap_err().to_string();
         assert!(e.contains("nri-wasm:capabilities section is not UTF-8"), "{e}");
     }

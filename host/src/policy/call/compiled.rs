@@ -1,0 +1,133 @@
+//! What a call runs: a policy after loading, pre-linked and subscribed.
+//!
+//! Loading (`engine/prepare.rs`) makes these and the chain holds them; a call
+//! only reads them. They are defined here, on the call side, so that the
+//! store and the engine's call can name them without importing the loader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
+
+use super::store::CallState;
+use crate::nri::version::EventMask;
+use crate::policy::load::caps::{Allowed, Capability};
+use crate::policy::load::inspect::Inspection;
+use crate::policy::load::manifest::PolicySpec;
+
+/// Which optional host interfaces a policy imports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imports {
+    /// `nri-wasm:policy/node`: the policy reads the node view.
+    pub node: bool,
+    /// `nri-wasm:policy/state`: the policy keeps state.
+    pub state: bool,
+}
+
+impl Imports {
+    /// Whether a policy with these imports, allowed `allowed`, reads the
+    /// node view: it imports the interface and may call it (its grant,
+    /// narrowed by its declaration if it has one). Toolchains such as
+    /// componentize-js and componentize-py import every interface of the
+    /// world, so the import alone overstates it; a policy without a
+    /// declaration is judged by its imports and grant, as `caps.rs` treats
+    /// it. The host subscribes to the view's events and keeps the view
+    /// only for policies that do, and `check` and `eval` say the same.
+    pub fn reads_node(self, allowed: Allowed) -> bool {
+        self.node && allowed.effective().contains(Capability::Node)
+    }
+}
+
+/// How long each step of a load took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadTimings {
+    pub read: Duration,
+    pub inspect: Duration,
+    /// Compiling, or loading the compiled form from the cache.
+    pub compile: Duration,
+    /// Whether the compiled form came from the cache.
+    pub cached: bool,
+    pub link: Duration,
+    pub configure: Duration,
+}
+
+/// A loaded policy: its spec, its pre-linked component and its subscription.
+#[derive(Clone)]
+pub struct CompiledPolicy {
+    pub spec: PolicySpec,
+    /// Seed of the policy's random sources (from its name).
+    pub(crate) seed: u64,
+    pub(crate) instance_pre: InstancePre<CallState>,
+    pub(crate) handle: ComponentExportIndex,
+    pub(crate) configure: ComponentExportIndex,
+    pub(crate) imports: Imports,
+    pub(crate) events: EventMask,
+    pub(crate) synchronize: bool,
+    pub(crate) name: Arc<str>,
+    pub(crate) settings: Arc<str>,
+    /// SHA-256 of the file, hex.
+    pub(crate) digest: String,
+    /// Its key in the compile cache.
+    pub(crate) cache_key: String,
+    pub(crate) inspection: Inspection,
+    /// What it may change and read (`caps.rs`).
+    pub(crate) allowed: Allowed,
+    pub(crate) timings: LoadTimings,
+    /// Keeps the component shared with other policies of the same file.
+    pub(crate) _component: Arc<Component>,
+}
+
+impl std::fmt::Debug for CompiledPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPolicy").field("name", &self.name).field("events", &self.events).finish_non_exhaustive()
+    }
+}
+
+impl CompiledPolicy {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// NRI events the policy subscribed to in `configure`.
+    pub fn events(&self) -> EventMask {
+        self.events
+    }
+
+    /// Whether the policy subscribed to `synchronize`.
+    pub fn wants_synchronize(&self) -> bool {
+        self.synchronize
+    }
+
+    /// Which optional host interfaces it imports.
+    pub fn imports(&self) -> Imports {
+        self.imports
+    }
+
+    /// SHA-256 of the policy file, hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    pub fn cache_key(&self) -> &str {
+        &self.cache_key
+    }
+
+    /// What it declares, what it is granted, and so what it may use.
+    pub fn allowed(&self) -> Allowed {
+        self.allowed
+    }
+
+    /// Whether it reads the node view ([`Imports::reads_node`]).
+    pub fn reads_node(&self) -> bool {
+        self.imports.reads_node(self.allowed)
+    }
+
+    /// What inspecting the file found.
+    pub fn inspection(&self) -> &Inspection {
+        &self.inspection
+    }
+
+    pub fn timings(&self) -> &LoadTimings {
+        &self.timings
+    }
+}

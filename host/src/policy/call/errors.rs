@@ -1,0 +1,226 @@
+//! Why a call gave no answer: the policy, the event and what went wrong
+//! (the limit it hit, the trap, the refused capability).
+//!
+//! Every message is one line: wasmtime's own errors carry a multi-line wasm
+//! backtrace (with function names a guest chooses), which is left out
+//! (`crate::text::one_line`), and every guest-supplied part is clipped.
+
+use wasmtime::Trap;
+
+use super::limiter::Refusal;
+use crate::policy::load::limits::Limits;
+use crate::text::one_line;
+
+/// Which limit cut a call off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Fuel,
+    Time,
+    Memory,
+    Table,
+    Stack,
+    Transfer,
+    Handles,
+}
+
+/// A call that did not produce an answer: which policy, on which event,
+/// and what went wrong. Shown as `policy P on E: <kind>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("policy {policy} on {event}: {kind}")]
+pub struct CallError {
+    pub policy: String,
+    /// The event (`CreateContainer`), or `configure` at load.
+    pub event: String,
+    pub kind: CallErrorKind,
+}
+
+/// What went wrong in a call: the limit it hit, the trap, the refusal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallErrorKind {
+    #[error("fuel limit of {limit} exhausted")]
+    OutOfFuel { limit: u64 },
+    /// `limit_ms` is the limit the call had; when the chain's budget cut
+    /// the policy's own `timeout-ms`, `configured_ms` says so. `host_call`
+    /// names the host function (`node.containers`) that was working for
+    /// the policy when the deadline came, if one was: the time went to the
+    /// host's work on the policy's request, not to the guest's own code.
+    #[error("time limit of {limit_ms} ms exceeded{}{}", inside(*host_call), cut_note(*limit_ms, *configured_ms))]
+    Timeout { limit_ms: u64, configured_ms: u64, host_call: Option<&'static str> },
+    #[error("memory limit of {limit_mib} MiB exceeded")]
+    MemoryLimit { limit_mib: u64 },
+    #[error("table limit of {limit} elements exceeded")]
+    TableLimit { limit: usize },
+    #[error("stack overflow")]
+    StackOverflow,
+    #[error("handed the host more than the {limit} bytes one transfer may carry")]
+    Transfer { limit: usize },
+    #[error("held more than {limit} resource handles at once")]
+    Handles { limit: usize },
+    #[error("called exit({code})")]
+    Exit { code: i32 },
+    #[error("trapped: {trap}")]
+    Trap { trap: String },
+    #[error("configure rejected its settings: {reason}")]
+    Init { reason: String },
+    /// The policy called a host function it has no capability for.
+    #[error("called {function} without capability `{capability}` (not granted in its settings file, or not declared by the policy)")]
+    Ungranted { capability: &'static str, function: &'static str },
+}
+
+fn inside(host_call: Option<&'static str>) -> String {
+    host_call.map(|f| format!(" inside host call {f}")).unwrap_or_default()
+}
+
+fn cut_note(limit_ms: u64, configured_ms: u64) -> String {
+    if configured_ms > limit_ms {
+        format!(" (its timeout-ms is {configured_ms}; the chain's budget left it {limit_ms})")
+    } else {
+        String::new()
+    }
+}
+
+impl CallError {
+    pub fn new(policy: impl Into<String>, event: impl Into<String>, kind: CallErrorKind) -> Self {
+        Self { policy: policy.into(), event: event.into(), kind }
+    }
+
+    /// The limit that was hit, if the call was cut off by one.
+    pub fn limit(&self) -> Option<LimitKind> {
+        self.kind.limit()
+    }
+
+    /// A short name of the kind of failure, for metrics.
+    pub fn label(&self) -> &'static str {
+        self.kind.label()
+    }
+}
+
+impl CallErrorKind {
+    /// The limit that was hit, if the call was cut off by one.
+    pub fn limit(&self) -> Option<LimitKind> {
+        match self {
+            Self::OutOfFuel { .. } => Some(LimitKind::Fuel),
+            Self::Timeout { .. } => Some(LimitKind::Time),
+            Self::MemoryLimit { .. } => Some(LimitKind::Memory),
+            Self::TableLimit { .. } => Some(LimitKind::Table),
+            Self::StackOverflow => Some(LimitKind::Stack),
+            Self::Transfer { .. } => Some(LimitKind::Transfer),
+            Self::Handles { .. } => Some(LimitKind::Handles),
+            Self::Exit { .. } | Self::Trap { .. } | Self::Init { .. } | Self::Ungranted { .. } => None,
+        }
+    }
+
+    /// A short name of the kind of failure, for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::OutOfFuel { .. } => "fuel",
+            Self::Timeout { .. } => "timeout",
+            Self::MemoryLimit { .. } | Self::TableLimit { .. } => "memory",
+            Self::StackOverflow | Self::Exit { .. } | Self::Trap { .. } => "trap",
+            Self::Transfer { .. } | Self::Handles { .. } => "invalid",
+            Self::Init { .. } | Self::Ungranted { .. } => "invalid",
+        }
+    }
+}
+
+/// What a classification needs to know about the call.
+#[derive(Debug)]
+pub(crate) struct Attempt<'a> {
+    pub policy: &'a str,
+    pub event: &'a str,
+    pub limits: &'a Limits,
+    /// The time limit the call had (its own, or less if the chain's budget cut it).
+    pub applied_ms: u64,
+    /// What the call's limiter refused.
+    pub refused: Option<Refusal>,
+    /// The end of what the guest wrote to stderr.
+    pub stderr: Option<String>,
+    /// The host function that stopped at the call's deadline, if one did.
+    pub host_call: Option<&'static str>,
+}
+
+/// Turns a failed call into the limit or trap it was, from the host's own
+/// records first (limiter, trap codes, exit status) and the error text last.
+pub(crate) fn classify(err: &wasmtime::Error, a: &Attempt<'_>) -> CallError {
+    CallError::new(a.policy, a.event, classify_kind(err, a))
+}
+
+fn classify_kind(err: &wasmtime::Error, a: &Attempt<'_>) -> CallErrorKind {
+    match a.refused {
+        Some(Refusal::Memory { .. }) => return CallErrorKind::MemoryLimit { limit_mib: a.limits.memory_mib },
+        Some(Refusal::Table { .. }) => return CallErrorKind::TableLimit { limit: a.limits.table_elements },
+        None => {}
+    }
+    if let Some(trap) = err.downcast_ref::<Trap>() {
+        match trap {
+            Trap::OutOfFuel => return CallErrorKind::OutOfFuel { limit: a.limits.fuel },
+            Trap::Interrupt => return timeout(a).kind,
+            Trap::StackOverflow => return CallErrorKind::StackOverflow,
+            _ => {}
+        }
+    }
+    if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return CallErrorKind::Exit { code: exit.0 };
+    }
+    let text = one_line(err);
+    // Wasmtime's types for these two are private; their wording is pinned
+    // by tests (tests/e2e/tests/hostile.rs).
+    if text.contains("fuel allocated for hostcalls has been exhausted") {
+        return CallErrorKind::Transfer { limit: super::store::TRANSFER_LIMIT };
+    }
+    if text.contains("store handle limit exceeded") {
+        return CallErrorKind::Handles { limit: super::store::HANDLE_LIMIT };
+    }
+    let trap = match &a.stderr {
+        Some(tail) => format!("{text}; stderr: {tail}"),
+        None => text,
+    };
+    CallErrorKind::Trap { trap }
+}
+
+/// The call ran out of time; `a.host_call` says where.
+pub(crate) fn timeout(a: &Attempt<'_>) -> CallError {
+    CallError::new(
+        a.policy,
+        a.event,
+        CallErrorKind::Timeout { limit_ms: a.applied_ms, configured_ms: a.limits.timeout_ms, host_call: a.host_call },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_time_limit_names_both_limits() {
+        let e = CallError::new(
+            "10-p",
+            "CreateContainer",
+            CallErrorKind::Timeout { limit_ms: 480, configured_ms: 10_000, host_call: None },
+        );
+        assert_eq!(
+            e.to_string(),
+            "policy 10-p on CreateContainer: time limit of 480 ms exceeded (its timeout-ms is 10000; the chain's budget left it 480)"
+        );
+        let e = CallError::new(
+            "10-p",
+            "CreateContainer",
+            CallErrorKind::Timeout { limit_ms: 100, configured_ms: 100, host_call: None },
+        );
+        assert_eq!(e.to_string(), "policy 10-p on CreateContainer: time limit of 100 ms exceeded");
+    }
+
+    #[test]
+    fn a_timeout_inside_a_host_call_names_the_function() {
+        let e = CallError::new(
+            "10-p",
+            "CreateContainer",
+            CallErrorKind::Timeout { limit_ms: 480, configured_ms: 10_000, host_call: Some("node.containers") },
+        );
+        assert_eq!(
+            e.to_string(),
+            "policy 10-p on CreateContainer: time limit of 480 ms exceeded inside host call node.containers \
+             (its timeout-ms is 10000; the chain's budget left it 480)"
+        );
+    }
+}

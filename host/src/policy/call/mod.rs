@@ -1,0 +1,23 @@
+//! One call: one event, one policy, one fresh instance, bounded.
+//!
+//! - `compiled`: what a call runs (a loaded policy, pre-linked);
+//! - `event`, `env`, `state`: what a call reads and writes;
+//! - `store`: a call's store, its limits and what it collects;
+//! - `limiter`: memory and tables; `watchdog`: ends calls at their
+//!   deadlines, idle otherwise;
+//! - `output`: what a guest says, bounded and made one line;
+//! - `errors`: why a call gave no answer, named after the limit or trap.
+//!
+//! These pieces know nothing of the engine that runs them (`engine/`) nor
+//! of the chain; they use only `load/` (a spec, its limits and
+//! capabilities). The host side of the policy's imports is `imports/`.
+
+pub(crate) mod compiled;
+pub(crate) mod env;
+pub(crate) mod errors;
+pub(crate) mod event;
+pub(crate) mod limiter;
+pub(crate) mod output;
+pub(crate) mod state;
+pub(crate) mod store;
+pub(crate) mod watchdog;
