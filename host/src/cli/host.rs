@@ -11,7 +11,7 @@
 //! Order matters for a node's pods: the host loads its policies in the
 //! background and registers with the runtime as soon as it knows what they
 //! subscribe to (at once when their subscriptions are recorded, see
-//! `policy/known.rs`; the start-up contract is in `policy/dispatcher.rs`);
+//! `policy/engine/known.rs`; the start-up contract is in `policy/dispatcher.rs`);
 //! the metrics endpoint and the directory watch run on the policy runtime,
 //! so that the thread serving the runtime does nothing but serve it.
 

@@ -6,23 +6,17 @@ use crate::nri::version::EventKind;
 use crate::wit::wit;
 
 /// Protocol event of a WIT event kind (`synchronize` has none: it is not
-/// an event a plugin subscribes to).
+/// an event a plugin subscribes to). The WIT world names its kinds as NRI
+/// does, so the match is generated from the table of events
+/// (`nri/events.rs`): an event the WIT world lacks does not compile.
 pub fn event_kind(k: wit::EventKind) -> Option<EventKind> {
-    Some(match k {
-        wit::EventKind::RunPodSandbox => EventKind::RunPodSandbox,
-        wit::EventKind::StopPodSandbox => EventKind::StopPodSandbox,
-        wit::EventKind::RemovePodSandbox => EventKind::RemovePodSandbox,
-        wit::EventKind::CreateContainer => EventKind::CreateContainer,
-        wit::EventKind::PostCreateContainer => EventKind::PostCreateContainer,
-        wit::EventKind::StartContainer => EventKind::StartContainer,
-        wit::EventKind::PostStartContainer => EventKind::PostStartContainer,
-        wit::EventKind::UpdateContainer => EventKind::UpdateContainer,
-        wit::EventKind::PostUpdateContainer => EventKind::PostUpdateContainer,
-        wit::EventKind::StopContainer => EventKind::StopContainer,
-        wit::EventKind::RemoveContainer => EventKind::RemoveContainer,
-        wit::EventKind::UpdatePodSandbox => EventKind::UpdatePodSandbox,
-        wit::EventKind::PostUpdatePodSandbox => EventKind::PostUpdatePodSandbox,
-        wit::EventKind::ValidateContainerAdjustment => EventKind::ValidateContainerAdjustment,
-        wit::EventKind::Synchronize => return None,
-    })
+    macro_rules! from_wit {
+        ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+            match k {
+                $(wit::EventKind::$kind => Some(EventKind::$kind),)*
+                wit::EventKind::Synchronize => None,
+            }
+        };
+    }
+    crate::nri::events::nri_events!(from_wit)
 }

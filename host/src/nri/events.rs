@@ -32,15 +32,17 @@
 //! `Plugin` service's per-event RPCs and the `StateChange` routing
 //! (`service.rs`); the recording's [`Request`](super::record::Request) enum
 //! and the recording dispatcher's forwarding (`record/`); `eval`'s dispatch
-//! and its naming of what an event is about (`cli/author/session.rs`).
+//! and its naming of what an event is about (`cli/author/session.rs`); the
+//! translation of the WIT world's event kinds (`convert/kind.rs`), where an
+//! event the WIT world lacks fails to compile.
 //!
 //! A new event still needs, by hand:
 //!
 //! 1. its row here;
 //! 2. the policy side, which the WIT interface shapes event by event: the
-//!    WIT handler and its conversion (`convert/event.rs`), the guest call
-//!    and the WIT event kind (`policy/event.rs`, `policy/engine.rs`), and
-//!    the policy dispatcher's method for it (`policy/dispatcher.rs`, which
+//!    WIT handler and its conversion (`convert/event.rs`), the event a
+//!    call reads (`policy/call/event.rs`), and the policy dispatcher's
+//!    method for it (`policy/dispatcher.rs`, which
 //!    the compiler asks for only if the event needs more than the trait's
 //!    default);
 //! 3. for an `answer` event, a variant of `eval`'s `Reply`

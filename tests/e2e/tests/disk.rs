@@ -11,7 +11,7 @@
 //! again rather than loaded.
 //!
 //! Pruning: the cache keeps a subscription record per version of a policy
-//! it loaded (`policy/known.rs`) beside the compiled forms; records and
+//! it loaded (`policy/engine/known.rs`) beside the compiled forms; records and
 //! compiled forms of versions gone from the directory are removed after a
 //! reload, once a day old, and the current ones stay however old.
 //!

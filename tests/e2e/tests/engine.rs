@@ -48,7 +48,7 @@ fn compiled_components_are_cached_and_reused() {
     let first = PolicyEngine::new(&settings).unwrap();
     first.load(&s, &f).unwrap();
     // Beside each artifact (`.cwasm`) the cache keeps the subscription the
-    // policy's `configure` returned (`.sub`, see `policy/known.rs`).
+    // policy's `configure` returned (`.sub`, see `policy/engine/known.rs`).
     let artifacts = || -> Vec<std::path::PathBuf> {
         let entries = std::fs::read_dir(dir.path().join("cache")).unwrap();
         entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "cwasm")).collect()

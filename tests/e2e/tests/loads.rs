@@ -1,6 +1,6 @@
 //! A slow load holds back nothing but itself.
 //!
-//! The engine bounds loads step by step (`policy/engine.rs`): compiling
+//! The engine bounds loads step by step (`policy/engine/`): compiling
 //! takes one of two permits for the compile only, `configure` one of a few
 //! instance slots until its instance is gone, and reading files or the
 //! cache takes none. Here two policies never finish `configure` (one

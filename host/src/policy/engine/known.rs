@@ -10,7 +10,7 @@
 //! determines the answer: the SHA-256 of the policy file, of its settings,
 //! and the host's and WIT's versions. At start it hashes each file (cheap),
 //! reads the records, and registers with their union while the policies
-//! load (`cli/run.rs`).
+//! load (`cli/host.rs`).
 //!
 //! A record is only a hint. Whoever can write the cache directory could
 //! make the host subscribe to too little, so records are read under the
