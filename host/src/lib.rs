@@ -27,6 +27,8 @@
 //! 5. `metrics` (implements the policy's `Observer` and `Tally`), `config`;
 //! 6. `cli`.
 
+#![warn(unreachable_pub)]
+
 pub mod alloc;
 pub mod cli;
 pub mod config;

@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::policy::loader::{self, DirOptions};
 
 /// Checks `args.file`; writes the report to `out` and errors to `err`.
-pub fn check(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+pub(super) fn check(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     match report(args, out, err) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -5,7 +5,7 @@ use std::io::Write;
 use super::StatusArgs;
 use crate::metrics::HostStatus;
 
-pub async fn status(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<std::process::ExitCode> {
+pub(super) async fn status(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<std::process::ExitCode> {
     let addr: std::net::SocketAddr = args
         .address
         .parse()

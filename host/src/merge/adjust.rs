@@ -43,7 +43,7 @@ impl Adjuster {
     /// Starts from the request's container, with the sub-messages the runtime
     /// fills in before the first plugin runs (so policies see them as it
     /// would show them).
-    pub fn new(container: &pb::Container) -> Self {
+    pub(super) fn new(container: &pb::Container) -> Self {
         let mut container = container.clone();
         container.hooks.mut_or_insert_default();
         let resources = container.linux.mut_or_insert_default().resources.mut_or_insert_default();
@@ -60,7 +60,7 @@ impl Adjuster {
 
     /// Folds in one policy's adjustment, in the runtime's order of fields.
     /// On error the state is partly changed: the caller works on a copy.
-    pub fn apply(
+    pub(super) fn apply(
         &mut self,
         owners: &mut Owners,
         policy: &str,
@@ -96,7 +96,7 @@ impl Adjuster {
     /// - args adjusted to nothing (a policy's `[""]`) go out as `[""]`: an
     ///   empty list would not reach the runtime, which would keep earlier
     ///   plugins' args instead of dropping them.
-    pub fn finish(self) -> Option<pb::ContainerAdjustment> {
+    pub(super) fn finish(self) -> Option<pb::ContainerAdjustment> {
         let Self { mut reply, removed_devices, removed_env, args_claimed, .. } = self;
         if !removed_devices.is_empty() {
             reply.linux.mut_or_insert_default().devices.extend(removed_devices);
@@ -417,11 +417,11 @@ pub(crate) struct Step<'o, 'a> {
 }
 
 impl Step<'_, '_> {
-    pub fn claim(&mut self, field: pb::Field) -> Result<(), MergeError> {
+    pub(super) fn claim(&mut self, field: pb::Field) -> Result<(), MergeError> {
         self.owners.claim(self.scope, field, self.policy)
     }
 
-    pub fn claim_key(&mut self, field: pb::Field, key: &str) -> Result<(), MergeError> {
+    pub(super) fn claim_key(&mut self, field: pb::Field, key: &str) -> Result<(), MergeError> {
         self.owners.claim_key(self.scope, field, key, self.policy)
     }
 }

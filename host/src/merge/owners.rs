@@ -28,12 +28,12 @@ pub(crate) struct Scope<'a> {
 
 impl<'a> Scope<'a> {
     /// The container being created (by CreateContainer).
-    pub fn created(id: &'a str) -> Self {
+    pub(super) fn created(id: &'a str) -> Self {
         Self { id, qualify: false }
     }
 
     /// Any container named by a `ContainerUpdate`.
-    pub fn updated(id: &'a str) -> Self {
+    pub(super) fn updated(id: &'a str) -> Self {
         Self { id, qualify: true }
     }
 }
@@ -45,7 +45,7 @@ pub(crate) struct Owners {
 }
 
 impl Owners {
-    pub fn to_proto(&self) -> pb::OwningPlugins {
+    pub(super) fn to_proto(&self) -> pb::OwningPlugins {
         self.records.clone()
     }
 
@@ -59,7 +59,7 @@ impl Owners {
     }
 
     /// `policy` sets the simple `field`.
-    pub fn claim(&mut self, scope: Scope<'_>, field: pb::Field, policy: &str) -> Result<(), MergeError> {
+    pub(super) fn claim(&mut self, scope: Scope<'_>, field: pb::Field, policy: &str) -> Result<(), MergeError> {
         let owners = self.of(scope.id);
         if let Some(first) = owners.simple.get(&(field as i32)).and_then(|o| holder(o, policy)) {
             return Err(conflict(scope, field, None, first, policy));
@@ -69,7 +69,13 @@ impl Owners {
     }
 
     /// `policy` sets `key` of the compound `field`.
-    pub fn claim_key(&mut self, scope: Scope<'_>, field: pb::Field, key: &str, policy: &str) -> Result<(), MergeError> {
+    pub(super) fn claim_key(
+        &mut self,
+        scope: Scope<'_>,
+        field: pb::Field,
+        key: &str,
+        policy: &str,
+    ) -> Result<(), MergeError> {
         let keys = &mut self.of(scope.id).compound.entry(field as i32).or_default().owners;
         if let Some(first) = keys.get(key).and_then(|o| holder(o, policy)) {
             return Err(conflict(scope, field, Some(key), first, policy));
@@ -79,17 +85,17 @@ impl Owners {
     }
 
     /// `policy` removed the simple `field`: whoever owned it no longer does.
-    pub fn clear(&mut self, id: &str, field: pb::Field, policy: &str) {
+    pub(super) fn clear(&mut self, id: &str, field: pb::Field, policy: &str) {
         self.of(id).simple.insert(field as i32, removed_by(policy));
     }
 
     /// `policy` removed `key` of the compound `field`.
-    pub fn clear_key(&mut self, id: &str, field: pb::Field, key: &str, policy: &str) {
+    pub(super) fn clear_key(&mut self, id: &str, field: pb::Field, key: &str, policy: &str) {
         self.of(id).compound.entry(field as i32).or_default().owners.insert(key.to_string(), removed_by(policy));
     }
 
     /// `policy` added to an accumulating field (OCI hooks): never a conflict.
-    pub fn accumulate(&mut self, id: &str, field: pb::Field, policy: &str) {
+    pub(super) fn accumulate(&mut self, id: &str, field: pb::Field, policy: &str) {
         let owner = self.of(id).simple.entry(field as i32).or_default();
         if !owner.is_empty() {
             owner.push(',');

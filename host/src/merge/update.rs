@@ -54,26 +54,26 @@ struct Requested {
 }
 
 impl Updates {
-    pub fn for_create(id: &str) -> Self {
+    pub(super) fn for_create(id: &str) -> Self {
         Self { creating: Some(id.to_string()), ..Default::default() }
     }
 
     /// For UpdateContainer of `id` to `resources`; like the runtime, makes
     /// sure memory and CPU settings are present.
-    pub fn for_update(id: &str, resources: Option<&pb::LinuxResources>) -> Self {
+    pub(super) fn for_update(id: &str, resources: Option<&pb::LinuxResources>) -> Self {
         let mut resources = resources.cloned().unwrap_or_default();
         resources.memory.mut_or_insert_default();
         resources.cpu.mut_or_insert_default();
         Self { requested: Some(Requested { id: id.to_string(), resources, update: None }), ..Default::default() }
     }
 
-    pub fn requested_resources(&self) -> Option<&pb::LinuxResources> {
+    pub(super) fn requested_resources(&self) -> Option<&pb::LinuxResources> {
         self.requested.as_ref().map(|r| &r.resources)
     }
 
     /// Merges one policy's updates. On error the state is partly changed:
     /// the caller works on a copy.
-    pub fn apply(
+    pub(super) fn apply(
         &mut self,
         owners: &mut Owners,
         policy: &str,
@@ -150,7 +150,7 @@ impl Updates {
     }
 
     /// Keeps every eviction, once per container (the first reason wins).
-    pub fn evict(&mut self, evictions: &[pb::ContainerEviction]) {
+    pub(super) fn evict(&mut self, evictions: &[pb::ContainerEviction]) {
         for eviction in evictions {
             if self.evicted.insert(eviction.container_id.clone()) {
                 self.evictions.push(eviction.clone());
@@ -168,7 +168,7 @@ impl Updates {
     /// sending the full resources would make it record nri-wasm as the setter
     /// of every requested field and reject any other plugin that changes one
     /// of them, which the same policies as separate plugins would not cause.
-    pub fn finish(self) -> (Vec<pb::ContainerUpdate>, Vec<pb::ContainerEviction>) {
+    pub(super) fn finish(self) -> (Vec<pb::ContainerUpdate>, Vec<pb::ContainerEviction>) {
         let mut updates = self.others;
         updates.extend(self.requested.and_then(|r| r.update));
         for update in &mut updates {

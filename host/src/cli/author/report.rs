@@ -105,7 +105,7 @@ fn step_json(seen: &SeenStep, limits: Option<&Limits>) -> Value {
 }
 
 /// An event report as JSON.
-pub fn event_json(session: &Session, report: &EventReport) -> Value {
+pub(super) fn event_json(session: &Session, report: &EventReport) -> Value {
     let mut v = json!({
         "index": report.index,
         "event": report.event,
@@ -133,7 +133,7 @@ pub fn event_json(session: &Session, report: &EventReport) -> Value {
 }
 
 /// The chain as JSON: loaded policies and those left out.
-pub fn chain_json(session: &Session) -> Value {
+pub(super) fn chain_json(session: &Session) -> Value {
     let policies: Vec<Value> = session
         .policies
         .iter()
@@ -154,7 +154,7 @@ pub fn chain_json(session: &Session) -> Value {
 }
 
 /// The chain as text.
-pub fn write_chain(session: &Session, out: &mut dyn Write) {
+pub(super) fn write_chain(session: &Session, out: &mut dyn Write) {
     let _ = writeln!(out, "chain: {} loaded, {} left out", session.policies.len(), session.problems.len());
     for p in &session.policies {
         let events = if p.events.is_empty() && !p.synchronize { "no event".to_string() } else { p.events.join(", ") };
@@ -175,7 +175,7 @@ pub fn write_chain(session: &Session, out: &mut dyn Write) {
 }
 
 /// An event report as text; `brief` leaves out events no policy ran on.
-pub fn write_event(session: &Session, report: &EventReport, brief: bool, out: &mut dyn Write) {
+pub(super) fn write_event(session: &Session, report: &EventReport, brief: bool, out: &mut dyn Write) {
     if brief && report.steps.is_empty() && report.answer.is_ok() {
         return;
     }
@@ -239,7 +239,7 @@ pub(super) fn write_state(state: &BTreeMap<String, BTreeMap<String, String>>, ou
 
 /// The exit code of a run: an event that failed at the runtime first, then
 /// a policy that did not load or failed.
-pub fn exit_code(event_failed: bool, policy_errors: bool) -> u8 {
+pub(super) fn exit_code(event_failed: bool, policy_errors: bool) -> u8 {
     match (event_failed, policy_errors) {
         (true, _) => EXIT_FAILED,
         (false, true) => EXIT_POLICY_ERROR,

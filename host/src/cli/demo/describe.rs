@@ -15,7 +15,7 @@ const MAX_VALUE: usize = 48;
 
 /// The phrases of a reply given as NRI JSON (the chain's description of a
 /// step); the JSON itself, shortened, if it is not a reply.
-pub fn json_reply(json: &str, names: &HashMap<String, String>) -> Vec<String> {
+pub(super) fn json_reply(json: &str, names: &HashMap<String, String>) -> Vec<String> {
     let options = protobuf_json_mapping::ParseOptions { ignore_unknown_fields: true, ..Default::default() };
     match protobuf_json_mapping::parse_from_str_with_options::<pb::CreateContainerResponse>(json, &options) {
         Ok(reply) => reply_phrases(&reply, names),
@@ -24,14 +24,14 @@ pub fn json_reply(json: &str, names: &HashMap<String, String>) -> Vec<String> {
 }
 
 /// The phrases of a reply: the adjustment, then updates and evictions.
-pub fn reply_phrases(reply: &pb::CreateContainerResponse, names: &HashMap<String, String>) -> Vec<String> {
+pub(super) fn reply_phrases(reply: &pb::CreateContainerResponse, names: &HashMap<String, String>) -> Vec<String> {
     let mut out = reply.adjust.as_ref().map(adjustment).unwrap_or_default();
     out.extend(updates(&reply.update, &reply.evict, names));
     out
 }
 
 /// The phrases of updates and evictions of other containers.
-pub fn updates(
+pub(super) fn updates(
     update: &[pb::ContainerUpdate],
     evict: &[pb::ContainerEviction],
     names: &HashMap<String, String>,
@@ -121,7 +121,7 @@ fn adjustment(a: &pb::ContainerAdjustment) -> Vec<String> {
 }
 
 /// Cgroup resources, as `cpu shares 2`, `memory limit 256 MiB`, ...
-pub fn resources(r: &pb::LinuxResources) -> Vec<String> {
+pub(super) fn resources(r: &pb::LinuxResources) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(c) = r.cpu.as_ref() {
         if let Some(v) = c.shares.as_ref() {

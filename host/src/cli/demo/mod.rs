@@ -75,7 +75,7 @@ pub(super) const CHAIN: &[(&str, &str)] = &[
 pub(super) const NOT_A_POLICY: &str = "95-not-a-policy.wasm";
 
 /// `nri-wasm demo`.
-pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let style = Style {
         on: match args.colour {

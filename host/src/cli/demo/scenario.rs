@@ -10,7 +10,7 @@ use nri_wasm_api::api as pb;
 
 /// What the built-in chain should do with a scenario's container.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
+pub(super) enum Expect {
     /// Created, changed by (at least) these policies, named without their
     /// `NN-` prefix.
     Created(&'static [&'static str]),
@@ -23,7 +23,7 @@ pub enum Expect {
 
 /// One pod of the demo, with one container.
 #[derive(Debug, Clone)]
-pub struct Scenario {
+pub(super) struct Scenario {
     /// What the pod shows, in a few words.
     pub shows: String,
     pub pod: pb::PodSandbox,
@@ -37,7 +37,7 @@ pub struct Scenario {
 
 /// The pods running on the node before the plugin connects (it learns of
 /// them in Synchronize).
-pub fn existing() -> (Vec<pb::PodSandbox>, Vec<pb::Container>) {
+pub(super) fn existing() -> (Vec<pb::PodSandbox>, Vec<pb::Container>) {
     let mut pods = Vec::new();
     let mut containers = Vec::new();
     for (n, (name, ctr)) in
@@ -55,7 +55,7 @@ pub fn existing() -> (Vec<pb::PodSandbox>, Vec<pb::Container>) {
 }
 
 /// The pods that arrive while the demo runs, in order.
-pub fn arriving(cpus: usize) -> Vec<Scenario> {
+pub(super) fn arriving(cpus: usize) -> Vec<Scenario> {
     let mut out = Vec::new();
     let mut add = |shows, ns, name, ctr: &str, edit: &dyn Fn(&mut pb::PodSandbox, &mut pb::Container), expect| {
         let mut pod = workload::pod(100 + out.len());
@@ -183,7 +183,7 @@ pub fn arriving(cpus: usize) -> Vec<Scenario> {
 }
 
 /// An ordinary pod of the workload, beyond the scenarios.
-pub fn ordinary(n: usize) -> Scenario {
+pub(super) fn ordinary(n: usize) -> Scenario {
     let pod = workload::pod(200 + n);
     let container = workload::container(&pod, 0);
     Scenario {
@@ -199,7 +199,7 @@ pub fn ordinary(n: usize) -> Scenario {
 /// requests in NRI's JSON, `{"event": "CreateContainer", "request": {...}}`
 /// as `eval --input` reads them (one per line, or pretty-printed one after
 /// another). Nothing is expected of them.
-pub fn from_file(path: &std::path::Path) -> Result<Vec<Scenario>, PodsFileError> {
+pub(super) fn from_file(path: &std::path::Path) -> Result<Vec<Scenario>, PodsFileError> {
     let err = |why: String| PodsFileError { path: path.to_path_buf(), why };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     let mut out = Vec::new();
@@ -234,7 +234,7 @@ pub fn from_file(path: &std::path::Path) -> Result<Vec<Scenario>, PodsFileError>
 /// A pods file the demo cannot play.
 #[derive(Debug, thiserror::Error)]
 #[error("pods file {}: {why}", path.display())]
-pub struct PodsFileError {
+pub(super) struct PodsFileError {
     pub path: std::path::PathBuf,
     pub why: String,
 }

@@ -17,7 +17,7 @@ use crate::policy::load::limits::Limits;
 
 /// What a limiter refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A linear memory would have grown to `desired` bytes.
     Memory { desired: usize },
     /// A table would have grown to `desired` elements.
@@ -26,7 +26,7 @@ pub enum Refusal {
 
 /// The limiter of one call's store.
 #[derive(Debug, Clone)]
-pub struct CallLimiter {
+pub(crate) struct CallLimiter {
     memory_bytes: usize,
     table_elements: usize,
     instances: usize,
@@ -36,7 +36,7 @@ pub struct CallLimiter {
 }
 
 impl CallLimiter {
-    pub fn new(limits: &Limits) -> Self {
+    pub(crate) fn new(limits: &Limits) -> Self {
         Self {
             memory_bytes: limits.memory_bytes(),
             table_elements: limits.table_elements,
@@ -48,7 +48,7 @@ impl CallLimiter {
     }
 
     /// The first growth this limiter refused, if any.
-    pub fn refused(&self) -> Option<Refusal> {
+    pub(crate) fn refused(&self) -> Option<Refusal> {
         self.refused
     }
 }

@@ -44,7 +44,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 ///   export's failed conversion (`expected a string, received [object]`,
 ///   `Stack:` and its own frames in `initializer.js`) and `Redirecting call
 ///   to abort() to mozalloc_abort`: these go.
-pub fn tidy_stderr(text: &str) -> String {
+pub(crate) fn tidy_stderr(text: &str) -> String {
     const PANIC_WRAPPED: &[&str] = &["unknown enum case: ", "Python function threw an unexpected exception"];
     let lines: Vec<&str> = text.lines().collect();
     let mut out: Vec<&str> = Vec::with_capacity(lines.len());
@@ -85,7 +85,7 @@ pub fn tidy_stderr(text: &str) -> String {
 
 /// Which of a guest's streams a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
+pub(crate) enum Stream {
     Stdout,
     Stderr,
 }
@@ -93,12 +93,12 @@ pub enum Stream {
 /// The target of what policies write and log, whatever module writes it:
 /// operators filter on it (`nri_wasm::policy::output=warn`), so it stays
 /// put when the code moves.
-pub const TARGET: &str = "nri_wasm::policy::output";
+pub(crate) const TARGET: &str = "nri_wasm::policy::output";
 
 /// Logs one line a guest wrote to stdout (info) or stderr (warn): the
 /// message is fixed, the line is the `guest_output` field, clipped to one
 /// escaped line.
-pub fn log_output(policy: &str, event: &str, stream: Stream, line: &str) {
+pub(crate) fn log_output(policy: &str, event: &str, stream: Stream, line: &str) {
     let text = clip::guest_text(line, clip::MAX_LOG_LINE_BYTES);
     let text = text.as_str();
     match stream {
@@ -113,7 +113,7 @@ pub fn log_output(policy: &str, event: &str, stream: Stream, line: &str) {
 
 /// Logs one line a guest handed to `host.log` at its level: the message
 /// is fixed, the line is the `guest_log` field, clipped to one escaped line.
-pub fn log_message(policy: &str, level: tracing::Level, line: &str) {
+pub(crate) fn log_message(policy: &str, level: tracing::Level, line: &str) {
     let text = clip::guest_text(line, clip::MAX_LOG_LINE_BYTES);
     let text = text.as_str();
     match level {
@@ -129,7 +129,7 @@ const WRITE_PERMIT: usize = 64 << 10;
 
 /// A bounded, shared buffer of one of a guest's output streams.
 #[derive(Debug, Clone)]
-pub struct GuestOutput(Arc<Mutex<Captured>>);
+pub(crate) struct GuestOutput(Arc<Mutex<Captured>>);
 
 #[derive(Debug)]
 struct Captured {
@@ -143,7 +143,7 @@ struct Captured {
 /// What a guest wrote: its start, how many bytes after it were dropped, and
 /// its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
+pub(crate) struct Written {
     pub head: Vec<u8>,
     pub dropped: usize,
     pub tail: Vec<u8>,
@@ -151,7 +151,7 @@ pub struct Written {
 
 impl GuestOutput {
     /// Keeps at most `capacity` bytes.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let half = capacity / 2;
         Self(Arc::new(Mutex::new(Captured { head: Vec::new(), tail: VecDeque::new(), half, dropped: 0 })))
     }
@@ -170,7 +170,7 @@ impl GuestOutput {
         c.dropped += skipped + overflow;
     }
 
-    pub fn contents(&self) -> Written {
+    pub(crate) fn contents(&self) -> Written {
         let c = self.0.lock().expect("guest output lock");
         Written { head: c.head.clone(), dropped: c.dropped, tail: c.tail.iter().copied().collect() }
     }

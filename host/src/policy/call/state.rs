@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use crate::wit::state::StateError;
 
 /// Longest key, in bytes.
-pub const MAX_KEY_BYTES: usize = 256;
+pub(crate) const MAX_KEY_BYTES: usize = 256;
 
 /// A policy's committed state: immutable, shared by every call that reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -202,12 +202,12 @@ pub enum StateFileError {
 }
 
 /// The largest state a policy may be given (`state-kib` of 64 MiB).
-pub const MAX_STATE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_STATE_BYTES: usize = 64 << 20;
 
 /// The largest file that can hold `state_bytes` of keys and values as this
 /// module writes it: JSON escapes a control character in 6 bytes, and an
 /// entry of a 1-byte key and an empty value takes 12 (`"\u0001":"",`).
-pub fn max_file_bytes(state_bytes: usize) -> u64 {
+pub(crate) fn max_file_bytes(state_bytes: usize) -> u64 {
     (state_bytes as u64).saturating_mul(12).saturating_add(2)
 }
 

@@ -44,24 +44,24 @@ use crate::text as clip;
 
 /// Most bytes of stdout, and of stderr, kept per call (the first and the
 /// last half of what was written; see `output.rs`).
-pub const OUTPUT_CAPACITY: usize = 16 << 10;
+pub(crate) const OUTPUT_CAPACITY: usize = 16 << 10;
 /// Most bytes the guest may hand the host in one transfer: one argument
 /// list of a host call, or the reply of `handle`. Counted as wasmtime
 /// counts it (the host memory the lifted strings and lists take), which is
 /// up to ten times the size of the same data encoded for the runtime (an
 /// update of a container is a large record, mostly empty), whose limit
 /// (1 MiB per policy) is checked after.
-pub const TRANSFER_LIMIT: usize = 16 << 20;
+pub(crate) const TRANSFER_LIMIT: usize = 16 << 20;
 /// Most resource handles (pollables, streams) a call may hold at once.
-pub const HANDLE_LIMIT: usize = 1024;
+pub(crate) const HANDLE_LIMIT: usize = 1024;
 /// Most random bytes one WASI call may ask for.
-pub const RANDOM_LIMIT: u64 = 64 << 10;
+pub(crate) const RANDOM_LIMIT: u64 = 64 << 10;
 /// Most `host.log` lines per call, and most bytes of them.
 const LOG_LINES: usize = 64;
 const LOG_BYTES: usize = 16 << 10;
 
 /// Per-call state of a store.
-pub struct CallState {
+pub(crate) struct CallState {
     pub(crate) limiter: CallLimiter,
     /// Built on the guest's first WASI call: most calls make none, and an
     /// empty context still costs the seeding of its random sources.
@@ -101,11 +101,11 @@ impl std::fmt::Debug for CallState {
 
 impl CallState {
     /// The event of this call (`None` in `configure`).
-    pub fn event(&self) -> Option<&CallEvent> {
+    pub(crate) fn event(&self) -> Option<&CallEvent> {
         self.event.as_ref()
     }
 
-    pub fn policy_name(&self) -> &str {
+    pub(crate) fn policy_name(&self) -> &str {
         &self.policy
     }
 
@@ -217,7 +217,7 @@ impl WasiView for CallState {
 
 /// What a call may still log through `host.log`.
 #[derive(Debug, Default)]
-pub struct LogBudget {
+pub(crate) struct LogBudget {
     lines: usize,
     bytes: usize,
     dropped: usize,
@@ -225,7 +225,7 @@ pub struct LogBudget {
 
 impl LogBudget {
     /// Whether a line of `len` bytes may still be logged; counts it either way.
-    pub fn take(&mut self, len: usize) -> bool {
+    pub(crate) fn take(&mut self, len: usize) -> bool {
         if self.lines < LOG_LINES && self.bytes + len.min(clip::MAX_LOG_LINE_BYTES) <= LOG_BYTES {
             self.lines += 1;
             self.bytes += len.min(clip::MAX_LOG_LINE_BYTES);
@@ -236,13 +236,13 @@ impl LogBudget {
         }
     }
 
-    pub fn dropped(&self) -> usize {
+    pub(crate) fn dropped(&self) -> usize {
         self.dropped
     }
 }
 
 /// A fresh store for one call of `policy`, ending at `deadline`.
-pub fn new_store(
+pub(crate) fn new_store(
     engine: &wasmtime::Engine,
     policy: &CompiledPolicy,
     env: &CallEnv,
@@ -295,7 +295,7 @@ const TRAP_STDERR_CHARS: usize = 800;
 /// Logs what the guest wrote to stdout and stderr (one clipped line each,
 /// tagged with the policy and the event), and returns the end of stderr,
 /// where a panic leaves its message, as one line.
-pub fn drain_output(state: &CallState, event: &str) -> Option<String> {
+pub(crate) fn drain_output(state: &CallState, event: &str) -> Option<String> {
     let policy = &*state.policy;
     if state.logs.dropped() > 0 {
         tracing::warn!(

@@ -24,7 +24,7 @@ use wasmtime::Engine;
 
 /// The deadline thread of one engine. Dropping it stops the thread.
 #[derive(Debug)]
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }
 
@@ -49,7 +49,7 @@ struct State {
 
 /// A registered deadline; dropping it withdraws the deadline.
 #[derive(Debug)]
-pub struct Armed {
+pub(crate) struct Armed {
     shared: Arc<Shared>,
     key: (Instant, u64),
 }
@@ -69,7 +69,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 
 impl Watchdog {
     /// Starts the thread that advances `engine`'s epoch at deadlines.
-    pub fn start(engine: &Engine) -> std::io::Result<Self> {
+    pub(crate) fn start(engine: &Engine) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let thread_shared = shared.clone();
         let engine = engine.weak();
@@ -87,7 +87,7 @@ impl Watchdog {
     }
 
     /// Registers a call's deadline until the returned guard is dropped.
-    pub fn arm(&self, deadline: Instant) -> Armed {
+    pub(crate) fn arm(&self, deadline: Instant) -> Armed {
         let mut state = lock(&self.shared);
         let key = (deadline, state.next);
         state.next += 1;
@@ -100,7 +100,7 @@ impl Watchdog {
 
     /// How many times the epoch was advanced so far.
     #[cfg(test)]
-    pub fn advances(&self) -> u64 {
+    pub(crate) fn advances(&self) -> u64 {
         lock(&self.shared).advances
     }
 }

@@ -62,7 +62,7 @@ pub(super) struct Plan {
 impl Plan {
     /// A plan for `entries` (in the order they will run) within `budget`.
     /// Quarantined policies will not run and need nothing.
-    pub fn new<'e>(entries: impl IntoIterator<Item = &'e ChainEntry>, budget: Duration) -> Self {
+    pub(super) fn new<'e>(entries: impl IntoIterator<Item = &'e ChainEntry>, budget: Duration) -> Self {
         let limits: Vec<Duration> = entries
             .into_iter()
             .map(|e| if e.quarantined() { Duration::ZERO } else { e.policy.spec.limits.timeout() })
@@ -79,7 +79,7 @@ impl Plan {
 
     /// The time the `i`-th policy may take now: its own limit, but no more
     /// than leaves the later policies their shares before `deadline`.
-    pub fn allowance(&self, i: usize, own: Duration, deadline: Instant) -> Duration {
+    pub(super) fn allowance(&self, i: usize, own: Duration, deadline: Instant) -> Duration {
         let left = deadline.saturating_duration_since(Instant::now());
         let reserve = self.reserve_after.get(i).copied().unwrap_or_default();
         own.min(left.saturating_sub(reserve))

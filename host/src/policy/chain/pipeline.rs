@@ -143,7 +143,7 @@ pub(super) struct Run<'t> {
 }
 
 impl<'t> Run<'t> {
-    pub fn new(target: &'t str, event: &'static str) -> Self {
+    pub(super) fn new(target: &'t str, event: &'static str) -> Self {
         Self {
             target,
             event,
@@ -156,12 +156,17 @@ impl<'t> Run<'t> {
     }
 
     /// Plans time for `entries`, the policies that will run, in order.
-    pub fn plan<'e>(&mut self, entries: impl IntoIterator<Item = &'e ChainEntry>, cx: &EvalContext, start: Instant) {
+    pub(super) fn plan<'e>(
+        &mut self,
+        entries: impl IntoIterator<Item = &'e ChainEntry>,
+        cx: &EvalContext,
+        start: Instant,
+    ) {
         self.plan = Plan::new(entries, cx.deadline.saturating_duration_since(start));
         self.observer = cx.observer.clone();
     }
 
-    pub fn done<T>(self, value: T) -> Evaluated<T> {
+    pub(super) fn done<T>(self, value: T) -> Evaluated<T> {
         Evaluated { value, steps: self.steps, effects: self.effects }
     }
 

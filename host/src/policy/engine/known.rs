@@ -48,7 +48,7 @@ use crate::policy::engine::PolicyEngine;
 use crate::policy::load::manifest::PolicySpec;
 
 /// Largest record read; a real one is under 100 bytes.
-pub const MAX_RECORD_BYTES: u64 = 512;
+pub(crate) const MAX_RECORD_BYTES: u64 = 512;
 /// Extension of record files (the compile cache prunes only its own).
 const EXTENSION: &str = "sub";
 /// First line of every record: the format and the interface it was made by.
@@ -124,7 +124,7 @@ fn file_name(path: &Path) -> String {
 /// Records what `policy` subscribed to, in the engine's compile cache
 /// directory, and keeps it as the policy's current record. Failing to
 /// write is logged: the next start only waits a little longer.
-pub fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
+pub(crate) fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
     let Some(dir) = engine.cache().map(crate::policy::load::cache::Cache::dir) else { return };
     let path = write(dir, policy.name(), policy.digest(), &policy.settings, Subscription::of(policy));
     engine.keep_record(policy.name(), file_name(&path));
@@ -135,7 +135,7 @@ pub fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
 /// while it is not loaded, which needs no subscription of its own. Returns
 /// the record's file name (the policy's current record), if the file could
 /// be read.
-pub fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) -> Option<String> {
+pub(crate) fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) -> Option<String> {
     // A policy named by reference has no file of its own to key a record by
     // before it is pulled; it counts as unknown at the next start.
     if spec.source.is_some() {
@@ -171,7 +171,7 @@ fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: S
 /// The recorded subscription of the policy of `spec` as its file is now,
 /// if there is a record the host may trust, with the record's file name.
 /// Reads the policy file (at most `max_bytes`, as the load would).
-pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(Subscription, String)> {
+pub(crate) fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(Subscription, String)> {
     let dir = dir?;
     if spec.source.is_some() {
         return None;
@@ -185,7 +185,7 @@ pub fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(
 /// were not read or written for [`crate::policy::load::cache::UNUSED_TTL`]. Returns how
 /// many were removed. Temporary files left by a crash are the compile
 /// cache's to remove (`Cache::prune`).
-pub fn prune(dir: &Path, keep: &HashSet<String>) -> usize {
+pub(crate) fn prune(dir: &Path, keep: &HashSet<String>) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     let now = SystemTime::now();
     let mut removed = 0;

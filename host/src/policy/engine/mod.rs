@@ -138,12 +138,12 @@ mod cache_dir {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    pub(super) fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
         let path = PathBuf::deserialize(d)?;
         Ok((!path.as_os_str().is_empty()).then_some(path))
     }
 
-    pub fn write<S: Serializer>(dir: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn write<S: Serializer>(dir: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
         match dir {
             Some(dir) => s.serialize_str(&dir.to_string_lossy()),
             None => s.serialize_str(""),

@@ -56,7 +56,7 @@ const HEADER: usize = 8 + 4 + 32 + 32 + 8;
 const PREFIX: usize = HEADER + 32;
 /// The compiler refuses artifacts over 1 GiB (`compile.rs`): no entry is
 /// larger than that and its prefix, and no larger file is read.
-pub const MAX_ENTRY_BYTES: u64 = (1 << 30) + PREFIX as u64;
+pub(crate) const MAX_ENTRY_BYTES: u64 = (1 << 30) + PREFIX as u64;
 
 type HmacSha256 = Hmac<Sha256>;
 

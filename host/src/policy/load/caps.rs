@@ -284,7 +284,7 @@ impl Allowed {
 /// The capabilities a reply uses. `own` is the id of the event's container
 /// (an update of it is judged by the resources it changes; an update of
 /// any other container needs `updates`).
-pub fn required(reply: &wit::Reply, own: Option<&str>) -> CapSet {
+pub(crate) fn required(reply: &wit::Reply, own: Option<&str>) -> CapSet {
     let mut need = CapSet::EMPTY;
     let wit::Reply { adjust, update, evict } = reply;
     if let Some(adjust) = adjust {
@@ -308,7 +308,7 @@ pub fn required(reply: &wit::Reply, own: Option<&str>) -> CapSet {
 
 /// Checks a reply against what the policy may use: the first capability
 /// it lacks, if any.
-pub fn missing(reply: &wit::Reply, own: Option<&str>, effective: CapSet) -> Option<Capability> {
+pub(crate) fn missing(reply: &wit::Reply, own: Option<&str>, effective: CapSet) -> Option<Capability> {
     required(reply, own).minus(effective).iter().next()
 }
 

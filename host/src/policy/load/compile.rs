@@ -41,7 +41,7 @@ const MAX_CHILD_STDERR: usize = 4096;
 /// The wall-clock backstop is this many times the CPU budget: a child that
 /// uses CPU is stopped by its CPU limit long before, even on a node whose
 /// CPUs are saturated five times over.
-pub const WALL_BACKSTOP_FACTOR: u32 = 10;
+pub(crate) const WALL_BACKSTOP_FACTOR: u32 = 10;
 /// Seconds of CPU time between the soft limit (SIGXCPU) and the hard one.
 const CPU_HARD_MARGIN_S: u64 = 5;
 

@@ -56,7 +56,7 @@ const MAX_DECLARATION_BYTES: usize = 4096;
 
 /// Interfaces a policy may import: ours, and the WASI p2 interfaces language
 /// runtimes need (linked with an empty context: no files, no env, no network).
-pub const ALLOWED_IMPORTS: [&str; 7] =
+pub(crate) const ALLOWED_IMPORTS: [&str; 7] =
     ["nri-wasm:policy/", "wasi:cli/", "wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:filesystem/", "wasi:sockets/"];
 
 /// Why an import is refused, or `None` if it is allowed.

@@ -52,7 +52,7 @@ pub enum OnConflict {
 /// The optional `NN-name.toml` beside a policy.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct PolicyFile {
+pub(crate) struct PolicyFile {
     #[serde(default)]
     pub on_error: OnError,
     #[serde(default)]
@@ -132,7 +132,7 @@ impl PolicySpec {
 
 /// The operator's grant: the default capabilities and those `names` adds.
 /// An unknown name is an error naming the key and every allowed value.
-pub fn grant_of(names: &[String]) -> Result<CapSet, String> {
+pub(crate) fn grant_of(names: &[String]) -> Result<CapSet, String> {
     let mut grant = CapSet::default_grant();
     for name in names {
         match Capability::from_name(name) {
@@ -354,7 +354,7 @@ fn escaped(name: &std::ffi::OsStr) -> String {
 /// is not UTF-8 is reported (someone meant something by that file); anything
 /// else named like a policy is a policy, whatever kind of file it is (the load
 /// says what is wrong with it).
-pub fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
+pub(crate) fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
     let mut specs = Vec::new();
     let mut errors = Vec::new();
     let entries = match std::fs::read_dir(dir) {
