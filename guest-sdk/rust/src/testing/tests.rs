@@ -446,8 +446,24 @@ fn check_refuses_what_the_host_refuses() {
     assert_eq!(create(ContainerAdjustment::new().set_annotation("a", "1")), Ok(()));
     assert_eq!(
         create(ContainerAdjustment::new().set_annotation("a", "1").set_annotation("a", "2")),
-        Err("adjust.annotations: \"a\" is set twice".into())
+        Err("adjust.annotations: key \"a\" is given twice".into())
     );
+    // Map fields: exact keys, markers included ("-k" and "k" are two keys).
+    assert_eq!(create(ContainerAdjustment::new().remove_annotation("a").set_annotation("a", "1")), Ok(()));
+    assert_eq!(
+        create(ContainerAdjustment::new().remove_annotation("a").remove_annotation("a")),
+        Err("adjust.annotations: key \"-a\" is given twice".into())
+    );
+    assert_eq!(
+        create(ContainerAdjustment::new().remove_sysctl("net.x").set_sysctl("net.x", "1").remove_sysctl("net.x")),
+        Err("adjust.linux.sysctl: key \"-net.x\" is given twice".into())
+    );
+    assert_eq!(
+        create(ContainerAdjustment::new().add_net_device("eth9", "net0").add_net_device("eth9", "net1")),
+        Err("adjust.linux.net_devices: key \"eth9\" is given twice".into())
+    );
+    // List fields: markers are no claim; a key set twice is.
+    assert_eq!(create(ContainerAdjustment::new().remove_env("A").remove_env("A").set_env("A", "1")), Ok(()));
     assert_eq!(
         create(ContainerAdjustment::new().set_rlimit("RLIMIT_NOFILE", 20, 10)),
         Err("adjust.rlimits[0]: soft limit 20 is above the hard limit 10".into())
@@ -587,4 +603,15 @@ fn a_chain_refuses_what_the_host_refuses_and_records_owners_as_it_does() {
     let twice = ContainerAdjustment::new().set_memory_limit(1 << 20);
     assert_eq!(v.try_adjust("10-a", &twice), Ok(()));
     assert!(matches!(v.try_adjust("10-a", &twice), Err(Refusal::Invalid(_))));
+    // A key given twice in a map field is refused while the host converts
+    // the reply, before its merge could find the conflict on env.
+    let mut v = Validation::of(&create);
+    assert_eq!(v.try_adjust("10-a", &ContainerAdjustment::new().set_env("A", "1")), Ok(()));
+    let both = ContainerAdjustment::new().set_env("A", "2").set_sysctl("net.x", "1").set_sysctl("net.x", "2");
+    assert_eq!(
+        v.try_adjust("20-b", &both),
+        Err(Refusal::Invalid("adjust.linux.sysctl: key \"net.x\" is given twice".into()))
+    );
+    let markers = ContainerAdjustment::new().remove_annotation("k").remove_annotation("k");
+    assert!(matches!(v.try_adjust("20-b", &markers), Err(Refusal::Invalid(_))));
 }
