@@ -92,12 +92,15 @@ impl Step<'_> {
 
     /// A keyed map (annotations, sysctls, net devices): a key both removed
     /// and set in one adjustment is cleared first, so the policy overrides
-    /// whoever set it; a key only removed changes no owner.
+    /// whoever set it; a key only removed changes no owner. The merged map
+    /// takes every key as given, exactly: a removal alone leaves an earlier
+    /// policy's value and adds the marker (the runtime applies both).
     fn keyed_map<T: Clone>(
         &mut self,
         list: &mut Vec<T>,
         items: &[T],
         name: impl Fn(&T) -> &str,
+        cleared: impl Fn(&str) -> T,
         field: i32,
     ) -> Claimed {
         let removed: Vec<&str> = items.iter().filter_map(|x| name(x).strip_prefix('-')).collect();
@@ -109,7 +112,14 @@ impl Step<'_> {
             }
             self.claim_key(field, name(item))?;
         }
-        merge_keyed(list, items, name);
+        for item in items {
+            let key = name(item);
+            let entry = if key.starts_with('-') { cleared(key) } else { item.clone() };
+            match list.iter_mut().find(|x| name(x) == key) {
+                Some(x) => *x = entry,
+                None => list.push(entry),
+            }
+        }
         Ok(())
     }
 
@@ -136,8 +146,8 @@ impl Step<'_> {
     }
 }
 
-/// Folds one adjustment's entries of a keyed field into `list`, as the
-/// host does: what the adjustment sets wins over its own removal of the
+/// Folds one adjustment's entries of a keyed list field into `list`, as
+/// the host does: what the adjustment sets wins over its own removal of the
 /// same key, whatever their order; a removal alone drops the key and
 /// leaves its marker.
 fn merge_keyed<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &str) {
@@ -154,6 +164,11 @@ fn merge_keyed<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &s
     }
     list.extend(set.into_iter().cloned());
     list.extend(markers.into_iter().cloned());
+}
+
+/// A removal marker of a string map, as the host's merge writes it.
+fn cleared_kv(key: &str) -> KeyValue {
+    KeyValue { key: key.into(), value: String::new() }
 }
 
 /// Replaces (by key, markers aside) or adds each item of `items` in `list`.
@@ -177,7 +192,7 @@ pub(super) fn merge(
     lenient: bool,
 ) -> Claimed {
     let mut s = Step { owners, id, policy, lenient };
-    s.keyed_map(&mut merged.annotations, &adjust.annotations, |kv| &kv.key, f::ANNOTATIONS)?;
+    s.keyed_map(&mut merged.annotations, &adjust.annotations, |kv| &kv.key, cleared_kv, f::ANNOTATIONS)?;
     s.keyed_list(&mut merged.mounts, &adjust.mounts, |m| &m.destination, f::MOUNTS)?;
     s.keyed_list(&mut merged.env, &adjust.env, |kv| &kv.key, f::ENV)?;
     if let Some(first) = adjust.args.first() {
@@ -218,8 +233,9 @@ pub(super) fn merge(
             s.claim_key(f::NAMESPACE, ns.type_.strip_prefix('-').unwrap_or(&ns.type_))?;
         }
         replace_by_key(&mut into.namespaces, &linux.namespaces, |n| &n.type_);
-        s.keyed_map(&mut into.sysctl, &linux.sysctl, |kv| &kv.key, f::SYSCTL)?;
-        s.keyed_map(&mut into.net_devices, &linux.net_devices, |d| &d.host_name, f::LINUX_NET_DEVICES)?;
+        s.keyed_map(&mut into.sysctl, &linux.sysctl, |kv| &kv.key, cleared_kv, f::SYSCTL)?;
+        let cleared = |k: &str| NetDeviceEntry { host_name: k.into(), name: String::new() };
+        s.keyed_map(&mut into.net_devices, &linux.net_devices, |d| &d.host_name, cleared, f::LINUX_NET_DEVICES)?;
         s.set(&mut into.scheduler, &linux.scheduler, f::LINUX_SCHED)?;
         if let Some(rdt) = &linux.rdt {
             let to = into.rdt.get_or_insert(LinuxRdt {

@@ -615,3 +615,17 @@ fn a_chain_refuses_what_the_host_refuses_and_records_owners_as_it_does() {
     let markers = ContainerAdjustment::new().remove_annotation("k").remove_annotation("k");
     assert!(matches!(v.try_adjust("20-b", &markers), Err(Refusal::Invalid(_))));
 }
+
+#[test]
+fn a_removal_alone_keeps_the_value_and_adds_the_marker_in_map_fields() {
+    let mut v = Validation::of(&fixture());
+    let set = ContainerAdjustment::new().set_annotation("a", "1").set_sysctl("net.x", "1");
+    assert_eq!(v.try_adjust("10-a", &set), Ok(()));
+    let remove = ContainerAdjustment::new().remove_annotation("a").remove_sysctl("net.x");
+    assert_eq!(v.try_adjust("20-b", &remove), Ok(()));
+    let merged = v.build().adjust.expect("an adjustment");
+    let keys = |list: &[KeyValue]| list.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect::<Vec<_>>();
+    let pairs = |a: &str, b: &str| vec![(a.to_string(), "1".to_string()), (b.to_string(), String::new())];
+    assert_eq!(keys(&merged.annotations), pairs("a", "-a"));
+    assert_eq!(keys(&merged.linux.expect("linux").sysctl), pairs("net.x", "-net.x"));
+}
