@@ -3,9 +3,15 @@
 //! `host/src/merge/adjust.rs`), and the conflicts the host refuses.
 //!
 //! Kept equal to the host by a property test
-//! (`tests/e2e/tests/sdk_agrees.rs`): random adjustments of several
-//! policies, merged here and by the host's merge, must be refused by both
-//! (naming the same two policies) or accepted by both with the same owners.
+//! (`tests/e2e/tests/sdk_agrees.rs`): chains of up to four policies'
+//! adjustments of env, annotations, sysctl (keys and removal markers given
+//! twice included), mounts, devices, namespaces, rlimits, memory limit,
+//! CPU shares, OOM score, hooks, unified and args, passed through the
+//! host's conversion and merge and through [`super::Validation::try_adjust`],
+//! must be refused by both (invalid output, or a conflict naming the same
+//! two policies) or accepted by both, with the same owners and the same
+//! merged annotations, sysctl and namespaces. Other fields of the merged
+//! adjustment (lists the host passes on in its own form) are not compared.
 
 use crate::field as f;
 use crate::*;
