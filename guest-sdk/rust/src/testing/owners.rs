@@ -33,7 +33,8 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "policies {:?} and {:?} both tried to set field {}", self.first, self.second, self.field)?;
+        let field = crate::field::name(self.field);
+        write!(f, "policies {:?} and {:?} both tried to set {field}", self.first, self.second)?;
         if !self.key.is_empty() {
             write!(f, " {:?}", self.key)?;
         }

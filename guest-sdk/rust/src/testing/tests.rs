@@ -588,7 +588,10 @@ fn a_chain_refuses_what_the_host_refuses_and_records_owners_as_it_does() {
     // Another policy setting it conflicts, naming the first; nothing of it is merged.
     let second = ContainerAdjustment::new().set_env("B", "2").set_env("A", "2");
     match v.try_adjust("20-b", &second) {
-        Err(Refusal::Conflict(c)) => assert_eq!((c.field, c.key.as_str(), c.first.as_str()), (field::ENV, "A", "10-a")),
+        Err(Refusal::Conflict(c)) => {
+            assert_eq!((c.field, c.key.as_str(), c.first.as_str()), (field::ENV, "A", "10-a"));
+            assert_eq!(c.to_string(), "policies \"10-a\" and \"20-b\" both tried to set environment variable \"A\"");
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(v.owners().iter().filter(|o| o.field == field::ENV).count(), 1);
