@@ -16,9 +16,10 @@
 //! `Validation::try_adjust` (on the same adjustment built with the SDK's
 //! builders). After every policy both must have refused (for the same
 //! reason: invalid output, or a conflict with the same earlier policy) or
-//! accepted, both must record the same owner of every field, and the
-//! merged map fields (annotations, sysctl) and namespaces a validating
-//! policy sees must be equal.
+//! accepted, both must record the same owner of every field, and what a
+//! validating policy sees of the merged adjustment must be equal: the map
+//! fields (annotations, sysctl) and namespaces, and env, mounts and
+//! devices by key (removal markers included).
 
 use std::collections::BTreeMap;
 
@@ -336,16 +337,20 @@ fn validation() -> Validation {
     Validation::new(pod, container)
 }
 
-/// What a validating policy sees of the merged map fields and namespaces:
-/// annotations and sysctl (markers included) and namespaces by type.
-type Merged = [BTreeMap<String, String>; 3];
+/// What a validating policy sees of the merged adjustment, markers
+/// included: annotations and sysctl, namespaces by type, env, mounts by
+/// destination (their source), devices by path (their type).
+type Merged = [BTreeMap<String, String>; 6];
 
 fn host_merged(merge: &CreateMerge<'_>) -> Merged {
     let adjust = merge.clone().finish().adjust.into_option().unwrap_or_default();
     let linux = adjust.linux.into_option().unwrap_or_default();
     let map = |m: std::collections::HashMap<String, String>| m.into_iter().collect();
     let namespaces = linux.namespaces.into_iter().map(|n| (n.type_, n.path)).collect();
-    [map(adjust.annotations), map(linux.sysctl), namespaces]
+    let env = adjust.env.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    let mounts = adjust.mounts.into_iter().map(|m| (m.destination, m.source)).collect();
+    let devices = linux.devices.into_iter().map(|d| (d.path, d.type_)).collect();
+    [map(adjust.annotations), map(linux.sysctl), namespaces, env, mounts, devices]
 }
 
 fn sdk_merged(v: &Validation) -> Merged {
@@ -353,7 +358,10 @@ fn sdk_merged(v: &Validation) -> Merged {
     let linux = adjust.linux.unwrap_or_default();
     let map = |l: Vec<nri_wasm_sdk::KeyValue>| l.into_iter().map(|kv| (kv.key, kv.value)).collect();
     let namespaces = linux.namespaces.into_iter().map(|n| (n.type_, n.path)).collect();
-    [map(adjust.annotations), map(linux.sysctl), namespaces]
+    let env = map(adjust.env);
+    let mounts = adjust.mounts.into_iter().map(|m| (m.destination, m.source)).collect();
+    let devices = linux.devices.into_iter().map(|d| (d.path, d.type_)).collect();
+    [map(adjust.annotations), map(linux.sysctl), namespaces, env, mounts, devices]
 }
 
 /// Folds `chain` both ways; the first disagreement, described.

@@ -10,8 +10,9 @@
 //! host's conversion and merge and through [`super::Validation::try_adjust`],
 //! must be refused by both (invalid output, or a conflict naming the same
 //! two policies) or accepted by both, with the same owners and the same
-//! merged annotations, sysctl and namespaces. Other fields of the merged
-//! adjustment (lists the host passes on in its own form) are not compared.
+//! merged annotations, sysctl, namespaces, env, mounts (destination and
+//! source) and devices (path and type), removal markers included. The
+//! other fields of the merged adjustment are not compared.
 
 use crate::field as f;
 use crate::*;
