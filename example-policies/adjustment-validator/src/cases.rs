@@ -124,6 +124,13 @@ pub const CASES: &[Case] = &[
         expect: Expect::Settings("invalid settings: missing field `opt-in-annotation` at line 1 column 2"),
     },
     Case {
+        name: "no settings at all",
+        settings: "",
+        fixture: "CreateContainer",
+        edits: &[],
+        expect: Expect::Settings("invalid settings: missing field `opt-in-annotation`"),
+    },
+    Case {
         name: "an opt-in annotation that is not a key",
         settings: r#"{"opt-in-annotation": "allow"}"#,
         fixture: "CreateContainer",

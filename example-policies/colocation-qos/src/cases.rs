@@ -47,7 +47,7 @@ pub const CASES: &[Case] = &[
         settings: "cpu-percent=20%",
         fixture: "CreateContainer",
         edits: &[],
-        expect: Expect::Settings("invalid settings: cpu-percent \"20%\" is not a number"),
+        expect: Expect::Settings("invalid settings: cpu-percent: \"20%\" is not a number"),
     },
     Case {
         name: "a period the kernel refuses",
@@ -85,7 +85,7 @@ pub const CASES: &[Case] = &[
         fixture: "CreateContainer",
         edits: &[],
         expect: Expect::Settings(
-            "invalid settings: unknown setting \"memory-max\" (known: cpu-percent, period, memory-high, label)",
+            "invalid settings: unknown field `memory-max`, expected one of `cpu-percent`, `period`, `memory-high`, `label`",
         ),
     },
 ];

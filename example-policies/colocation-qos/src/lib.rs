@@ -59,7 +59,6 @@ struct Settings {
     #[serde(default = "default_period")]
     period: u64,
     /// `memory.high` while throttled; `None` leaves memory alone (cgroup v1).
-    #[serde(default)]
     memory_high: Option<String>,
     #[serde(default = "default_label")]
     label: String,

@@ -121,7 +121,7 @@ pub const CASES: &[Case] = &[
         settings: "min-shared=-1",
         fixture: "CreateContainer",
         edits: &[],
-        expect: Expect::Settings("invalid settings: min-shared \"-1\" is not a number"),
+        expect: Expect::Settings("invalid settings: min-shared: \"-1\" is not a number"),
     },
     Case {
         name: "a word without =",
@@ -135,6 +135,15 @@ pub const CASES: &[Case] = &[
         settings: "count=2",
         fixture: "CreateContainer",
         edits: &[],
-        expect: Expect::Settings("invalid settings: unknown setting \"count\" (known: pool, annotation, min-shared)"),
+        expect: Expect::Settings(
+            "invalid settings: unknown field `count`, expected one of `pool`, `annotation`, `min-shared`",
+        ),
+    },
+    Case {
+        name: "a setting given twice",
+        settings: "pool=2-x pool=3",
+        fixture: "CreateContainer",
+        edits: &[],
+        expect: Expect::Settings("invalid settings: pool given twice"),
     },
 ];

@@ -49,7 +49,6 @@ struct ExclusiveCpus;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawSettings {
-    #[serde(default)]
     pool: Option<String>,
     #[serde(default = "default_annotation")]
     annotation: String,

@@ -128,6 +128,6 @@ pub const CASES: &[Case] = &[
         settings: r#"{"maximum": {}}"#,
         fixture: "CreateContainer",
         edits: &[],
-        expect: Expect::Settings("invalid settings: unknown field `maximum`, expected `prefix` or `max` at line 1 column 10"),
+        expect: Expect::Settings("invalid settings: unknown field `maximum`, expected `prefix` or `max`"),
     },
 ];

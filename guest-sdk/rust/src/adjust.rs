@@ -10,7 +10,7 @@
 
 use crate::{
     ContainerAdjustment, ContainerEviction, ContainerUpdate, Hook, Hooks, KeyValue, LinuxContainerAdjustment, LinuxCpu,
-    LinuxDevice, LinuxDeviceCgroup, LinuxMemory, LinuxResources, Mount, PosixRlimit, Reply,
+    LinuxDevice, LinuxDeviceCgroup, LinuxMemory, LinuxResources, Mount, NetDeviceEntry, PosixRlimit, Reply,
 };
 
 pub(crate) fn kv(key: &str, value: &str) -> KeyValue {
@@ -311,6 +311,32 @@ impl ContainerAdjustment {
     /// Sets the memory nodes the container may allocate from (`0-1`).
     pub fn set_cpuset_mems(mut self, mems: &str) -> Self {
         self.resources_mut().cpu.get_or_insert_with(LinuxCpu::default).mems = mems.into();
+        self
+    }
+
+    /// Sets a kernel parameter of the container (`net.core.somaxconn`).
+    /// sysctl is a map: a key given twice in one adjustment is refused.
+    pub fn set_sysctl(mut self, key: &str, value: &str) -> Self {
+        self.linux_mut().sysctl.push(kv(key, value));
+        self
+    }
+
+    /// Removes a kernel parameter an earlier policy set.
+    pub fn remove_sysctl(mut self, key: &str) -> Self {
+        self.linux_mut().sysctl.push(kv(&format!("-{key}"), ""));
+        self
+    }
+
+    /// Moves host network device `host_name` into the container as `name`.
+    pub fn add_net_device(mut self, host_name: &str, name: &str) -> Self {
+        self.linux_mut().net_devices.push(NetDeviceEntry { host_name: host_name.into(), name: name.into() });
+        self
+    }
+
+    /// Removes a network device an earlier policy added.
+    pub fn remove_net_device(mut self, host_name: &str) -> Self {
+        let host_name = format!("-{host_name}");
+        self.linux_mut().net_devices.push(NetDeviceEntry { host_name, name: String::new() });
         self
     }
 

@@ -14,6 +14,13 @@
 //! with `default-features = false` and gets the standard allocator back; the
 //! memory limit of the policy bounds either.
 
+// The `Sync` argument below rests on one thread per instance.
+#[cfg(all(feature = "bump-alloc", target_arch = "wasm32", target_feature = "atomics"))]
+compile_error!(
+    "the SDK's bump allocator assumes a single-threaded instance; build without the `atomics` target feature \
+     or with `default-features = false` (the standard allocator)"
+);
+
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::Cell;
 
@@ -30,8 +37,9 @@ pub struct BumpAlloc {
 
 // SAFETY: `Sync` is needed to be the global allocator (a `static`). The
 // cells are only written from `alloc`, `dealloc` and `realloc`; on wasm32 a
-// component instance runs one thread (wasm32-wasip2 has no threads), so no
-// two calls ever overlap. Built for any other target `grow` always fails,
+// component instance runs one thread (wasm32-wasip2 has no threads, and a
+// build with the `atomics` feature is refused above), so no two calls ever
+// overlap. Built for any other target `grow` always fails,
 // so `alloc` returns null before writing anything and `dealloc`/`realloc`
 // never see a block of this allocator: the cells are never written there.
 unsafe impl Sync for BumpAlloc {}
@@ -45,6 +53,9 @@ impl BumpAlloc {
     fn grow(&self, size: usize, align: usize) -> bool {
         let want = size.saturating_add(align).max(CHUNK);
         let pages = want.div_ceil(PAGE);
+        if pages > usize::MAX / PAGE {
+            return false;
+        }
         #[cfg(target_arch = "wasm32")]
         let old = core::arch::wasm32::memory_grow(0, pages);
         #[cfg(not(target_arch = "wasm32"))]
@@ -52,13 +63,27 @@ impl BumpAlloc {
         if old == usize::MAX {
             return false;
         }
-        let start = old * PAGE;
+        // A memory of 4 GiB ends at 2^32, which a 32-bit `usize` cannot
+        // hold: such a chunk is left unused rather than wrapped around.
+        let Some((start, end)) = old.checked_mul(PAGE).and_then(|s| Some((s, s.checked_add(pages * PAGE)?))) else {
+            return false;
+        };
         // Contiguous with the current chunk: extend it, otherwise start anew.
         if self.end.get() != start {
             self.next.set(start);
         }
-        self.end.set(start + pages * PAGE);
+        self.end.set(end);
         true
+    }
+
+    /// The block of `layout` at the first suitable address from `next`, as
+    /// `(start, end)`, if it fits before `end`; `None` also where the
+    /// arithmetic would overflow (on 32 bits, near 4 GiB).
+    fn fit(&self, layout: Layout) -> Option<(usize, usize)> {
+        let align = layout.align();
+        let start = self.next.get().checked_add(align - 1)? & !(align - 1);
+        let end = start.checked_add(layout.size())?;
+        (self.next.get() != 0 && end <= self.end.get()).then_some((start, end))
     }
 }
 
@@ -74,24 +99,25 @@ impl Default for BumpAlloc {
 //   between `next` and `end`, memory that `memory.grow` handed to this
 //   allocator alone and that no live block covers: `next` only moves back
 //   in `dealloc`/`realloc`, over the block that ends at it, which the caller
-//   gives up (or resizes) by calling them;
-// - failure is reported by returning null (when `memory.grow` fails), never
-//   by panicking or unwinding;
+//   gives up (or resizes) by calling them. Every sum of an address and a
+//   size is checked (`fit`, `grow`, `realloc`): one that would overflow is
+//   no block, so nothing wraps around to low addresses;
+// - failure is reported by returning null (when `memory.grow` fails or an
+//   address would overflow), never by panicking or unwinding;
 // - `realloc` keeps the first `min(old, new)` bytes: in place when the block
 //   is the last one and fits (or shrinks), otherwise by copying into a new
 //   block, which cannot overlap the old one since the old one is live.
 unsafe impl GlobalAlloc for BumpAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let align = layout.align();
-        let mut start = (self.next.get() + align - 1) & !(align - 1);
-        if self.next.get() == 0 || start + layout.size() > self.end.get() {
-            if !self.grow(layout.size(), align) {
-                return core::ptr::null_mut();
+        let fitted =
+            self.fit(layout).or_else(|| self.grow(layout.size(), layout.align()).then(|| self.fit(layout)).flatten());
+        match fitted {
+            Some((start, end)) => {
+                self.next.set(end);
+                start as *mut u8
             }
-            start = (self.next.get() + align - 1) & !(align - 1);
+            None => core::ptr::null_mut(),
         }
-        self.next.set(start + layout.size());
-        start as *mut u8
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -102,7 +128,8 @@ unsafe impl GlobalAlloc for BumpAlloc {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let at = ptr as usize;
-        if at + layout.size() == self.next.get() && at + new_size <= self.end.get() {
+        let last = at.checked_add(layout.size()) == Some(self.next.get());
+        if last && at.checked_add(new_size).is_some_and(|end| end <= self.end.get()) {
             self.next.set(at + new_size);
             return ptr;
         }
@@ -116,5 +143,27 @@ unsafe impl GlobalAlloc for BumpAlloc {
             unsafe { core::ptr::copy_nonoverlapping(ptr, new, layout.size()) };
         }
         new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Near the top of the address space, sums that would wrap around are
+    /// refused (null), not turned into a block at a low address.
+    #[test]
+    fn sizes_that_would_overflow_the_address_space_are_refused() {
+        let a = BumpAlloc { next: Cell::new(usize::MAX - 8), end: Cell::new(usize::MAX) };
+        let layout = Layout::from_size_align(64, 16).unwrap();
+        // SAFETY: a valid, nonzero layout; a null result is checked.
+        assert!(unsafe { a.alloc(layout) }.is_null());
+        let block = (usize::MAX - 8) as *mut u8;
+        let small = Layout::from_size_align(1, 1).unwrap();
+        let b = BumpAlloc { next: Cell::new(usize::MAX - 7), end: Cell::new(usize::MAX) };
+        // SAFETY: `block` is "the last block" of `b` by its cells; realloc
+        // must not write through it when the new end would overflow.
+        assert!(unsafe { b.realloc(block, small, 16) }.is_null());
+        assert_eq!(b.next.get(), usize::MAX - 7, "a refused realloc moves nothing");
     }
 }

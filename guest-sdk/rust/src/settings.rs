@@ -35,10 +35,21 @@
 //!   (`invalid settings: max.nofile.soft: invalid type: ...`);
 //! - words `key=value` separated by white space (a `settings` string such
 //!   as `"cpu-percent=20 label=tier"`), every value a string that numbers
-//!   and booleans are parsed from; a key given twice keeps its last value.
+//!   and booleans are parsed from. There is no quoting: a value cannot
+//!   hold white space, and everything after the first `=` is the value. A
+//!   key given twice is refused (`pool given twice`). Words are flat: a
+//!   field that wants a list, a map or a struct cannot be given this way.
+//!
+//! In both forms an error names the key at fault (`cpu-percent: "20%" is
+//! not a number`, `limits.nofile.soft: invalid type: ...`; a key that is
+//! not letters, digits, `_` and `-` quoted: `devices."/dev/fuse".major`).
+//! Unknown keys are refused only if the type says
+//! `#[serde(deny_unknown_fields)]` (serde ignores them otherwise), in the
+//! same words in both forms: ``unknown field `x`, expected one of ...``.
 //!
 //! Empty text (no settings given) is read as an empty object, so the type's
-//! defaults decide, and a field without one is reported missing.
+//! defaults decide, and a field without one is reported missing (with no
+//! position: there is no text to point into).
 
 use std::fmt;
 
@@ -72,50 +83,72 @@ pub fn get<T: DeserializeOwned>() -> Result<T, SettingsError> {
 pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, SettingsError> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
-        return from_json("{}");
+        // No text to point into: positions in the stand-in `{}` would
+        // only mislead.
+        return from_json("{}", false);
     }
     if trimmed.starts_with('{') {
-        return from_json(text);
+        return from_json(text, true);
     }
-    T::deserialize(Words::parse(text)?)
+    serde_path_to_error::deserialize(Words::parse(text)?).map_err(|e| {
+        let message = e.inner().message.clone();
+        located(e.path(), message)
+    })
 }
 
-fn from_json<T: DeserializeOwned>(text: &str) -> Result<T, SettingsError> {
-    use serde_path_to_error::Segment;
-
+fn from_json<T: DeserializeOwned>(text: &str, positions: bool) -> Result<T, SettingsError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let mut segments: Vec<&Segment> = e.path().iter().collect();
-        let message = e.inner().to_string();
-        // An unknown field is recorded as a step into it, which the
-        // message names already: the path is where it was found.
-        if let Some(Segment::Map { key }) = segments.last() {
-            if message.starts_with(&format!("unknown field `{key}`")) {
-                segments.pop();
+        let inner = e.inner();
+        let mut message = inner.to_string();
+        // An unknown key reads the same in both forms: no position.
+        if !positions || message.starts_with("unknown field `") {
+            let at = format!(" at line {} column {}", inner.line(), inner.column());
+            if let Some(bare) = message.strip_suffix(&at) {
+                message = bare.to_string();
             }
         }
-        let mut path = String::new();
-        for segment in segments {
-            match segment {
-                Segment::Seq { index } => path.push_str(&format!("[{index}]")),
-                Segment::Map { key } | Segment::Enum { variant: key } => {
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(key);
-                }
-                Segment::Unknown => {
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push('?');
-                }
-            }
-        }
-        SettingsError { path, message }
+        located(e.path(), message)
     })?;
     de.end().map_err(|e| SettingsError { path: String::new(), message: e.to_string() })?;
     Ok(value)
+}
+
+/// The error at `path`, written as dotted keys and `[i]` for list items;
+/// a key that is not all letters, digits, `_` and `-` is quoted
+/// (`devices."/dev/fuse".major`).
+fn located(path: &serde_path_to_error::Path, message: String) -> SettingsError {
+    use serde_path_to_error::Segment;
+
+    let mut segments: Vec<&Segment> = path.iter().collect();
+    // An unknown field is recorded as a step into it, which the message
+    // names already: the path is where it was found.
+    if let Some(Segment::Map { key }) = segments.last() {
+        if message.starts_with(&format!("unknown field `{key}`")) {
+            segments.pop();
+        }
+    }
+    let mut out = String::new();
+    for segment in segments {
+        let key = match segment {
+            Segment::Seq { index } => {
+                out.push_str(&format!("[{index}]"));
+                continue;
+            }
+            Segment::Map { key } | Segment::Enum { variant: key } => key.as_str(),
+            Segment::Unknown => "?",
+        };
+        if !out.is_empty() {
+            out.push('.');
+        }
+        let plain = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if plain || key == "?" {
+            out.push_str(key);
+        } else {
+            out.push_str(&format!("{key:?}"));
+        }
+    }
+    SettingsError { path: out, message }
 }
 
 /// Settings a policy cannot use: what is wrong, and where.
@@ -123,12 +156,25 @@ fn from_json<T: DeserializeOwned>(text: &str) -> Result<T, SettingsError> {
 /// Shown as `invalid settings: <path>: <message>` (the path left out when
 /// the fault is not in one value), the form the host passes on to the
 /// operator when `configure` refuses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid settings: {}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingsError {
     path: String,
     message: String,
 }
+
+// Written by hand rather than derived: one Display does not pay for a
+// derive crate in every guest.
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid settings: ")?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SettingsError {}
 
 impl SettingsError {
     /// An error about the value at `path` (dotted keys, `[i]` for list
@@ -149,13 +195,11 @@ impl SettingsError {
     }
 }
 
+/// Unknown keys keep serde's wording, which is also `serde_json`'s: the
+/// two forms report them alike.
 impl de::Error for SettingsError {
     fn custom<M: fmt::Display>(msg: M) -> Self {
         SettingsError::new("", msg)
-    }
-
-    fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
-        SettingsError::new("", format_args!("unknown setting {field:?} (known: {})", expected.join(", ")))
     }
 }
 
@@ -178,10 +222,10 @@ impl<'a> Words<'a> {
             let (key, value) = word
                 .split_once('=')
                 .ok_or_else(|| SettingsError::new("", format_args!("{word:?} is not key=value")))?;
-            match pairs.iter_mut().find(|(k, _)| *k == key) {
-                Some(pair) => pair.1 = value,
-                None => pairs.push((key, value)),
+            if pairs.iter().any(|(k, _)| *k == key) {
+                return Err(SettingsError::new("", format_args!("{key} given twice")));
             }
+            pairs.push((key, value));
         }
         Ok(Words { pairs })
     }
@@ -191,7 +235,7 @@ impl<'de> de::Deserializer<'de> for Words<'de> {
     type Error = SettingsError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, SettingsError> {
-        let pairs = self.pairs.into_iter().map(|(key, value)| (key, Word { key, value }));
+        let pairs = self.pairs.into_iter().map(|(key, value)| (key, Word { value }));
         visitor.visit_map(de::value::MapDeserializer::new(pairs))
     }
 
@@ -202,9 +246,9 @@ impl<'de> de::Deserializer<'de> for Words<'de> {
     }
 }
 
-/// One word's value: a string, parsed as the field's type asks.
+/// One word's value: a string, parsed as the field's type asks (its key
+/// is added to an error by `serde_path_to_error`).
 struct Word<'a> {
-    key: &'a str,
     value: &'a str,
 }
 
@@ -218,9 +262,7 @@ impl<'de> de::IntoDeserializer<'de, SettingsError> for Word<'de> {
 
 impl Word<'_> {
     fn parsed<N: std::str::FromStr>(&self, what: &str) -> Result<N, SettingsError> {
-        self.value
-            .parse()
-            .map_err(|_| SettingsError::new("", format_args!("{} {:?} is not {what}", self.key, self.value)))
+        self.value.parse().map_err(|_| SettingsError::new("", format_args!("{:?} is not {what}", self.value)))
     }
 }
 
@@ -247,10 +289,12 @@ impl<'de> de::Deserializer<'de> for Word<'de> {
         deserialize_i16 visit_i16 i16, "a number";
         deserialize_i32 visit_i32 i32, "a number";
         deserialize_i64 visit_i64 i64, "a number";
+        deserialize_i128 visit_i128 i128, "a number";
         deserialize_u8 visit_u8 u8, "a number";
         deserialize_u16 visit_u16 u16, "a number";
         deserialize_u32 visit_u32 u32, "a number";
         deserialize_u64 visit_u64 u64, "a number";
+        deserialize_u128 visit_u128 u128, "a number";
         deserialize_f32 visit_f32 f32, "a number";
         deserialize_f64 visit_f64 f64, "a number";
     }
@@ -277,7 +321,7 @@ impl<'de> de::Deserializer<'de> for Word<'de> {
     }
 
     serde::forward_to_deserialize_any! {
-        i128 u128 char str string bytes byte_buf unit unit_struct seq tuple
+        char str string bytes byte_buf unit unit_struct seq tuple
         tuple_struct map struct identifier ignored_any
     }
 }
@@ -293,7 +337,6 @@ mod tests {
     struct Example {
         #[serde(default = "twenty")]
         cpu_percent: u64,
-        #[serde(default)]
         memory_high: Option<String>,
         #[serde(default)]
         strict: bool,
@@ -325,20 +368,63 @@ mod tests {
     }
 
     #[test]
-    fn words_become_typed_fields_and_the_last_repeat_wins() {
-        let s: Example = parse("cpu-percent=5 memory-high=256M strict=true cpu-percent=7").unwrap();
-        assert_eq!((s.cpu_percent, s.memory_high.as_deref(), s.strict), (7, Some("256M"), true));
+    fn words_become_typed_fields_and_a_repeat_is_refused() {
+        let s: Example = parse("cpu-percent=5 memory-high=256M strict=true").unwrap();
+        assert_eq!((s.cpu_percent, s.memory_high.as_deref(), s.strict), (5, Some("256M"), true));
+        assert_eq!(err("cpu-percent=5 strict=true cpu-percent=7"), "invalid settings: cpu-percent given twice");
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    enum Mode {
+        Strict,
+        Lenient,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    struct Kinds {
+        mode: Option<Mode>,
+        list: Option<Vec<String>>,
+        big: Option<u128>,
+        small: Option<i128>,
+        count: Option<u8>,
     }
 
     #[test]
     fn word_errors_name_the_key() {
-        assert_eq!(err("cpu-percent=20%"), "invalid settings: cpu-percent \"20%\" is not a number");
-        assert_eq!(err("strict=yes"), "invalid settings: strict \"yes\" is not true or false");
+        assert_eq!(err("cpu-percent=20%"), "invalid settings: cpu-percent: \"20%\" is not a number");
+        assert_eq!(err("strict=yes"), "invalid settings: strict: \"yes\" is not true or false");
         assert_eq!(err("strict"), "invalid settings: \"strict\" is not key=value");
+        let kinds = |text: &str| parse::<Kinds>(text).unwrap_err().to_string();
         assert_eq!(
-            err("cpu-percent=1 memory-max=1G"),
-            "invalid settings: unknown setting \"memory-max\" (known: cpu-percent, memory-high, strict, limits)"
+            kinds("mode=loose"),
+            "invalid settings: mode: unknown variant `loose`, expected `strict` or `lenient`"
         );
+        assert_eq!(kinds("list=a,b"), "invalid settings: list: invalid type: string \"a,b\", expected a sequence");
+        assert_eq!(kinds("count=300"), "invalid settings: count: \"300\" is not a number");
+        let s: Kinds = parse("mode=lenient big=340282366920938463463374607431768211455 small=-5").unwrap();
+        assert_eq!((s.mode, s.big, s.small), (Some(Mode::Lenient), Some(u128::MAX), Some(-5)));
+    }
+
+    #[test]
+    fn unknown_keys_read_alike_in_both_forms() {
+        let want = "invalid settings: unknown field `memory-max`, expected one of `cpu-percent`, `memory-high`, \
+                    `strict`, `limits`";
+        assert_eq!(err("cpu-percent=1 memory-max=1G"), want);
+        assert_eq!(err(r#"{"cpu-percent": 1, "memory-max": "1G"}"#), want);
+    }
+
+    #[test]
+    fn json_paths_quote_keys_that_are_not_plain() {
+        let e = parse::<Example>(r#"{"limits": {"/dev/fuse": {"soft": "x", "hard": 2}}}"#).unwrap_err();
+        assert_eq!(e.path(), "limits.\"/dev/fuse\".soft");
+    }
+
+    #[test]
+    fn empty_text_has_no_position() {
+        let e = parse::<Limit>("").unwrap_err();
+        assert_eq!(e.to_string(), "invalid settings: missing field `soft`");
     }
 
     #[test]
@@ -360,8 +446,9 @@ mod tests {
         let e = parse::<Example>(r#"{"cpu-precent": 3}"#).unwrap_err();
         assert_eq!(e.path(), "");
         assert!(e.to_string().starts_with("invalid settings: unknown field `cpu-precent`, expected one of"), "{e}");
+        assert!(!e.to_string().contains(" at line "), "{e}");
         let e = parse::<Example>(r#"{"limits": {"nofile": {"soft": 1, "hard": 2, "firm": 3}}}"#).unwrap_err();
-        assert!(e.to_string().starts_with("invalid settings: limits.nofile: unknown field `firm`"), "{e}");
+        assert_eq!(e.to_string(), "invalid settings: limits.nofile: unknown field `firm`, expected `soft` or `hard`");
         let e = parse::<std::collections::BTreeMap<String, Vec<Limit>>>(r#"{"a": [{"soft": 1, "hard": "x"}]}"#)
             .unwrap_err();
         assert_eq!(e.path(), "a[0].hard");
@@ -377,7 +464,7 @@ mod tests {
         fn init(text: &str) -> Result<u64, String> {
             Ok(parse::<Example>(text)?.cpu_percent)
         }
-        assert_eq!(init("cpu-percent=x"), Err("invalid settings: cpu-percent \"x\" is not a number".to_string()));
+        assert_eq!(init("cpu-percent=x"), Err("invalid settings: cpu-percent: \"x\" is not a number".to_string()));
         assert_eq!(SettingsError::new("a.b", "no").to_string(), "invalid settings: a.b: no");
     }
 }

@@ -9,19 +9,25 @@
 //!
 //! This one generates chains of adjustments from up to four policies,
 //! drawn from a few keys so that policies collide often, with some values
-//! the host refuses, and folds every chain twice: with the host's merge
-//! (`nri_wasm::merge::CreateMerge`, on the protobuf reply) and with the
-//! SDK's `Validation::try_adjust` (on the same adjustment built with the
-//! SDK's builders). After every policy both must have refused (for the
-//! same reason: invalid output, or a conflict with the same earlier policy)
-//! or accepted, and both must record the same owner of every field.
+//! the host refuses, and folds every chain twice: with the host's
+//! conversion of the policy's reply (`nri_wasm::convert`, WIT lists into
+//! protobuf maps, which refuses a map key given twice) and merge
+//! (`nri_wasm::merge::CreateMerge`), and with the SDK's
+//! `Validation::try_adjust` (on the same adjustment built with the SDK's
+//! builders). After every policy both must have refused (for the same
+//! reason: invalid output, or a conflict with the same earlier policy) or
+//! accepted, both must record the same owner of every field, and what a
+//! validating policy sees of the merged adjustment must be equal: the map
+//! fields (annotations, sysctl) and namespaces, and env, mounts and
+//! devices by key (removal markers included).
 
 use std::collections::BTreeMap;
 
 use nri_wasm::merge::{CreateMerge, MergeError};
+use nri_wasm::policy::bindings::wit;
 use nri_wasm_api::api as pb;
 use nri_wasm_sdk::testing::{Refusal, Validation};
-use nri_wasm_sdk::{ContainerAdjustment, Hook, HookStage, Mount};
+use nri_wasm_sdk::{ContainerAdjustment, Hook, HookStage, LinuxDevice, LinuxNamespace, Mount};
 use proptest::prelude::*;
 use protobuf::MessageField;
 
@@ -37,6 +43,12 @@ enum Op {
     RemoveEnv(&'static str),
     SetAnnotation(&'static str, String),
     RemoveAnnotation(&'static str),
+    SetSysctl(&'static str, String),
+    RemoveSysctl(&'static str),
+    AddDevice(&'static str),
+    RemoveDevice(&'static str),
+    SetNamespace(&'static str, &'static str),
+    RemoveNamespace(&'static str),
     AddMount(&'static str),
     RemoveMount(&'static str),
     Rlimit(&'static str, u64),
@@ -55,6 +67,10 @@ fn op() -> impl Strategy<Value = Op> {
     let mount = prop::sample::select(vec!["/data", "/cache", "relative/path"]);
     let rlimit = prop::sample::select(vec!["RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_BOGUS"]);
     let unified = prop::sample::select(vec!["cpu.weight", "memory.high"]);
+    let sysctl = prop::sample::select(vec!["net.core.somaxconn", "kernel.shm_rmid_forced"]);
+    let device = prop::sample::select(vec!["/dev/fuse", "/dev/kvm", "dev/relative"]);
+    let namespace = prop::sample::select(vec!["network", "ipc"]);
+    let ns_path = prop::sample::select(vec!["", "/proc/1/ns/net", "relative"]);
     let hook = prop::sample::select(vec!["/bin/audit", "/bin/gpu", "not-absolute"]);
     let value = prop::sample::select(vec!["1", "x", "with space", ""]).prop_map(str::to_string);
     let args = prop::collection::vec(prop::sample::select(vec!["run", "--fast", ""]), 0..3);
@@ -63,6 +79,12 @@ fn op() -> impl Strategy<Value = Op> {
         env.prop_map(Op::RemoveEnv),
         (annotation.clone(), value.clone()).prop_map(|(k, v)| Op::SetAnnotation(k, v)),
         annotation.prop_map(Op::RemoveAnnotation),
+        (sysctl.clone(), value.clone()).prop_map(|(k, v)| Op::SetSysctl(k, v)),
+        sysctl.prop_map(Op::RemoveSysctl),
+        device.clone().prop_map(Op::AddDevice),
+        device.prop_map(Op::RemoveDevice),
+        (namespace.clone(), ns_path).prop_map(|(k, p)| Op::SetNamespace(k, p)),
+        namespace.prop_map(Op::RemoveNamespace),
         mount.clone().prop_map(Op::AddMount),
         mount.prop_map(Op::RemoveMount),
         (rlimit, 0u64..5000).prop_map(|(k, v)| Op::Rlimit(k, v)),
@@ -82,12 +104,14 @@ fn chain() -> impl Strategy<Value = Vec<Vec<Op>>> {
 }
 
 /// One policy's adjustment, built twice: with the SDK's builders, and as
-/// the protobuf reply the host merges. Annotations and unified entries are
-/// maps in protobuf: a key a policy sets twice keeps its first value in
-/// both (a list with a repeated key is another test's subject).
-fn build(ops: &[Op]) -> (ContainerAdjustment, pb::ContainerAdjustment) {
+/// the list form a policy hands the host (the host's WIT record), which
+/// the host converts to its protobuf reply as it converts a policy's
+/// output: `Err` where that conversion refuses it (a key given twice in a
+/// map field, removal markers included).
+fn build(ops: &[Op]) -> (ContainerAdjustment, Result<pb::ContainerAdjustment, String>) {
     let mut sdk = ContainerAdjustment::new();
     let mut host = pb::ContainerAdjustment::default();
+    let (mut annotations, mut sysctl, mut unified) = (Vec::new(), Vec::new(), Vec::new());
     for op in ops {
         match op {
             Op::SetEnv(k, v) => {
@@ -99,16 +123,52 @@ fn build(ops: &[Op]) -> (ContainerAdjustment, pb::ContainerAdjustment) {
                 host.env.push(kv(&format!("-{k}"), ""));
             }
             Op::SetAnnotation(k, v) => {
-                if !host.annotations.contains_key(*k) {
-                    sdk = sdk.set_annotation(k, v);
-                    host.annotations.insert(k.to_string(), v.clone());
-                }
+                sdk = sdk.set_annotation(k, v);
+                annotations.push(wit_kv(k, v));
             }
             Op::RemoveAnnotation(k) => {
-                if let std::collections::hash_map::Entry::Vacant(e) = host.annotations.entry(format!("-{k}")) {
-                    e.insert(String::new());
-                    sdk = sdk.remove_annotation(k);
-                }
+                sdk = sdk.remove_annotation(k);
+                annotations.push(wit_kv(&format!("-{k}"), ""));
+            }
+            Op::SetSysctl(k, v) => {
+                sdk = sdk.set_sysctl(k, v);
+                sysctl.push(wit_kv(k, v));
+            }
+            Op::RemoveSysctl(k) => {
+                sdk = sdk.remove_sysctl(k);
+                sysctl.push(wit_kv(&format!("-{k}"), ""));
+            }
+            Op::AddDevice(p) => {
+                sdk = sdk.add_device(LinuxDevice::new(p, "c", 10, 229));
+                host.linux.mut_or_insert_default().devices.push(pb::LinuxDevice {
+                    path: p.to_string(),
+                    type_: "c".into(),
+                    major: 10,
+                    minor: 229,
+                    ..Default::default()
+                });
+            }
+            Op::RemoveDevice(p) => {
+                sdk.linux_mut().devices.push(LinuxDevice::new(&format!("-{p}"), "", 0, 0));
+                host.linux
+                    .mut_or_insert_default()
+                    .devices
+                    .push(pb::LinuxDevice { path: format!("-{p}"), ..Default::default() });
+            }
+            Op::SetNamespace(t, path) => {
+                sdk.linux_mut().namespaces.push(LinuxNamespace { type_: t.to_string(), path: path.to_string() });
+                host.linux.mut_or_insert_default().namespaces.push(pb::LinuxNamespace {
+                    type_: t.to_string(),
+                    path: path.to_string(),
+                    ..Default::default()
+                });
+            }
+            Op::RemoveNamespace(t) => {
+                sdk.linux_mut().namespaces.push(LinuxNamespace { type_: format!("-{t}"), path: String::new() });
+                host.linux
+                    .mut_or_insert_default()
+                    .namespaces
+                    .push(pb::LinuxNamespace { type_: format!("-{t}"), ..Default::default() });
             }
             Op::AddMount(d) => {
                 sdk = sdk.add_mount(Mount::bind("/srv", d, &["rbind"]));
@@ -151,10 +211,9 @@ fn build(ops: &[Op]) -> (ContainerAdjustment, pb::ContainerAdjustment) {
                     .push(pb::Hook { path: path.to_string(), ..Default::default() });
             }
             Op::Unified(k, v) => {
-                if !resources(&mut host).unified.contains_key(*k) {
-                    sdk = sdk.set_unified(k, v);
-                    resources(&mut host).unified.insert(k.to_string(), v.clone());
-                }
+                sdk = sdk.set_unified(k, v);
+                resources(&mut host);
+                unified.push(wit_kv(k, v));
             }
             Op::ReplaceArgs(args) => {
                 sdk = sdk.replace_args(args);
@@ -166,7 +225,22 @@ fn build(ops: &[Op]) -> (ContainerAdjustment, pb::ContainerAdjustment) {
             }
         }
     }
-    (sdk, host)
+    if !sysctl.is_empty() {
+        host.linux.mut_or_insert_default();
+    }
+    let mut list = wit::ContainerAdjustment::from(&host);
+    list.annotations = annotations;
+    if let Some(linux) = list.linux.as_mut() {
+        linux.sysctl = sysctl;
+        if let Some(r) = linux.resources.as_mut() {
+            r.unified = unified;
+        }
+    }
+    (sdk, pb::ContainerAdjustment::try_from(list).map_err(|e| e.to_string()))
+}
+
+fn wit_kv(key: &str, value: &str) -> wit::KeyValue {
+    wit::KeyValue { key: key.into(), value: value.into() }
 }
 
 fn kv(key: &str, value: &str) -> pb::KeyValue {
@@ -263,6 +337,33 @@ fn validation() -> Validation {
     Validation::new(pod, container)
 }
 
+/// What a validating policy sees of the merged adjustment, markers
+/// included: annotations and sysctl, namespaces by type, env, mounts by
+/// destination (their source), devices by path (their type).
+type Merged = [BTreeMap<String, String>; 6];
+
+fn host_merged(merge: &CreateMerge<'_>) -> Merged {
+    let adjust = merge.clone().finish().adjust.into_option().unwrap_or_default();
+    let linux = adjust.linux.into_option().unwrap_or_default();
+    let map = |m: std::collections::HashMap<String, String>| m.into_iter().collect();
+    let namespaces = linux.namespaces.into_iter().map(|n| (n.type_, n.path)).collect();
+    let env = adjust.env.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    let mounts = adjust.mounts.into_iter().map(|m| (m.destination, m.source)).collect();
+    let devices = linux.devices.into_iter().map(|d| (d.path, d.type_)).collect();
+    [map(adjust.annotations), map(linux.sysctl), namespaces, env, mounts, devices]
+}
+
+fn sdk_merged(v: &Validation) -> Merged {
+    let adjust = v.clone().build().adjust.unwrap_or_default();
+    let linux = adjust.linux.unwrap_or_default();
+    let map = |l: Vec<nri_wasm_sdk::KeyValue>| l.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    let namespaces = linux.namespaces.into_iter().map(|n| (n.type_, n.path)).collect();
+    let env = map(adjust.env);
+    let mounts = adjust.mounts.into_iter().map(|m| (m.destination, m.source)).collect();
+    let devices = linux.devices.into_iter().map(|d| (d.path, d.type_)).collect();
+    [map(adjust.annotations), map(linux.sysctl), namespaces, env, mounts, devices]
+}
+
 /// Folds `chain` both ways; the first disagreement, described.
 fn disagreement(chain: &[Vec<Op>]) -> Option<String> {
     let req = request();
@@ -270,18 +371,28 @@ fn disagreement(chain: &[Vec<Op>]) -> Option<String> {
     let mut sdk = validation();
     for (policy, ops) in POLICIES.iter().zip(chain) {
         let (sdk_adjust, host_adjust) = build(ops);
-        let reply = pb::CreateContainerResponse { adjust: MessageField::some(host_adjust), ..Default::default() };
-        let host_result = host.apply(policy, &reply);
-        let host_text = format!("{host_result:?}");
+        let (h, host_text) = match host_adjust {
+            Ok(adjust) => {
+                let reply = pb::CreateContainerResponse { adjust: MessageField::some(adjust), ..Default::default() };
+                let result = host.apply(policy, &reply);
+                let text = format!("{result:?}");
+                (host_verdict(result), text)
+            }
+            Err(e) => (Verdict::Invalid, format!("conversion: {e}")),
+        };
         let sdk_result = sdk.try_adjust(policy, &sdk_adjust);
         let sdk_text = format!("{sdk_result:?}");
-        let (h, s) = (host_verdict(host_result), sdk_verdict(sdk_result));
+        let s = sdk_verdict(sdk_result);
         if h != s {
             return Some(format!("{policy} {ops:?}: host {host_text}, SDK {sdk_text}"));
         }
         let (h, s) = (host_owners(&host), sdk_owners(&sdk));
         if h != s {
             return Some(format!("after {policy} {ops:?}: owners by the host {h:?}, by the SDK {s:?}"));
+        }
+        let (h, s) = (host_merged(&host), sdk_merged(&sdk));
+        if h != s {
+            return Some(format!("after {policy} {ops:?}: merged by the host {h:?}, by the SDK {s:?}"));
         }
     }
     None
@@ -319,6 +430,22 @@ fn conflicts_removals_and_invalid_output_are_reached() {
         vec![vec![AddHook("/bin/audit"), SetArgs(vec!["run"])], vec![AddHook("/bin/gpu"), ReplaceArgs(vec!["--fast"])]],
         // Output the host refuses.
         vec![vec![AddMount("relative/path")], vec![OomScoreAdj(1001)], vec![Rlimit("RLIMIT_BOGUS", 1)]],
+        // A map key given twice is refused by the conversion, before the
+        // merge could find the conflict on env; markers count as keys.
+        vec![
+            vec![SetEnv("A", "1".into())],
+            vec![
+                SetEnv("A", "2".into()),
+                SetSysctl("net.core.somaxconn", "1".into()),
+                SetSysctl("net.core.somaxconn", "2".into()),
+            ],
+            vec![RemoveAnnotation("example.com/a"), RemoveAnnotation("example.com/a")],
+        ],
+        // A removal alone keeps the earlier value and adds the marker.
+        vec![vec![SetAnnotation("example.com/a", "1".into())], vec![RemoveAnnotation("example.com/a")]],
+        // Removing a namespace claims it; so does adding a device.
+        vec![vec![SetNamespace("network", "")], vec![RemoveNamespace("network")]],
+        vec![vec![AddDevice("/dev/fuse")], vec![AddDevice("/dev/fuse")]],
     ];
     let mut verdicts = Vec::new();
     for chain in &cases {
@@ -326,9 +453,15 @@ fn conflicts_removals_and_invalid_output_are_reached() {
         let req = request();
         let mut host = CreateMerge::new(&req);
         for (policy, ops) in POLICIES.iter().zip(chain) {
-            let (_, adjust) = build(ops);
-            let reply = pb::CreateContainerResponse { adjust: MessageField::some(adjust), ..Default::default() };
-            verdicts.push(host_verdict(host.apply(policy, &reply)));
+            let verdict = match build(ops).1 {
+                Ok(adjust) => {
+                    let reply =
+                        pb::CreateContainerResponse { adjust: MessageField::some(adjust), ..Default::default() };
+                    host_verdict(host.apply(policy, &reply))
+                }
+                Err(_) => Verdict::Invalid,
+            };
+            verdicts.push(verdict);
         }
     }
     assert_eq!(
@@ -347,6 +480,15 @@ fn conflicts_removals_and_invalid_output_are_reached() {
             Verdict::Invalid,
             Verdict::Invalid,
             Verdict::Invalid,
+            Verdict::Merged,
+            Verdict::Invalid,
+            Verdict::Invalid,
+            Verdict::Merged,
+            Verdict::Merged,
+            Verdict::Merged,
+            Verdict::Conflict { first: "10-a".into(), second: "20-b".into() },
+            Verdict::Merged,
+            Verdict::Conflict { first: "10-a".into(), second: "20-b".into() },
         ]
     );
 }

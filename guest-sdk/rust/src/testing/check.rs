@@ -111,10 +111,10 @@ fn literal(what: &str, name: &str, key: &str) -> Checked {
     Ok(())
 }
 
-/// A key set twice within one reply: the policy conflicts with itself,
-/// which the host refuses as invalid output. Removal markers are no
-/// claim (removing a key and setting it again is how a policy overrides
-/// an earlier one), except where the host counts them as one.
+/// A key set twice within one reply of a list field (mounts, env,
+/// devices, ...): the policy conflicts with itself, which the host
+/// refuses as invalid output. Removal markers are no claim (removing a
+/// key and setting it again is how a policy overrides an earlier one).
 fn unique<'a>(dups: bool, what: &str, keys: impl Iterator<Item = &'a str>) -> Checked {
     claimed_once(dups, what, keys.filter(|k| !k.starts_with('-')))
 }
@@ -129,6 +129,21 @@ fn claimed_once<'a>(dups: bool, what: &str, keys: impl Iterator<Item = &'a str>)
         let plain = k.strip_prefix('-').unwrap_or(k);
         if !seen.insert(plain) {
             return Err(format!("{what}: {plain:?} is set twice"));
+        }
+    }
+    Ok(())
+}
+
+/// A map field (annotations, sysctl, net devices, unified): the host turns the
+/// list into a map before anything else and refuses a key given twice,
+/// removal markers included, in a single reply and in a chain alike.
+/// Keys are compared exactly: `-k` and `k` are two keys (remove, then
+/// set), `-k` twice is one key given twice.
+fn map_keys<'a>(what: &str, keys: impl Iterator<Item = &'a str>) -> Checked {
+    let mut seen = HashSet::new();
+    for k in keys {
+        if !seen.insert(k) {
+            return Err(format!("{what}: key {k:?} is given twice"));
         }
     }
     Ok(())
@@ -154,7 +169,7 @@ const RLIMITS: [&str; 16] = [
 ];
 
 fn adjustment(a: &ContainerAdjustment, dups: bool) -> Checked {
-    unique(dups, "adjust.annotations", a.annotations.iter().map(|kv| kv.key.as_str()))?;
+    map_keys("adjust.annotations", a.annotations.iter().map(|kv| kv.key.as_str()))?;
     for kv in &a.annotations {
         removable("adjust.annotations", "key", &kv.key)?;
         text(&format!("adjust.annotations[{:?}] (its key)", kv.key), &kv.key)?;
@@ -300,7 +315,7 @@ fn linux(l: &LinuxContainerAdjustment, dups: bool) -> Checked {
             path(&format!("{field}.path"), &ns.path)?;
         }
     }
-    unique(dups, "adjust.linux.sysctl", l.sysctl.iter().map(|kv| kv.key.as_str()))?;
+    map_keys("adjust.linux.sysctl", l.sysctl.iter().map(|kv| kv.key.as_str()))?;
     for kv in &l.sysctl {
         removable("adjust.linux.sysctl", "key", &kv.key)?;
         text(&format!("adjust.linux.sysctl[{:?}]", kv.key), &kv.value)?;
@@ -309,7 +324,7 @@ fn linux(l: &LinuxContainerAdjustment, dups: bool) -> Checked {
             return Err(bad("adjust.linux.sysctl", format!("{:?} is not a sysctl name", kv.key)));
         }
     }
-    unique(dups, "adjust.linux.net_devices", l.net_devices.iter().map(|d| d.host_name.as_str()))?;
+    map_keys("adjust.linux.net_devices", l.net_devices.iter().map(|d| d.host_name.as_str()))?;
     for d in &l.net_devices {
         removable("adjust.linux.net_devices", "host device name", &d.host_name)?;
         let host = d.host_name.strip_prefix('-').unwrap_or(&d.host_name);
@@ -401,7 +416,7 @@ fn resources(field: &str, r: &LinuxResources, dups: bool) -> Checked {
     for c in r.blockio_class.iter().chain(&r.rdt_class) {
         text(field, c)?;
     }
-    unique(dups, &format!("{field}.unified"), r.unified.iter().map(|kv| kv.key.as_str()))?;
+    map_keys(&format!("{field}.unified"), r.unified.iter().map(|kv| kv.key.as_str()))?;
     for kv in &r.unified {
         literal(&format!("{field}.unified"), "key", &kv.key)?;
         let k = &kv.key;

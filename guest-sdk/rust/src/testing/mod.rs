@@ -955,7 +955,7 @@ impl Validation {
             // host's chain says; only two policies make a conflict.
             if c.first == c.second {
                 let key = if c.key.is_empty() { String::new() } else { format!(" {:?}", c.key) };
-                Refusal::Invalid(format!("it sets field {}{key} twice", c.field))
+                Refusal::Invalid(format!("it sets {}{key} twice", crate::field::name(c.field)))
             } else {
                 Refusal::Conflict(c)
             }

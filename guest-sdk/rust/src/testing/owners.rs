@@ -3,9 +3,16 @@
 //! `host/src/merge/adjust.rs`), and the conflicts the host refuses.
 //!
 //! Kept equal to the host by a property test
-//! (`tests/e2e/tests/sdk_agrees.rs`): random adjustments of several
-//! policies, merged here and by the host's merge, must be refused by both
-//! (naming the same two policies) or accepted by both with the same owners.
+//! (`tests/e2e/tests/sdk_agrees.rs`): chains of up to four policies'
+//! adjustments of env, annotations, sysctl (keys and removal markers given
+//! twice included), mounts, devices, namespaces, rlimits, memory limit,
+//! CPU shares, OOM score, hooks, unified and args, passed through the
+//! host's conversion and merge and through [`super::Validation::try_adjust`],
+//! must be refused by both (invalid output, or a conflict naming the same
+//! two policies) or accepted by both, with the same owners and the same
+//! merged annotations, sysctl, namespaces, env, mounts (destination and
+//! source) and devices (path and type), removal markers included. The
+//! other fields of the merged adjustment are not compared.
 
 use crate::field as f;
 use crate::*;
@@ -27,7 +34,8 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "policies {:?} and {:?} both tried to set field {}", self.first, self.second, self.field)?;
+        let field = crate::field::name(self.field);
+        write!(f, "policies {:?} and {:?} both tried to set {field}", self.first, self.second)?;
         if !self.key.is_empty() {
             write!(f, " {:?}", self.key)?;
         }
@@ -92,12 +100,15 @@ impl Step<'_> {
 
     /// A keyed map (annotations, sysctls, net devices): a key both removed
     /// and set in one adjustment is cleared first, so the policy overrides
-    /// whoever set it; a key only removed changes no owner.
+    /// whoever set it; a key only removed changes no owner. The merged map
+    /// takes every key as given, exactly: a removal alone leaves an earlier
+    /// policy's value and adds the marker (the runtime applies both).
     fn keyed_map<T: Clone>(
         &mut self,
         list: &mut Vec<T>,
         items: &[T],
         name: impl Fn(&T) -> &str,
+        cleared: impl Fn(&str) -> T,
         field: i32,
     ) -> Claimed {
         let removed: Vec<&str> = items.iter().filter_map(|x| name(x).strip_prefix('-')).collect();
@@ -109,7 +120,14 @@ impl Step<'_> {
             }
             self.claim_key(field, name(item))?;
         }
-        merge_keyed(list, items, name);
+        for item in items {
+            let key = name(item);
+            let entry = if key.starts_with('-') { cleared(key) } else { item.clone() };
+            match list.iter_mut().find(|x| name(x) == key) {
+                Some(x) => *x = entry,
+                None => list.push(entry),
+            }
+        }
         Ok(())
     }
 
@@ -136,8 +154,8 @@ impl Step<'_> {
     }
 }
 
-/// Folds one adjustment's entries of a keyed field into `list`, as the
-/// host does: what the adjustment sets wins over its own removal of the
+/// Folds one adjustment's entries of a keyed list field into `list`, as
+/// the host does: what the adjustment sets wins over its own removal of the
 /// same key, whatever their order; a removal alone drops the key and
 /// leaves its marker.
 fn merge_keyed<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &str) {
@@ -154,6 +172,11 @@ fn merge_keyed<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &s
     }
     list.extend(set.into_iter().cloned());
     list.extend(markers.into_iter().cloned());
+}
+
+/// A removal marker of a string map, as the host's merge writes it.
+fn cleared_kv(key: &str) -> KeyValue {
+    KeyValue { key: key.into(), value: String::new() }
 }
 
 /// Replaces (by key, markers aside) or adds each item of `items` in `list`.
@@ -177,7 +200,7 @@ pub(super) fn merge(
     lenient: bool,
 ) -> Claimed {
     let mut s = Step { owners, id, policy, lenient };
-    s.keyed_map(&mut merged.annotations, &adjust.annotations, |kv| &kv.key, f::ANNOTATIONS)?;
+    s.keyed_map(&mut merged.annotations, &adjust.annotations, |kv| &kv.key, cleared_kv, f::ANNOTATIONS)?;
     s.keyed_list(&mut merged.mounts, &adjust.mounts, |m| &m.destination, f::MOUNTS)?;
     s.keyed_list(&mut merged.env, &adjust.env, |kv| &kv.key, f::ENV)?;
     if let Some(first) = adjust.args.first() {
@@ -218,8 +241,9 @@ pub(super) fn merge(
             s.claim_key(f::NAMESPACE, ns.type_.strip_prefix('-').unwrap_or(&ns.type_))?;
         }
         replace_by_key(&mut into.namespaces, &linux.namespaces, |n| &n.type_);
-        s.keyed_map(&mut into.sysctl, &linux.sysctl, |kv| &kv.key, f::SYSCTL)?;
-        s.keyed_map(&mut into.net_devices, &linux.net_devices, |d| &d.host_name, f::LINUX_NET_DEVICES)?;
+        s.keyed_map(&mut into.sysctl, &linux.sysctl, |kv| &kv.key, cleared_kv, f::SYSCTL)?;
+        let cleared = |k: &str| NetDeviceEntry { host_name: k.into(), name: String::new() };
+        s.keyed_map(&mut into.net_devices, &linux.net_devices, |d| &d.host_name, cleared, f::LINUX_NET_DEVICES)?;
         s.set(&mut into.scheduler, &linux.scheduler, f::LINUX_SCHED)?;
         if let Some(rdt) = &linux.rdt {
             let to = into.rdt.get_or_insert(LinuxRdt {

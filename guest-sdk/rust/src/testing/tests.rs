@@ -446,8 +446,24 @@ fn check_refuses_what_the_host_refuses() {
     assert_eq!(create(ContainerAdjustment::new().set_annotation("a", "1")), Ok(()));
     assert_eq!(
         create(ContainerAdjustment::new().set_annotation("a", "1").set_annotation("a", "2")),
-        Err("adjust.annotations: \"a\" is set twice".into())
+        Err("adjust.annotations: key \"a\" is given twice".into())
     );
+    // Map fields: exact keys, markers included ("-k" and "k" are two keys).
+    assert_eq!(create(ContainerAdjustment::new().remove_annotation("a").set_annotation("a", "1")), Ok(()));
+    assert_eq!(
+        create(ContainerAdjustment::new().remove_annotation("a").remove_annotation("a")),
+        Err("adjust.annotations: key \"-a\" is given twice".into())
+    );
+    assert_eq!(
+        create(ContainerAdjustment::new().remove_sysctl("net.x").set_sysctl("net.x", "1").remove_sysctl("net.x")),
+        Err("adjust.linux.sysctl: key \"-net.x\" is given twice".into())
+    );
+    assert_eq!(
+        create(ContainerAdjustment::new().add_net_device("eth9", "net0").add_net_device("eth9", "net1")),
+        Err("adjust.linux.net_devices: key \"eth9\" is given twice".into())
+    );
+    // List fields: markers are no claim; a key set twice is.
+    assert_eq!(create(ContainerAdjustment::new().remove_env("A").remove_env("A").set_env("A", "1")), Ok(()));
     assert_eq!(
         create(ContainerAdjustment::new().set_rlimit("RLIMIT_NOFILE", 20, 10)),
         Err("adjust.rlimits[0]: soft limit 20 is above the hard limit 10".into())
@@ -572,7 +588,10 @@ fn a_chain_refuses_what_the_host_refuses_and_records_owners_as_it_does() {
     // Another policy setting it conflicts, naming the first; nothing of it is merged.
     let second = ContainerAdjustment::new().set_env("B", "2").set_env("A", "2");
     match v.try_adjust("20-b", &second) {
-        Err(Refusal::Conflict(c)) => assert_eq!((c.field, c.key.as_str(), c.first.as_str()), (field::ENV, "A", "10-a")),
+        Err(Refusal::Conflict(c)) => {
+            assert_eq!((c.field, c.key.as_str(), c.first.as_str()), (field::ENV, "A", "10-a"));
+            assert_eq!(c.to_string(), "policies \"10-a\" and \"20-b\" both tried to set environment variable \"A\"");
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(v.owners().iter().filter(|o| o.field == field::ENV).count(), 1);
@@ -587,4 +606,29 @@ fn a_chain_refuses_what_the_host_refuses_and_records_owners_as_it_does() {
     let twice = ContainerAdjustment::new().set_memory_limit(1 << 20);
     assert_eq!(v.try_adjust("10-a", &twice), Ok(()));
     assert!(matches!(v.try_adjust("10-a", &twice), Err(Refusal::Invalid(_))));
+    // A key given twice in a map field is refused while the host converts
+    // the reply, before its merge could find the conflict on env.
+    let mut v = Validation::of(&create);
+    assert_eq!(v.try_adjust("10-a", &ContainerAdjustment::new().set_env("A", "1")), Ok(()));
+    let both = ContainerAdjustment::new().set_env("A", "2").set_sysctl("net.x", "1").set_sysctl("net.x", "2");
+    assert_eq!(
+        v.try_adjust("20-b", &both),
+        Err(Refusal::Invalid("adjust.linux.sysctl: key \"net.x\" is given twice".into()))
+    );
+    let markers = ContainerAdjustment::new().remove_annotation("k").remove_annotation("k");
+    assert!(matches!(v.try_adjust("20-b", &markers), Err(Refusal::Invalid(_))));
+}
+
+#[test]
+fn a_removal_alone_keeps_the_value_and_adds_the_marker_in_map_fields() {
+    let mut v = Validation::of(&fixture());
+    let set = ContainerAdjustment::new().set_annotation("a", "1").set_sysctl("net.x", "1");
+    assert_eq!(v.try_adjust("10-a", &set), Ok(()));
+    let remove = ContainerAdjustment::new().remove_annotation("a").remove_sysctl("net.x");
+    assert_eq!(v.try_adjust("20-b", &remove), Ok(()));
+    let merged = v.build().adjust.expect("an adjustment");
+    let keys = |list: &[KeyValue]| list.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect::<Vec<_>>();
+    let pairs = |a: &str, b: &str| vec![(a.to_string(), "1".to_string()), (b.to_string(), String::new())];
+    assert_eq!(keys(&merged.annotations), pairs("a", "-a"));
+    assert_eq!(keys(&merged.linux.expect("linux").sysctl), pairs("net.x", "-net.x"));
 }
