@@ -60,8 +60,10 @@ fi
 
 cd "$work"
 echo "fresh-machine: in $work"
-echo "fresh-machine: rustup target add wasm32-wasip2"
-rustup target add wasm32-wasip2
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+    echo "fresh-machine: this machine's toolchain predates the target: rustup target add wasm32-wasip2"
+    rustup target add wasm32-wasip2
+fi
 if $demo; then
     echo "fresh-machine: $demo_command"
     out=$(mktemp)
