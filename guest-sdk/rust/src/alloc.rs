@@ -50,6 +50,10 @@ impl BumpAlloc {
     }
 
     /// Makes room for `size` bytes aligned to `align` after `next`.
+    // Rare (once per 64 KiB chunk): kept out of line so that the fast path
+    // of `alloc`, inlined at every allocation of the policy, stays small.
+    #[cold]
+    #[inline(never)]
     fn grow(&self, size: usize, align: usize) -> bool {
         let want = size.saturating_add(align).max(CHUNK);
         let pages = want.div_ceil(PAGE);
