@@ -94,8 +94,8 @@ pub enum PolicyFailure {
     /// The call itself failed (trap, limit, refused host call, ...).
     #[error(transparent)]
     Call(#[from] CallError),
-    /// The reply could not be converted, was too large, or asked for what
-    /// the policy may not change.
+    /// The reply could not be converted, was too large, contradicted itself,
+    /// or needs a capability the policy lacks.
     #[error("policy {policy} on {event}: invalid output: {reason}")]
     InvalidOutput {
         /// The policy's name (`NN-name`).
@@ -112,7 +112,8 @@ pub enum PolicyFailure {
         policy: String,
         /// The event's name (`CreateContainer`, `Synchronize`, ...).
         event: String,
-        /// The merge's account of the conflict.
+        /// The merge's account of the conflict: the field and the two policies
+        /// that set it.
         conflict: MergeError,
     },
     /// The call and the host's work on its reply together took longer than
@@ -223,7 +224,8 @@ pub enum ChainError {
         event: String,
         /// The pod or container, as [`container_target`] or [`pod_target`] names it.
         target: String,
-        /// The merge's account of the conflict, naming both policies' changes.
+        /// The merge's account of the conflict: the field and the two policies
+        /// that set it.
         conflict: MergeError,
     },
 }

@@ -52,7 +52,7 @@ pub enum Compiler {
     InProcess,
     /// In a child process: this executable, run as `internal-compile`.
     Subprocess {
-        /// The executable to run (normally this one's own path).
+        /// The executable to run: the `nri-wasm` binary itself.
         exe: PathBuf,
     },
 }
@@ -78,7 +78,8 @@ pub enum CompileError {
         "used more than the {cpu_s} s of CPU time allowed ([engine] compile-timeout-ms of {per_core_ms} ms per core)"
     )]
     Cpu {
-        /// The CPU seconds the child was allowed in all (its soft limit).
+        /// The CPU seconds the child was allowed in all: the per-core time,
+        /// rounded up to seconds, times the cores (its soft limit).
         cpu_s: u64,
         /// `[engine] compile-timeout-ms`, the CPU time allowed per core.
         per_core_ms: u64,

@@ -201,8 +201,8 @@ pub enum SpecError {
         policy: String,
         /// The settings file's path.
         path: PathBuf,
-        /// What is wrong with it: it cannot be read, is too large, or names a
-        /// bad key or value.
+        /// What is wrong with it: it cannot be read, is not a regular UTF-8
+        /// file, is too large, or has a bad key or value.
         reason: String,
     },
 }
