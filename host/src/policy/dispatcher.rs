@@ -256,6 +256,7 @@ impl PolicyDispatcher {
         self.link.clone()
     }
 
+    /// The engine the dispatcher's policies run on.
     pub fn engine(&self) -> &Arc<PolicyEngine> {
         &self.engine
     }

@@ -20,11 +20,18 @@ use crate::policy::load::manifest::{self, Mode, OnError, PolicySpec, SpecError};
 /// A policy file that was left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadProblem {
+    /// The directory could not be read, or the file's name or its settings
+    /// file was refused, before loading began.
     #[error(transparent)]
     Spec(#[from] SpecError),
     /// Named by its file, which the error itself may not name.
     #[error("{}: {error}", path.display())]
-    Load { path: std::path::PathBuf, error: LoadError },
+    Load {
+        /// The policy's `.wasm` file (or its settings file, for one named by reference).
+        path: std::path::PathBuf,
+        /// Which step of the load failed.
+        error: LoadError,
+    },
 }
 
 /// What loading a directory produced.

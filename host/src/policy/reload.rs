@@ -140,8 +140,11 @@ impl ReloadReport {
 /// Where policies come from and how they are loaded.
 #[derive(Debug, Clone)]
 pub struct PolicySource {
+    /// The policy directory; `None` when every policy is named by reference.
     pub dir: Option<PathBuf>,
+    /// How the directory is read: default limits, strict permissions.
     pub options: DirOptions,
+    /// The settings each chain is built with.
     pub chain: ChainSettings,
     /// Policies the host configuration names by reference (`[policies.sources]`).
     pub sources: Vec<(String, crate::registry::OciRef)>,
@@ -181,6 +184,9 @@ pub struct Reloader {
 }
 
 impl Reloader {
+    /// A reloader that loads `source` with `engine` and installs each chain
+    /// it builds in `dispatcher`, counting in `metrics`. It loads nothing
+    /// until asked to.
     pub fn new(
         engine: Arc<PolicyEngine>,
         dispatcher: Arc<PolicyDispatcher>,
@@ -378,6 +384,7 @@ impl Reloader {
         moved
     }
 
+    /// Where it loads policies from.
     pub fn source(&self) -> &PolicySource {
         &self.source
     }

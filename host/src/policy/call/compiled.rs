@@ -41,19 +41,24 @@ impl Imports {
 /// How long each step of a load took.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadTimings {
+    /// Reading the file (or pulling it).
     pub read: Duration,
+    /// Checking the component's structure and imports before compiling it.
     pub inspect: Duration,
     /// Compiling, or loading the compiled form from the cache.
     pub compile: Duration,
     /// Whether the compiled form came from the cache.
     pub cached: bool,
+    /// Linking it to the host's functions and checking its exports.
     pub link: Duration,
+    /// Its `configure` call.
     pub configure: Duration,
 }
 
 /// A loaded policy: its spec, its pre-linked component and its subscription.
 #[derive(Clone)]
 pub struct CompiledPolicy {
+    /// What it was loaded from, with its settings.
     pub spec: PolicySpec,
     /// Seed of the policy's random sources (from its name).
     pub(crate) seed: u64,
@@ -84,6 +89,7 @@ impl std::fmt::Debug for CompiledPolicy {
 }
 
 impl CompiledPolicy {
+    /// The policy's name (`NN-name`).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -108,6 +114,8 @@ impl CompiledPolicy {
         &self.digest
     }
 
+    /// Its entry's name in the compile cache: a digest of the engine's
+    /// configuration and the component.
     pub fn cache_key(&self) -> &str {
         &self.cache_key
     }
@@ -127,6 +135,7 @@ impl CompiledPolicy {
         &self.inspection
     }
 
+    /// How long each step of its load took.
     pub fn timings(&self) -> &LoadTimings {
         &self.timings
     }

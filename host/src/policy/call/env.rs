@@ -11,7 +11,10 @@ use crate::wit::{node, wit};
 /// Read-only facts offered to policies through the host interface.
 #[derive(Debug, Clone)]
 pub struct Facts {
+    /// The runtime's name and version and its NRI version, from Configure
+    /// (empty until then).
     pub runtime: wit::RuntimeInfo,
+    /// The node's host name, architecture, CPUs and memory.
     pub node: wit::NodeInfo,
     /// The node's topology, as policies see it (`node.topology`).
     pub topology: node::NodeTopology,
@@ -49,9 +52,11 @@ impl Facts {
 /// committed state of every policy. Cheap to clone (shared parts only).
 #[derive(Debug, Clone)]
 pub struct CallEnv {
+    /// Facts about the runtime and the node.
     pub facts: Arc<Facts>,
     /// The node view as of before the event.
     pub view: Arc<NodeView>,
+    /// The committed state of every policy.
     pub states: Arc<StateStore>,
 }
 

@@ -14,12 +14,19 @@ use crate::text::one_line;
 /// Which limit cut a call off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitKind {
+    /// The policy's fuel (`fuel`).
     Fuel,
+    /// Its wall-clock time (`timeout-ms`, or less when the chain's budget cut it).
     Time,
+    /// Its linear memory (`memory-mib`).
     Memory,
+    /// Its table elements (`table-elements`).
     Table,
+    /// The engine's stack.
     Stack,
+    /// The bytes one call may hand the host at once.
     Transfer,
+    /// The resource handles one call may hold at once.
     Handles,
 }
 
@@ -28,43 +35,92 @@ pub enum LimitKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("policy {policy} on {event}: {kind}")]
 pub struct CallError {
+    /// The policy's name (`NN-name`).
     pub policy: String,
     /// The event (`CreateContainer`), or `configure` at load.
     pub event: String,
+    /// What went wrong.
     pub kind: CallErrorKind,
 }
 
 /// What went wrong in a call: the limit it hit, the trap, the refusal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallErrorKind {
+    /// The call used up its fuel.
     #[error("fuel limit of {limit} exhausted")]
-    OutOfFuel { limit: u64 },
+    OutOfFuel {
+        /// The policy's fuel limit.
+        limit: u64,
+    },
     /// `limit_ms` is the limit the call had; when the chain's budget cut
     /// the policy's own `timeout-ms`, `configured_ms` says so. `host_call`
     /// names the host function (`node.containers`) that was working for
     /// the policy when the deadline came, if one was: the time went to the
     /// host's work on the policy's request, not to the guest's own code.
     #[error("time limit of {limit_ms} ms exceeded{}{}", inside(*host_call), cut_note(*limit_ms, *configured_ms))]
-    Timeout { limit_ms: u64, configured_ms: u64, host_call: Option<&'static str> },
+    Timeout {
+        /// The time limit the call had, in milliseconds.
+        limit_ms: u64,
+        /// The policy's own `timeout-ms`.
+        configured_ms: u64,
+        /// The host function that was running at the deadline, if any.
+        host_call: Option<&'static str>,
+    },
+    /// The policy tried to grow its memory past its `memory-mib`.
     #[error("memory limit of {limit_mib} MiB exceeded")]
-    MemoryLimit { limit_mib: u64 },
+    MemoryLimit {
+        /// The policy's `memory-mib`.
+        limit_mib: u64,
+    },
+    /// The policy tried to grow a table past its `table-elements`.
     #[error("table limit of {limit} elements exceeded")]
-    TableLimit { limit: usize },
+    TableLimit {
+        /// The policy's `table-elements`.
+        limit: usize,
+    },
+    /// The policy overflowed the engine's stack.
     #[error("stack overflow")]
     StackOverflow,
+    /// The policy handed the host more bytes in one call than a transfer may carry.
     #[error("handed the host more than the {limit} bytes one transfer may carry")]
-    Transfer { limit: usize },
+    Transfer {
+        /// The most bytes one transfer may carry.
+        limit: usize,
+    },
+    /// The policy held more resource handles (pollables, streams) at once
+    /// than a call may.
     #[error("held more than {limit} resource handles at once")]
-    Handles { limit: usize },
+    Handles {
+        /// The most handles a call may hold at once.
+        limit: usize,
+    },
+    /// The policy called `exit`.
     #[error("called exit({code})")]
-    Exit { code: i32 },
+    Exit {
+        /// The exit status it gave.
+        code: i32,
+    },
+    /// The policy trapped, or the call failed in a way no limit explains.
     #[error("trapped: {trap}")]
-    Trap { trap: String },
+    Trap {
+        /// The error, on one line, followed by the end of the policy's stderr
+        /// when it wrote any.
+        trap: String,
+    },
+    /// The policy's `configure` returned an error for its settings.
     #[error("configure rejected its settings: {reason}")]
-    Init { reason: String },
+    Init {
+        /// The error it returned, made safe to show.
+        reason: String,
+    },
     /// The policy called a host function it has no capability for.
     #[error("called {function} without capability `{capability}` (not granted in its settings file, or not declared by the policy)")]
-    Ungranted { capability: &'static str, function: &'static str },
+    Ungranted {
+        /// The capability the function needs.
+        capability: &'static str,
+        /// The host function it called (`node.containers`).
+        function: &'static str,
+    },
 }
 
 fn inside(host_call: Option<&'static str>) -> String {
@@ -80,6 +136,7 @@ fn cut_note(limit_ms: u64, configured_ms: u64) -> String {
 }
 
 impl CallError {
+    /// A failure of `policy`'s call on `event`.
     pub fn new(policy: impl Into<String>, event: impl Into<String>, kind: CallErrorKind) -> Self {
         Self { policy: policy.into(), event: event.into(), kind }
     }

@@ -231,54 +231,67 @@ impl From<&pb::UpdatePodSandboxRequest> for CallEvent {
 
 /// What each function of the `event` interface answers, for one event.
 impl CallEvent {
+    /// `pod`: the event's whole pod; `None` on synchronize.
     pub fn pod_wit(&self) -> Option<wit::PodSandbox> {
         self.pod_sandbox().map(wit::PodSandbox::from)
     }
 
+    /// `pod-metadata`: the pod's id, name, namespace and the like, without its maps.
     pub fn pod_meta(&self) -> Option<PodMeta> {
         self.pod_sandbox().map(PodMeta::from)
     }
 
+    /// `pod-label`: the value of the pod's label `key`, if it has one.
     pub fn pod_label(&self, key: &str) -> Option<String> {
         lookup(self.pod_sandbox().map(|p| &p.labels), key)
     }
 
+    /// `pod-labels`: every pod label (none without a pod).
     pub fn pod_labels(&self) -> Vec<wit::KeyValue> {
         list(self.pod_sandbox().map(|p| &p.labels))
     }
 
+    /// `pod-annotation`: the value of the pod's annotation `key`, if it has one.
     pub fn pod_annotation(&self, key: &str) -> Option<String> {
         lookup(self.pod_sandbox().map(|p| &p.annotations), key)
     }
 
+    /// `pod-annotations`: every pod annotation (none without a pod).
     pub fn pod_annotations(&self) -> Vec<wit::KeyValue> {
         list(self.pod_sandbox().map(|p| &p.annotations))
     }
 
+    /// `container`: the event's whole container; `None` on pod events and synchronize.
     pub fn container_wit(&self) -> Option<wit::Container> {
         self.container_record().map(wit::Container::from)
     }
 
+    /// `container-metadata`: the container's id, pod, name, state and pid, without its maps.
     pub fn container_meta(&self) -> Option<ContainerMeta> {
         self.container_record().map(ContainerMeta::from)
     }
 
+    /// `container-label`: the value of the container's label `key`, if it has one.
     pub fn container_label(&self, key: &str) -> Option<String> {
         lookup(self.container_record().map(|c| &c.labels), key)
     }
 
+    /// `container-labels`: every container label (none without a container).
     pub fn container_labels(&self) -> Vec<wit::KeyValue> {
         list(self.container_record().map(|c| &c.labels))
     }
 
+    /// `container-annotation`: the value of the container's annotation `key`, if it has one.
     pub fn container_annotation(&self, key: &str) -> Option<String> {
         lookup(self.container_record().map(|c| &c.annotations), key)
     }
 
+    /// `container-annotations`: every container annotation (none without a container).
     pub fn container_annotations(&self) -> Vec<wit::KeyValue> {
         list(self.container_record().map(|c| &c.annotations))
     }
 
+    /// `container-env`: the container's environment, `name=value` entries in order.
     pub fn container_env(&self) -> Vec<String> {
         self.container_record().map(|c| c.env.clone()).unwrap_or_default()
     }
@@ -289,11 +302,13 @@ impl CallEvent {
         env.iter().find_map(|e| e.strip_prefix(name)?.strip_prefix('=').map(str::to_string))
     }
 
+    /// `container-resources`: the container's Linux resources, if it has any.
     pub fn container_resources(&self) -> Option<wit::LinuxResources> {
         let c = self.container_record()?;
         c.linux.as_ref()?.resources.as_ref().map(wit::LinuxResources::from)
     }
 
+    /// `requested-resources`: on update-container, the resources asked for.
     pub fn requested_resources_wit(&self) -> Option<wit::LinuxResources> {
         self.requested_resources().map(wit::LinuxResources::from)
     }

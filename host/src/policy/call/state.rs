@@ -65,22 +65,28 @@ impl StateSnapshot {
         Self { map, bytes }
     }
 
+    /// The committed value of `key`, if it is set.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.map.get(key).map(String::as_str)
     }
 
+    /// The state's size: the sum of the lengths of its keys and values, in
+    /// bytes (what `state-kib` limits).
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 
+    /// How many keys are set.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether no key is set.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
+    /// Every key and its value, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -93,6 +99,7 @@ pub struct StateWrites {
 }
 
 impl StateWrites {
+    /// Whether the call wrote nothing.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
@@ -109,11 +116,14 @@ pub struct StateTxn {
 }
 
 impl StateTxn {
+    /// A transaction on `base` whose state may hold at most `limit` bytes
+    /// of keys and values.
     pub fn new(base: Arc<StateSnapshot>, limit: usize) -> Self {
         let bytes = base.bytes;
         Self { base, writes: BTreeMap::new(), bytes, limit }
     }
 
+    /// The value of `key` as the call sees it: its own write, else the snapshot's.
     pub fn get(&self, key: &str) -> Option<&str> {
         match self.writes.get(key) {
             Some(v) => v.as_deref(),
@@ -125,6 +135,8 @@ impl StateTxn {
         self.get(key).map_or(0, |v| key.len() + v.len())
     }
 
+    /// Sets `key` to `value` in the transaction; refuses an empty key or one
+    /// longer than 256 bytes, and a write that would take the state past its limit.
     pub fn set(&mut self, key: String, value: String) -> Result<(), StateError> {
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
             return Err(StateError::InvalidKey(format!(
@@ -141,6 +153,7 @@ impl StateTxn {
         Ok(())
     }
 
+    /// Removes `key` in the transaction (nothing if it is not set).
     pub fn remove(&mut self, key: String) {
         self.bytes -= self.entry_bytes(&key);
         if self.base.get(&key).is_some() {
@@ -238,6 +251,7 @@ struct Slot {
 
 /// Writes the bytes of a state file; a seam for tests (a full volume).
 pub trait StateWriter: Send + Sync + std::fmt::Debug {
+    /// Writes all of `bytes` to `file`, the temporary file of a save.
     fn write(&self, file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()>;
 }
 
@@ -358,6 +372,7 @@ impl StateStore {
         }
     }
 
+    /// The state directory, if state is kept on disk.
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }

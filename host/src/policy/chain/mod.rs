@@ -68,6 +68,7 @@ impl Default for ChainSettings {
 }
 
 impl ChainSettings {
+    /// Checks each setting's range; the error names the `[chain]` key and its bounds.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.budget_fraction > 0.0 && self.budget_fraction <= 0.9) {
             return Err(format!("[chain] budget-fraction {} must be in (0, 0.9]", self.budget_fraction));
@@ -90,20 +91,79 @@ impl ChainSettings {
 /// Why a policy produced no usable output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyFailure {
+    /// The call itself failed (trap, limit, refused host call, ...).
     #[error(transparent)]
     Call(#[from] CallError),
+    /// The reply could not be converted, was too large, contradicted itself,
+    /// or needs a capability the policy lacks.
     #[error("policy {policy} on {event}: invalid output: {reason}")]
-    InvalidOutput { policy: String, event: String, reason: String },
+    InvalidOutput {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// What is wrong with the reply.
+        reason: String,
+    },
+    /// The reply conflicts with what an earlier policy in the chain set.
     #[error("policy {policy} on {event}: {conflict}")]
-    Conflict { policy: String, event: String, conflict: MergeError },
+    Conflict {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// The merge's account of the conflict: the field and the two policies
+        /// that set it.
+        conflict: MergeError,
+    },
+    /// The call and the host's work on its reply together took longer than
+    /// the policy's time limit.
     #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded: its call took {call_ms} ms and the host's work on its reply {host_ms} ms")]
-    Overran { policy: String, event: String, limit_ms: u64, call_ms: u64, host_ms: u64 },
+    Overran {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// The time the policy was given for this call, in milliseconds.
+        limit_ms: u64,
+        /// How long the call into the policy took, in milliseconds.
+        call_ms: u64,
+        /// How long the host took to convert, check and merge the reply, in
+        /// milliseconds.
+        host_ms: u64,
+    },
+    /// The policy was not called: the chain's budget had too little time
+    /// left, or the policy is still loading.
     #[error("policy {policy} on {event}: skipped, {reason}")]
-    Skipped { policy: String, event: String, reason: String },
+    Skipped {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// Why it was not called.
+        reason: String,
+    },
+    /// The policy was not called: its circuit breaker is open.
     #[error("policy {policy} on {event}: quarantined after {failures} consecutive failures")]
-    Quarantined { policy: String, event: String, failures: u32 },
+    Quarantined {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// Its consecutive failures when the event came.
+        failures: u32,
+    },
+    /// A mandatory policy failed to load or is not ready yet, so the event
+    /// fails.
     #[error("policy {policy} on {event}: not loaded: {reason}")]
-    NotLoaded { policy: String, event: String, reason: String },
+    NotLoaded {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// Why it is not loaded: its load error, or that it is still loading.
+        reason: String,
+    },
 }
 
 impl PolicyFailure {
@@ -139,23 +199,50 @@ impl PolicyFailure {
 pub enum ChainError {
     /// A policy in enforce mode denied the event.
     #[error("policy {policy} denied {event} of {target}: {reason}")]
-    Denied { policy: String, event: String, target: String, reason: String },
+    Denied {
+        /// The denying policy's name (`NN-name`).
+        policy: String,
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// The pod or container, as [`container_target`] or [`pod_target`] names it.
+        target: String,
+        /// The reason the policy gave.
+        reason: String,
+    },
     /// A policy with `on-error = "fail"` failed.
     #[error("{failure} ({target}; on-error = fail)")]
-    Failed { target: String, failure: Box<PolicyFailure> },
+    Failed {
+        /// The pod or container, as [`container_target`] or [`pod_target`] names it.
+        target: String,
+        /// What the policy's failure was.
+        failure: Box<PolicyFailure>,
+    },
     /// Two policies conflicted, and the later one does not yield.
     #[error("{event} of {target}: {conflict}")]
-    Conflict { event: String, target: String, conflict: MergeError },
+    Conflict {
+        /// The event's name (`CreateContainer`, `Synchronize`, ...).
+        event: String,
+        /// The pod or container, as [`container_target`] or [`pod_target`] names it.
+        target: String,
+        /// The merge's account of the conflict: the field and the two policies
+        /// that set it.
+        conflict: MergeError,
+    },
 }
 
 /// What one policy did for one event, for logs, metrics and reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
+    /// The policy's name (`NN-name`).
     pub policy: String,
     /// The policy runs in audit mode: nothing it did took effect.
     pub audit: bool,
+    /// Fuel the call consumed (0 when the policy was not called).
     pub fuel: u64,
+    /// Time the call and the host's work on its reply took (zero when the
+    /// policy was not called).
     pub elapsed: Duration,
+    /// What came of its turn.
     pub outcome: Outcome,
 }
 
@@ -175,18 +262,27 @@ pub enum Outcome {
     /// `what` describes them when the evaluation asked for descriptions
     /// ([`EvalContext::explain`]) or in audit mode.
     Changed {
+        /// A description of the changes: the reply as JSON when small,
+        /// otherwise a summary of its parts; empty when none was asked for.
         what: String,
     },
+    /// It denied the event (in audit mode, only reported).
     Denied {
+        /// The reason the policy gave.
         reason: String,
     },
     /// Its reply conflicted with an earlier policy's and was dropped
     /// (`on-conflict = "yield"`).
     Yielded {
+        /// The conflict, as text.
         conflict: String,
     },
+    /// It produced no usable output.
     Failed {
+        /// What went wrong.
         failure: PolicyFailure,
+        /// The event went on without it (`on-error = "ignore"`, audit mode,
+        /// or a policy not ready yet).
         ignored: bool,
     },
 }
@@ -290,6 +386,7 @@ mod breaker_tests {
 /// One policy in the chain, with its failure history.
 #[derive(Debug)]
 pub struct ChainEntry {
+    /// The compiled policy, shared with the chains a reload builds.
     pub policy: Arc<CompiledPolicy>,
     breaker: Mutex<Breaker>,
 }
@@ -314,7 +411,9 @@ impl ChainEntry {
 /// A policy that could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unloadable {
+    /// The policy's name (`NN-name`).
     pub name: String,
+    /// Why it could not be loaded.
     pub reason: String,
     /// It fails container creation until it loads (`on-error = "fail"` in
     /// enforce mode, or settings that could not be read).
@@ -326,6 +425,7 @@ pub struct Unloadable {
 /// (`policy/dispatcher.rs`) decides what an event it would see does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {
+    /// The policy's name (`NN-name`).
     pub name: String,
     /// Its `on-error = "fail"` (in enforce mode) fails the events it would see.
     pub mandatory: bool,
@@ -374,9 +474,11 @@ pub struct Chain {
 /// Everything an evaluation needs besides the request.
 #[derive(Clone)]
 pub struct EvalContext {
+    /// The engine that runs the policies' calls.
     pub engine: Arc<PolicyEngine>,
     /// Facts, node view and state the policies read.
     pub env: CallEnv,
+    /// When the chain's time is up; each policy's allowance is cut from what is left.
     pub deadline: Instant,
     /// Describe each change in the steps (for `eval` and the demo).
     pub explain: bool,
@@ -431,6 +533,7 @@ pub struct Effects {
 }
 
 impl Effects {
+    /// Whether nothing is left to be done.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.update.is_empty() && self.evict.is_empty()
     }
@@ -448,6 +551,7 @@ pub struct Evaluated<T> {
 }
 
 impl Chain {
+    /// A chain of `policies`, in the order given.
     pub fn new(policies: Vec<CompiledPolicy>, settings: ChainSettings) -> Self {
         Self::of(policies.into_iter().map(Arc::new).collect(), settings)
     }
@@ -518,22 +622,27 @@ impl Chain {
         failed.or_else(|| self.pending.iter().find(|p| p.mandatory).map(|p| (p.name.clone(), p.reason())))
     }
 
+    /// How many policies are loaded.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether no policy is loaded.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The chain-wide settings it was built with.
     pub fn settings(&self) -> &ChainSettings {
         &self.settings
     }
 
+    /// The loaded policies with their breakers, in order.
     pub fn entries(&self) -> &[ChainEntry] {
         &self.entries
     }
 
+    /// The loaded policies, in order.
     pub fn policies(&self) -> impl Iterator<Item = &CompiledPolicy> {
         self.entries.iter().map(|e| &*e.policy)
     }

@@ -199,6 +199,8 @@ impl EngineSettings {
         Ok(())
     }
 
+    /// The bounds of one compilation, from the `compile-*` and
+    /// `max-component-mib` settings.
     pub fn compile_bounds(&self) -> CompileBounds {
         CompileBounds {
             timeout: Duration::from_millis(self.compile_timeout_ms),
@@ -211,6 +213,7 @@ impl EngineSettings {
 /// Which instance allocator the engine ended up with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Allocator {
+    /// The pooling allocator: instance slots reserved up front.
     Pooling,
     /// On-demand, with the reason the pool was not used.
     OnDemand(String),
@@ -219,10 +222,14 @@ pub enum Allocator {
 /// Setting up the engine failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// Wasmtime refused the engine's configuration; wasmtime's error.
     #[error("creating the wasmtime engine failed: {0}")]
     Create(String),
+    /// The WASI or `nri-wasm:policy` host functions could not be added to
+    /// the linker; wasmtime's error.
     #[error("linking the host interface failed: {0}")]
     Link(String),
+    /// The watchdog that enforces calls' time limits could not be started.
     #[error("starting the policy runtime failed: {0}")]
     Runtime(String),
 }
@@ -233,7 +240,9 @@ pub struct CallReport {
     /// `Ok(Ok(reply))`: an answer; `Ok(Err(reason))`: the policy denies the
     /// event (the reason clipped to one line); `Err`: the call failed.
     pub outcome: Result<Result<wit::Reply, String>, CallError>,
+    /// Fuel the call consumed.
     pub fuel_used: u64,
+    /// Wall-clock time the call took.
     pub elapsed: Duration,
     /// The time limit the call had.
     pub limit: Duration,
@@ -411,19 +420,23 @@ impl PolicyEngine {
             .clone()
     }
 
+    /// This engine, compiling components with `compiler` instead.
     pub fn with_compiler(mut self, compiler: Compiler) -> Self {
         self.compiler = compiler;
         self
     }
 
+    /// The instance allocator the engine ended up with, and why.
     pub fn allocator(&self) -> &Allocator {
         &self.allocator
     }
 
+    /// The wasmtime engine policies are compiled for and run on.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The `[engine]` settings it was built with.
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
     }
@@ -442,6 +455,7 @@ impl PolicyEngine {
         self.compiler.compile(&self.engine, component, self.settings.compile_bounds()).await
     }
 
+    /// The cache of compiled components, if one is configured.
     pub fn cache(&self) -> Option<&crate::policy::load::cache::Cache> {
         self.cache.as_ref()
     }

@@ -266,6 +266,7 @@ impl Cache {
         Ok(Self { dir: dir.to_path_buf(), max_bytes, uid, key })
     }
 
+    /// The cache's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -153,6 +153,7 @@ impl Capability {
 pub struct CapSet(u64);
 
 impl CapSet {
+    /// No capability.
     pub const EMPTY: CapSet = CapSet(0);
 
     /// Every capability.
@@ -166,18 +167,22 @@ impl CapSet {
         Capability::ALL.iter().copied().filter(|c| !c.dangerous()).collect()
     }
 
+    /// Whether `c` is in the set.
     pub fn contains(self, c: Capability) -> bool {
         self.0 & c.bit() != 0
     }
 
+    /// Adds `c` to the set.
     pub fn insert(&mut self, c: Capability) {
         self.0 |= c.bit();
     }
 
+    /// What is in both sets.
     pub fn intersect(self, other: Self) -> Self {
         Self(self.0 & other.0)
     }
 
+    /// What is in either set.
     pub fn union(self, other: Self) -> Self {
         Self(self.0 | other.0)
     }
@@ -187,10 +192,12 @@ impl CapSet {
         Self(self.0 & !other.0)
     }
 
+    /// Whether the set has no capability.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
+    /// The capabilities in the set, in [`Capability::ALL`]'s order.
     pub fn iter(self) -> impl Iterator<Item = Capability> {
         Capability::ALL.iter().copied().filter(move |c| self.contains(*c))
     }

@@ -51,7 +51,10 @@ pub enum Compiler {
     /// On a blocking thread of this process.
     InProcess,
     /// In a child process: this executable, run as `internal-compile`.
-    Subprocess { exe: PathBuf },
+    Subprocess {
+        /// The executable to run: the `nri-wasm` binary itself.
+        exe: PathBuf,
+    },
 }
 
 /// How much one compilation may take.
@@ -74,12 +77,21 @@ pub enum CompileError {
     #[error(
         "used more than the {cpu_s} s of CPU time allowed ([engine] compile-timeout-ms of {per_core_ms} ms per core)"
     )]
-    Cpu { cpu_s: u64, per_core_ms: u64 },
+    Cpu {
+        /// The CPU seconds the child was allowed in all: the per-core time,
+        /// rounded up to seconds, times the cores (its soft limit).
+        cpu_s: u64,
+        /// `[engine] compile-timeout-ms`, the CPU time allowed per core.
+        per_core_ms: u64,
+    },
     /// The wall-clock backstop fired (in process: the only bound there is).
     #[error("was still running after {0} ms of wall-clock time (the backstop against a stuck compiler, {WALL_BACKSTOP_FACTOR} x [engine] compile-timeout-ms)")]
     Timeout(u64),
+    /// The compiling child ran out of address space (its memory limit, in MiB).
     #[error("needed more than the {0} MiB allowed ([engine] compile-memory-mib)")]
     Memory(u64),
+    /// The compiler reported an error, panicked, could not be started, or
+    /// gave an oversized artifact; the text says which.
     #[error("failed: {0}")]
     Failed(String),
 }

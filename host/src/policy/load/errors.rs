@@ -9,47 +9,168 @@ pub const WIT_VERSION: &str = "0.3";
 /// Loading one policy failed; each variant names the step that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
+    /// The policy file could not be opened or read.
     #[error("policy {policy}: cannot read {path}: {reason}")]
-    Read { policy: String, path: String, reason: String },
+    Read {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The file's path.
+        path: String,
+        /// The error opening or reading it.
+        reason: String,
+    },
+    /// The policy's path is not a regular file.
     #[error("policy {policy}: {path} is {what}, not a policy file")]
-    NotAFile { policy: String, path: String, what: String },
+    NotAFile {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The path of the policy file.
+        path: String,
+        /// What kind of file it is instead (a directory, a FIFO, ...).
+        what: String,
+    },
+    /// The file is larger than `[engine] max-component-mib` allows.
     #[error(
         "policy {policy}: {size} bytes is more than the {limit} bytes a policy may have ([engine] max-component-mib)"
     )]
-    TooLarge { policy: String, size: u64, limit: u64 },
+    TooLarge {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The file's size in bytes.
+        size: u64,
+        /// The most bytes a policy file may have.
+        limit: u64,
+    },
+    /// The file is neither a WebAssembly binary nor WebAssembly text.
     #[error("policy {policy}: not a WebAssembly file ({reason})")]
-    NotWasm { policy: String, reason: String },
+    NotWasm {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What gave it away (no `\0asm` header, an empty file, ...).
+        reason: String,
+    },
+    /// The file is a core WebAssembly module, not a component.
     #[error("policy {policy}: a core WebAssembly module, not a component: build it for wasm32-wasip2 or turn it into a component (`wasm-tools component new`)")]
-    CoreModule { policy: String },
+    CoreModule {
+        /// The policy's name (`NN-name`).
+        policy: String,
+    },
+    /// The component does not validate, or its custom sections are malformed.
     #[error("policy {policy}: not a valid WebAssembly component: {reason}")]
-    Invalid { policy: String, reason: String },
+    Invalid {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The validator's message and the byte offset, or which section is wrong.
+        reason: String,
+    },
+    /// The component imports an interface outside the host's allowed list.
     #[error("policy {policy}: imports {import}, which the host does not provide (allowed: nri-wasm:policy/*, wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets)")]
-    ForbiddenImport { policy: String, import: String },
+    ForbiddenImport {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The import's name, as the component spells it.
+        import: String,
+    },
+    /// The component imports the `nri-wasm:policy` package at a version this
+    /// host does not load (see [`WIT_VERSION`]).
     #[error("policy {policy}: built against {import}, but this host loads nri-wasm:policy@{WIT_VERSION}.x: rebuild it against {WIT_VERSION} with the current SDK or WIT package")]
-    Version { policy: String, import: String },
+    Version {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The versioned import (`nri-wasm:policy/...@x.y.z`).
+        import: String,
+    },
+    /// The component's exports do not match the `nri-wasm:policy` world.
     #[error("policy {policy}: does not implement the nri-wasm:policy world: {reason}")]
-    World { policy: String, reason: String },
+    World {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What is missing or mistyped (an export, a function's signature).
+        reason: String,
+    },
     /// Its capability declaration (`caps.rs`) cannot be read.
     #[error("policy {policy}: capability declaration: {reason}")]
-    Declaration { policy: String, reason: String },
+    Declaration {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What in the declaration could not be parsed.
+        reason: String,
+    },
+    /// The component creates more instances, memories or tables, or a larger
+    /// memory, than the engine's pool and the policy's limits allow.
     #[error("policy {policy}: {what} ({limit})")]
-    Structure { policy: String, what: String, limit: String },
+    Structure {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What the component needs (`it creates 3 memories`).
+        what: String,
+        /// The limit it exceeds, and which setting sets it.
+        limit: String,
+    },
+    /// The policy's `memory-mib` is above the engine's `max-memory-mib`.
     #[error("policy {policy}: memory-mib {asked} exceeds the engine's max-memory-mib {max}")]
-    Limits { policy: String, asked: u64, max: u64 },
+    Limits {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The policy's `memory-mib`.
+        asked: u64,
+        /// The engine's `max-memory-mib`.
+        max: u64,
+    },
+    /// Compiling the component to native code failed, or gave an unusable artifact.
     #[error("policy {policy}: compiling it {reason}")]
-    Compile { policy: String, reason: String },
+    Compile {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What went wrong, worded to follow "compiling it".
+        reason: String,
+    },
+    /// The component's imports could not be linked to the host's functions.
     #[error("policy {policy}: cannot be linked: {reason}")]
-    Link { policy: String, reason: String },
+    Link {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The linker's error, on one line.
+        reason: String,
+    },
+    /// The policy's `configure` call failed: it rejected its settings, trapped or hit a limit.
     #[error("policy {policy}: configure (its settings step) failed: {reason}")]
-    Init { policy: String, reason: String },
+    Init {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// How the call failed: the error `configure` returned, a trap or a limit.
+        reason: String,
+    },
+    /// The file's SHA-256 is not the one its `sha256` setting pins.
     #[error("policy {policy}: refused: the pinned sha256 is {expected}, the file's is {actual}")]
-    Pin { policy: String, expected: String, actual: String },
+    Pin {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The pinned digest, in hex, as configured.
+        expected: String,
+        /// The file's digest, in lowercase hex.
+        actual: String,
+    },
+    /// With `[policies] strict-permissions`, the file is not owned by root or is
+    /// writable by others than its owner.
     #[error("policy {policy}: {path} is {problem}, and [policies] strict-permissions is on")]
-    Permissions { policy: String, path: String, problem: String },
+    Permissions {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The file's path.
+        path: String,
+        /// Its owner or mode that is refused (`owned by uid 1000, not root`).
+        problem: String,
+    },
     /// Pulling or verifying a policy named by reference failed; `reason`
     /// names the reference.
     #[error("policy {policy}: from registry: {reason}")]
-    Registry { policy: String, reason: String },
+    Registry {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What failed, naming the reference.
+        reason: String,
+    },
 }
 
 impl LoadError {

@@ -21,9 +21,13 @@ use super::limits::Limits;
 /// the engine's instance pool is sized (`engine.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolShape {
+    /// Most core instances one component may create.
     pub core_instances: usize,
+    /// Most linear memories one component may create.
     pub memories: usize,
+    /// Most tables one component may create.
     pub tables: usize,
+    /// Largest linear memory, in bytes (`[engine] max-memory-mib`).
     pub max_memory_bytes: u64,
 }
 
@@ -36,11 +40,17 @@ pub struct Inspection {
     pub exports: Vec<String>,
     /// The `nri-wasm:policy` version its imports name (`0.3.0`), if any.
     pub wit_version: Option<String>,
+    /// How many core modules it contains, nested components' included.
     pub core_modules: usize,
+    /// How many core instances it creates.
     pub core_instances: usize,
+    /// How many linear memories its core instances define.
     pub memories: usize,
+    /// How many tables its core instances define.
     pub tables: usize,
+    /// How many functions its core modules define.
     pub functions: u64,
+    /// Total size of its core modules' code sections, in bytes.
     pub code_bytes: u64,
     /// Largest initial size of a memory it defines, in bytes.
     pub largest_initial_memory: u64,

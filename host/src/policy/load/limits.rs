@@ -53,20 +53,28 @@ impl Default for Limits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LimitOverrides {
+    /// Overrides `fuel`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
+    /// Overrides `timeout-ms`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Overrides `memory-mib`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
+    /// Overrides `table-elements`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_elements: Option<usize>,
+    /// Overrides `instances`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instances: Option<usize>,
+    /// Overrides `tables`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tables: Option<usize>,
+    /// Overrides `memories`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memories: Option<usize>,
+    /// Overrides `state-kib`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_kib: Option<u64>,
 }
@@ -86,14 +94,17 @@ impl Limits {
         }
     }
 
+    /// The wall-clock limit of a call (`timeout-ms`).
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
     }
 
+    /// The most bytes the policy's state may hold (`state-kib`).
     pub fn state_bytes(&self) -> usize {
         (self.state_kib as usize).saturating_mul(1 << 10)
     }
 
+    /// The largest linear memory, in bytes (`memory-mib`).
     pub fn memory_bytes(&self) -> usize {
         (self.memory_mib as usize).saturating_mul(1 << 20)
     }

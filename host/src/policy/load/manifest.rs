@@ -80,13 +80,22 @@ pub(crate) struct PolicyFile {
 pub struct PolicySpec {
     /// `NN-name`, the policy's name in logs, errors and metrics.
     pub name: String,
+    /// The `NN-name.wasm` file to load (for a policy named by reference, its
+    /// settings file; see `source`).
     pub wasm: PathBuf,
     /// The settings file, if there is one.
     pub settings_file: Option<PathBuf>,
+    /// The text given to the policy's `configure`: the settings file's
+    /// `settings` string as is, or its table as JSON; empty without one.
     pub settings: String,
+    /// What a failure of the policy does to the event.
     pub on_error: OnError,
+    /// What a conflict of its reply with an earlier policy's does.
     pub on_conflict: OnConflict,
+    /// Whether its decisions take effect.
     pub mode: Mode,
+    /// The limits of each call: the host's defaults with the file's
+    /// `[limits]` applied.
     pub limits: Limits,
     /// The SHA-256 the file must have, if pinned.
     pub sha256: Option<String>,
@@ -152,21 +161,50 @@ pub(crate) fn grant_of(names: &[String]) -> Result<CapSet, String> {
 /// A policy that cannot be loaded, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    /// The policy directory could not be listed.
     #[error("cannot read policy directory {dir}: {reason}")]
-    Directory { dir: PathBuf, reason: String },
+    Directory {
+        /// The policy directory.
+        dir: PathBuf,
+        /// The operating system's error.
+        reason: String,
+    },
+    /// A `.wasm` file in the directory is not named `NN-name.wasm`.
     #[error("{path}: file name must be NN-name.wasm (two digits, a dash, then [a-zA-Z0-9_.+-])")]
-    BadName { path: PathBuf },
+    BadName {
+        /// The file's path.
+        path: PathBuf,
+    },
     /// A name that is not UTF-8 cannot be a policy's or a settings file's
     /// name; it is shown escaped, and the file is left alone.
     #[error("{}/{name}: file name is not UTF-8 (shown escaped); the file is ignored", dir.display())]
-    NotUtf8 { dir: PathBuf, name: String },
+    NotUtf8 {
+        /// The directory the file is in.
+        dir: PathBuf,
+        /// The file's name, escaped.
+        name: String,
+    },
+    /// A settings file with neither its `.wasm` file nor a `source`.
     #[error("{path}: settings file has no policy {wasm} beside it and names no source")]
-    Orphan { path: PathBuf, wasm: PathBuf },
+    Orphan {
+        /// The settings file's path.
+        path: PathBuf,
+        /// The `.wasm` file it would belong to.
+        wasm: PathBuf,
+    },
     /// The policy's settings file cannot be used. Its `on-error` is then
     /// unknown, and the policy counts as mandatory (`on-error = "fail"`):
     /// the file may say so.
     #[error("policy {policy}: {path}: {reason} (the policy is not loaded and counts as on-error = fail until the file is fixed)")]
-    Settings { policy: String, path: PathBuf, reason: String },
+    Settings {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The settings file's path.
+        path: PathBuf,
+        /// What is wrong with it: it cannot be read, is not a regular UTF-8
+        /// file, is too large, or has a bad key or value.
+        reason: String,
+    },
 }
 
 impl SpecError {
