@@ -149,11 +149,11 @@ impl fmt::Display for EventMask {
 /// pre-release and build suffixes are ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NriVersion {
-    /// The major version (0 for every NRI release so far).
+    /// The major version (`0` in every NRI release so far).
     pub major: u32,
-    /// The minor version: what decides which events a runtime knows.
+    /// The minor version (`6` in v0.6.1).
     pub minor: u32,
-    /// The patch version (0 when the string has none).
+    /// The patch version (`1` in v0.6.1; `0` when the string has none).
     pub patch: u32,
 }
 
