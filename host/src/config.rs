@@ -243,12 +243,34 @@ pub const RUNTIME_REGISTRATION_TIMEOUT: Duration = crate::nri::service::DEFAULT_
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The configuration file.
+        path: PathBuf,
+        /// Why reading it failed.
+        source: std::io::Error,
+    },
+    /// The file is not TOML of the expected shape (unknown key, wrong type).
     #[error("config file {}: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The configuration file (or the origin its text was given as).
+        path: PathBuf,
+        /// What is wrong, with the line and the keys the table accepts.
+        message: String,
+    },
+    /// The file parses, but a value breaks a rule the types cannot express.
     #[error("config file {}{}: {message}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
-    Invalid { path: PathBuf, line: Option<usize>, message: String },
+    Invalid {
+        /// The configuration file, or `(flags)` when command-line flags
+        /// changed the value.
+        path: PathBuf,
+        /// The line of the offending key, when it can be found in the text.
+        line: Option<usize>,
+        /// The rule broken, naming the table and the key.
+        message: String,
+    },
+    /// The `[plugin]` name or index is not one the runtime accepts.
     #[error("invalid [plugin] settings")]
     Identity(#[from] IdentityError),
 }

@@ -190,8 +190,11 @@ impl HostBuilder {
 /// [serves](Host::serve) them.
 #[derive(Debug)]
 pub struct Host {
+    /// Runs the chain on the runtime's events.
     pub dispatcher: Arc<PolicyDispatcher>,
+    /// Reloads the policy directory into the dispatcher.
     pub reloader: Arc<Reloader>,
+    /// The host's Prometheus metrics.
     pub metrics: Arc<Metrics>,
     config: Config,
     record: Option<RecordOptions>,

@@ -54,10 +54,13 @@ pub struct Cli {
     /// Log format; overrides the config file.
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// What to do; none serves as `run` does (how a runtime launches the
+    /// plugin), with the configuration file `NRI_WASM_CONFIG` names.
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+/// The commands of `nri-wasm`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Connect to the runtime (or use the socket it launched us with) and serve events.
@@ -95,6 +98,7 @@ pub enum Command {
     InternalCompile(InternalCompileArgs),
 }
 
+/// The commands of `nri-wasm config`.
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate a configuration file and the settings files of its policy
@@ -102,6 +106,7 @@ pub enum ConfigCommand {
     Check(ConfigCheckArgs),
 }
 
+/// The arguments of `nri-wasm config check`.
 #[derive(Debug, Args)]
 pub struct ConfigCheckArgs {
     /// The configuration file (TOML).
@@ -111,6 +116,7 @@ pub struct ConfigCheckArgs {
     pub quiet: bool,
 }
 
+/// The arguments of `nri-wasm status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The host's metrics endpoint.
@@ -121,6 +127,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// The arguments of the hidden `nri-wasm internal-compile`.
 #[derive(Debug, Args)]
 pub struct InternalCompileArgs {
     /// Largest component accepted, in bytes.
@@ -128,6 +135,7 @@ pub struct InternalCompileArgs {
     pub max_bytes: u64,
 }
 
+/// The arguments of `nri-wasm run`.
 #[derive(Debug, Args, Default, Clone)]
 pub struct RunArgs {
     /// Configuration file (TOML).
@@ -160,6 +168,7 @@ pub struct RunArgs {
 }
 
 #[cfg(feature = "demo")]
+/// The arguments of `nri-wasm demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Directory of policies to run instead of the built-in examples (the
@@ -193,8 +202,11 @@ pub struct DemoArgs {
 /// When to colour output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Colour {
+    /// When standard output is a terminal.
     Auto,
+    /// Always, even into a pipe or a file.
     Always,
+    /// Never.
     Never,
 }
 

@@ -55,16 +55,19 @@ impl RegistryArgs {
     }
 }
 
+/// The arguments of `nri-wasm push`.
 #[derive(Debug, Args)]
 pub struct PushArgs {
     /// The policy component (`.wasm`).
     pub file: PathBuf,
     /// Where to push it: `oci://host[:port]/repository:tag`.
     pub reference: String,
+    /// The registry's configuration, credentials, trust and deadline.
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
 
+/// The arguments of `nri-wasm pull`.
 #[derive(Debug, Args)]
 pub struct PullArgs {
     /// `oci://host[:port]/repository[:tag][@sha256:digest]`.
@@ -75,10 +78,12 @@ pub struct PullArgs {
     /// Require a signature by this public key (PEM); repeatable.
     #[arg(long = "key", value_name = "KEY.pub")]
     pub keys: Vec<PathBuf>,
+    /// The registry's configuration, credentials, trust and deadline.
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
 
+/// The arguments of `nri-wasm sign`.
 #[derive(Debug, Args)]
 pub struct SignArgs {
     /// The policy to sign: `oci://host[:port]/repository[:tag][@sha256:digest]`
@@ -91,10 +96,12 @@ pub struct SignArgs {
     /// Instead of signing: write a new key pair to FILE (mode 0600) and FILE.pub.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["reference", "key"])]
     pub generate: Option<PathBuf>,
+    /// The registry's configuration, credentials, trust and deadline.
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
 
+/// The arguments of `nri-wasm verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// `oci://host[:port]/repository[:tag][@sha256:digest]`.
@@ -102,6 +109,7 @@ pub struct VerifyArgs {
     /// A public key (PEM) whose signature is required; repeatable.
     #[arg(long = "key", value_name = "KEY.pub", required = true)]
     pub keys: Vec<PathBuf>,
+    /// The registry's configuration, credentials, trust and deadline.
     #[command(flatten)]
     pub registry: RegistryArgs,
 }

@@ -15,6 +15,7 @@ use crate::policy::chain::{Observer, Step};
 pub struct SeenStep {
     /// The event the policy ran on (validation runs inside CreateContainer).
     pub event: String,
+    /// The policy, its outcome, the fuel and time it took.
     pub step: Step,
 }
 

@@ -63,6 +63,7 @@ impl Default for AnswerClock {
 }
 
 impl AnswerClock {
+    /// A clock that hands every answer's times to `report`.
     pub fn new(report: impl Fn(AnswerTime) + Send + Sync + 'static) -> Self {
         Self { pending: std::sync::Mutex::new(HashMap::new()), report: Box::new(report) }
     }

@@ -55,22 +55,45 @@ pub const READER_BUFFER: usize = 4096;
 /// Why a frame or the frame stream is invalid.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum FrameError {
+    /// A frame names conn id 0, which the protocol reserves.
     #[error("frame for reserved conn id 0")]
     ReservedConn,
+    /// A frame names a conn id (given) other than 1 and 2.
     #[error("frame for unknown conn id {0} (only 1 and 2 exist)")]
     UnknownConn(u32),
+    /// A frame's header announces more payload than we accept.
     #[error("frame payload of {len} bytes exceeds the {max}-byte limit")]
-    TooLong { len: usize, max: usize },
+    TooLong {
+        /// The payload length in the header, in bytes.
+        len: usize,
+        /// The cap, [`MAX_FRAME_PAYLOAD`].
+        max: usize,
+    },
+    /// The stream ended inside a frame (its header or its payload).
     #[error("connection closed in the middle of a frame ({have} of {need} bytes read)")]
-    Truncated { have: usize, need: usize },
+    Truncated {
+        /// Bytes of the frame received, header included.
+        have: usize,
+        /// Bytes the frame needed: the header, plus the payload if the
+        /// header was read.
+        need: usize,
+    },
+    /// A message we were about to send is larger than ttrpc allows.
     #[error("outgoing ttrpc message of {len} bytes exceeds the {max}-byte limit")]
-    MessageTooLong { len: usize, max: usize },
+    MessageTooLong {
+        /// The length of its payload (after the ttrpc header), in bytes.
+        len: usize,
+        /// The largest payload ttrpc allows, [`TTRPC_MAX_PAYLOAD`].
+        max: usize,
+    },
 }
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// The conn id: [`PLUGIN_CONN`] or [`RUNTIME_CONN`].
     pub conn: u32,
+    /// The length of the payload that follows, in bytes.
     pub len: usize,
 }
 
@@ -102,7 +125,9 @@ impl FrameHeader {
 /// One frame: the conn it belongs to and its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
+    /// The conn id: [`PLUGIN_CONN`] or [`RUNTIME_CONN`].
     pub conn: u32,
+    /// The payload: bytes of the conn's ttrpc stream.
     pub payload: BytesMut,
 }
 
@@ -116,6 +141,7 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// A decoder at the start of a stream.
     pub fn new() -> Self {
         Self::default()
     }
@@ -201,6 +227,7 @@ pub struct MessageCursor {
 }
 
 impl MessageCursor {
+    /// A cursor at the start of a conn's stream.
     pub fn new() -> Self {
         Self::default()
     }

@@ -35,10 +35,18 @@ const READ_CHUNK: usize = 64 << 10;
 /// own text leaves out the cause (a frame's error) that its source gives.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum MuxError {
+    /// The runtime sent a frame that cannot be valid, or we were about to
+    /// send a message ttrpc does not allow.
     #[error("invalid frame from the runtime")]
     Frame(#[from] FrameError),
+    /// Reading or writing the socket failed.
     #[error("socket {op} failed: {message}")]
-    Io { op: &'static str, message: String },
+    Io {
+        /// What failed: `read`, `write` or `flush`.
+        op: &'static str,
+        /// The I/O error's text.
+        message: String,
+    },
 }
 
 impl MuxError {
@@ -102,6 +110,7 @@ pub struct MuxConns {
     pub plugin: DuplexStream,
     /// Conn 2: call the Runtime service on it.
     pub runtime: DuplexStream,
+    /// Closes the mux, or tells when and why it ended.
     pub handle: MuxHandle,
 }
 

@@ -22,15 +22,19 @@ pub struct PluginIdentity {
 /// A name or index the runtime would refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
+    /// The name is empty.
     #[error("plugin name is empty")]
     EmptyName,
+    /// The name (given) has a character outside `[a-zA-Z0-9_.+-]`.
     #[error("plugin name {0:?} has characters outside [a-zA-Z0-9_.+-]")]
     BadName(String),
+    /// The index (given) is not exactly two ASCII digits.
     #[error("plugin index {0:?} is not exactly two digits")]
     BadIndex(String),
 }
 
 impl PluginIdentity {
+    /// Checks a name and a two-digit index as the runtime would.
     pub fn new(name: impl Into<String>, idx: impl Into<String>) -> Result<Self, IdentityError> {
         let (name, idx) = (name.into(), idx.into());
         if name.is_empty() {
@@ -45,10 +49,12 @@ impl PluginIdentity {
         Ok(Self { name, idx })
     }
 
+    /// The plugin name, as sent in RegisterPlugin.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The two-digit index that orders the plugin among the runtime's plugins.
     pub fn idx(&self) -> &str {
         &self.idx
     }
@@ -64,7 +70,9 @@ impl fmt::Display for PluginIdentity {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("registering {plugin} with the runtime failed: {reason}")]
 pub struct RegistrationError {
+    /// The plugin as registered (`NN-name`).
     pub plugin: String,
+    /// The ttrpc error: the runtime's refusal, or the timeout.
     pub reason: String,
 }
 

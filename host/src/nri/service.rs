@@ -172,6 +172,8 @@ impl std::fmt::Debug for PluginService {
 }
 
 impl PluginService {
+    /// The Plugin service of one connection: events go to `dispatcher`,
+    /// what the connection learns goes to `state`.
     pub fn new(dispatcher: Arc<dyn Dispatcher>, state: Arc<SessionState>) -> Self {
         Self { dispatcher, state }
     }

@@ -33,6 +33,7 @@ pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the plugin stands with the runtime (observable for logs and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Status {
+    /// Where the current connection stands.
     pub phase: Phase,
     /// Successful registrations since start (1 + reconnects).
     pub registrations: u64,
@@ -64,13 +65,23 @@ pub enum SessionEnd {
     /// The runtime called Shutdown.
     ShutdownRequested,
     /// The socket ended or failed.
-    Lost { registered: bool, why: MuxEnd },
+    Lost {
+        /// Whether the plugin had registered on this connection.
+        registered: bool,
+        /// How the socket ended.
+        why: MuxEnd,
+    },
     /// The runtime did not accept the registration.
     NotRegistered(RegistrationError),
     /// The Plugin service could not be started on conn 1.
     ServeFailed(String),
     /// The events the dispatcher wants changed: reconnect to subscribe anew.
-    Resubscribe { from: EventMask, to: EventMask },
+    Resubscribe {
+        /// The events subscribed to on this connection.
+        from: EventMask,
+        /// The events the dispatcher wants now.
+        to: EventMask,
+    },
 }
 
 impl std::fmt::Display for SessionEnd {
@@ -89,8 +100,10 @@ impl std::fmt::Display for SessionEnd {
 /// Failing to reach the runtime service.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LinkError {
+    /// No registered connection to the runtime at the moment.
     #[error("not connected to the runtime")]
     NotConnected,
+    /// The UpdateContainers call failed (the ttrpc error's text).
     #[error("UpdateContainers failed: {0}")]
     Rpc(String),
 }
@@ -113,6 +126,7 @@ impl RuntimeLink {
         *self.client.write().expect("runtime link lock") = client;
     }
 
+    /// Whether a registered connection is there to call.
     pub fn is_connected(&self) -> bool {
         self.client.read().expect("runtime link lock").is_some()
     }
@@ -135,11 +149,17 @@ impl RuntimeLink {
 /// Everything a session needs besides the socket.
 #[derive(Clone)]
 pub struct SessionContext {
+    /// The name and index to register with.
     pub identity: PluginIdentity,
+    /// Where the runtime's events go.
     pub dispatcher: Arc<dyn Dispatcher>,
+    /// Set to the session's Runtime client once registered, cleared when it ends.
     pub link: RuntimeLink,
+    /// Where the session publishes its phase and registration counts.
     pub status: watch::Sender<Status>,
+    /// How long the runtime has to answer RegisterPlugin.
     pub register_timeout: Duration,
+    /// Cancelled to end the session (a signal): it then closes cleanly.
     pub stop: CancellationToken,
     /// Whether a changed subscription may end the session to reconnect (a
     /// launched plugin cannot reconnect).

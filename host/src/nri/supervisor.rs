@@ -22,18 +22,25 @@ use super::transport::{self, Backoff, ConnectError, Endpoint};
 /// How to reach and stay with the runtime.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
+    /// The name and index to register with.
     pub identity: PluginIdentity,
+    /// The socket path to connect to, or the socket the runtime launched us with.
     pub endpoint: Endpoint,
+    /// How long the runtime has to answer RegisterPlugin.
     pub register_timeout: Duration,
+    /// The first delay before reconnecting (external mode).
     pub backoff_initial: Duration,
+    /// The longest delay between reconnect attempts.
     pub backoff_max: Duration,
 }
 
 /// Why the plugin stopped other than by request.
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
+    /// The inherited socket cannot be used (launched mode).
     #[error(transparent)]
     Connect(#[from] ConnectError),
+    /// The one connection of a launched plugin ended (how, given).
     #[error("runtime connection of launched plugin ended ({0}); exiting so the runtime can restart the plugin")]
     LaunchedSessionEnded(String),
 }
@@ -41,7 +48,9 @@ pub enum SupervisorError {
 /// The running plugin's handles: its status and its link to the runtime.
 #[derive(Debug, Clone)]
 pub struct PluginHandles {
+    /// The connection's phase and registration counts, as they change.
     pub status: watch::Receiver<Status>,
+    /// Calls the runtime over the current connection.
     pub link: RuntimeLink,
 }
 
@@ -59,6 +68,8 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
+    /// A supervisor that sends the runtime's events to `dispatcher` until
+    /// `stop` is cancelled.
     pub fn new(options: ConnectOptions, dispatcher: Arc<dyn Dispatcher>, stop: CancellationToken) -> Self {
         let (status, _) = watch::channel(Status::default());
         let cx = SessionContext {
@@ -80,6 +91,7 @@ impl Supervisor {
         self
     }
 
+    /// The status and link of the plugin, for metrics, health and tests.
     pub fn handles(&self) -> PluginHandles {
         PluginHandles { status: self.cx.status.subscribe(), link: self.cx.link.clone() }
     }

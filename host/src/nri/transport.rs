@@ -33,20 +33,42 @@ pub enum Endpoint {
 /// What the runtime put in our environment when it launched us.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchEnv {
+    /// The connected socket's fd number (`NRI_PLUGIN_SOCKET`).
     pub fd: RawFd,
+    /// The plugin name the runtime gave us (`NRI_PLUGIN_NAME`), if any.
     pub name: Option<String>,
+    /// The plugin index the runtime gave us (`NRI_PLUGIN_IDX`), if any.
     pub idx: Option<String>,
 }
 
 /// Failing to reach the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// Connecting to the runtime's socket path failed.
     #[error("cannot connect to NRI socket {}", path.display())]
-    Connect { path: PathBuf, source: std::io::Error },
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// Why connecting failed.
+        source: std::io::Error,
+    },
+    /// `NRI_PLUGIN_SOCKET` is set but is not a non-negative number.
     #[error("{ENV_SOCKET}={value:?} is not a file descriptor number")]
-    BadFdVar { value: String },
+    BadFdVar {
+        /// The variable's value.
+        value: String,
+    },
+    /// The fd the runtime named is not an open socket, was not claimed at
+    /// start, or could not be set up.
     #[error("inherited fd {fd} is not a usable socket: {reason}")]
-    BadFd { fd: RawFd, reason: String },
+    BadFd {
+        /// The fd number from `NRI_PLUGIN_SOCKET`.
+        fd: RawFd,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The inherited socket (fd given) was already claimed or taken: a
+    /// launched plugin has one connection.
     #[error("inherited fd {0} was already used; a launched plugin cannot reconnect")]
     FdUsed(RawFd),
 }
@@ -136,6 +158,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Starts at `initial` (at least 1 ms) and doubles up to `max` (at least `initial`).
     pub fn new(initial: Duration, max: Duration) -> Self {
         let initial = initial.max(Duration::from_millis(1));
         Self { initial, max: max.max(initial), next: initial }

@@ -18,7 +18,8 @@ macro_rules! event_kinds {
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u8)]
         pub enum EventKind {
-            $($kind = $number),*
+            $(#[doc = concat!("`", stringify!($kind), "`, event number ", stringify!($number), ".")]
+            $kind = $number),*
         }
 
         impl EventKind {
@@ -76,40 +77,50 @@ impl fmt::Display for EventKind {
 pub struct EventMask(u32);
 
 impl EventMask {
+    /// No event.
     pub const EMPTY: EventMask = EventMask(0);
 
+    /// The events of a mask as NRI encodes it; bits of no known event are dropped.
     pub fn from_bits(bits: u32) -> Self {
         Self(bits & Self::all().0)
     }
 
+    /// Every event this project knows.
     pub fn all() -> Self {
         EventKind::ALL.iter().copied().collect()
     }
 
+    /// The mask as NRI encodes it (`ConfigureResponse.events`).
     pub fn bits(self) -> u32 {
         self.0
     }
 
+    /// Whether `e` is in the set.
     pub fn contains(self, e: EventKind) -> bool {
         self.0 & e.bit() != 0
     }
 
+    /// The set with `e` added.
     pub fn with(self, e: EventKind) -> Self {
         Self(self.0 | e.bit())
     }
 
+    /// The set with `e` removed.
     pub fn without(self, e: EventKind) -> Self {
         Self(self.0 & !e.bit())
     }
 
+    /// The events in both sets.
     pub fn intersect(self, other: Self) -> Self {
         Self(self.0 & other.0)
     }
 
+    /// Whether the set has no event.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
+    /// The events of the set, in protocol order.
     pub fn iter(self) -> impl Iterator<Item = EventKind> {
         EventKind::ALL.into_iter().filter(move |e| self.contains(*e))
     }
@@ -138,12 +149,16 @@ impl fmt::Display for EventMask {
 /// pre-release and build suffixes are ignored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NriVersion {
+    /// The major version (`0` in every NRI release so far).
     pub major: u32,
+    /// The minor version (`6` in v0.6.1).
     pub minor: u32,
+    /// The patch version (`1` in v0.6.1; `0` when the string has none).
     pub patch: u32,
 }
 
 impl NriVersion {
+    /// The version `vMAJOR.MINOR.PATCH`.
     pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
         Self { major, minor, patch }
     }
@@ -209,9 +224,18 @@ pub enum VersionSource {
     /// `ConfigureRequest.NRI_version`.
     Announced,
     /// Looked up from the runtime's name and version.
-    Inferred { runtime: String, version: String },
+    Inferred {
+        /// The runtime's name, as it sent it in Configure.
+        runtime: String,
+        /// The runtime's version, as it sent it in Configure.
+        version: String,
+    },
     /// Nothing usable: assume the baseline every runtime accepts.
-    Assumed { why: String },
+    Assumed {
+        /// Why nothing could be inferred: an unknown runtime, an unparsable
+        /// version, or a release older than NRI.
+        why: String,
+    },
 }
 
 impl fmt::Display for VersionSource {

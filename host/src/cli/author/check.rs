@@ -39,6 +39,7 @@ use crate::policy::prepare::{read_policy_file, Imports};
 /// Calls timed for the figure of a call that does nothing.
 const NOOP_CALLS: usize = 20;
 
+/// The arguments of `nri-wasm check`.
 #[derive(Debug, Args)]
 #[command(after_help = "Exit codes: 0 the host loads it; 1 refused (the last line names the step); \
     2 usage, or a file that cannot be read.\nGuide: docs/writing-policies.md")]
@@ -48,6 +49,7 @@ pub struct CheckArgs {
     /// configuration's `[registry]`).
     #[arg(value_name = "POLICY.wasm|oci://REF")]
     pub file: PathBuf,
+    /// The policy's settings, when not from its `NN-name.toml`.
     #[command(flatten)]
     pub settings: SettingsArgs,
     /// The host's configuration file: its [engine] settings and default
@@ -72,10 +74,17 @@ pub enum CheckError {
     Unreadable(LoadError),
     /// The host refuses the policy at `step`.
     #[error("refused at step {step}: {error}")]
-    Refused { step: &'static str, error: String },
+    Refused {
+        /// The load step that refused it (`validate`, `world`, `compile`, ...).
+        step: &'static str,
+        /// Why, as the host would log it.
+        error: String,
+    },
 }
 
 impl CheckError {
+    /// [`EXIT_FAILED`] when the policy is refused (its file or settings
+    /// included), [`EXIT_USAGE`] when nothing could be checked.
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Setup(SetupError::PolicyFile(_)) | Self::Refused { .. } => EXIT_FAILED,

@@ -30,6 +30,7 @@ pub use crate::cli::steps::SeenStep;
 use crate::nri::record::parse_document;
 use crate::policy::compile::Compiler;
 
+/// The arguments of `nri-wasm eval`.
 #[derive(Debug, Args)]
 #[command(after_help = "Exit codes: 0 every event succeeded and every policy loaded and answered; \
     1 an event fails at the runtime (a denial, a failure with on-error = \"fail\", a conflict); \
@@ -57,6 +58,7 @@ pub struct EvalArgs {
     /// for several files, oldest first: `FILE.jsonl.1 FILE.jsonl`).
     #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["input", "event", "node"])]
     pub replay: Vec<PathBuf>,
+    /// The policy's settings, when not from its `NN-name.toml`.
     #[command(flatten)]
     pub settings: SettingsArgs,
     /// Preload the policies' state: a JSON file `{"NN-name": {"key":
@@ -66,6 +68,7 @@ pub struct EvalArgs {
     /// JSON for machines: one document (with `--replay`, one object a line).
     #[arg(long)]
     pub json: bool,
+    /// The host's configuration and compile cache.
     #[command(flatten)]
     pub host: HostArgs,
 }

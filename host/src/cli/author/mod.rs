@@ -87,18 +87,32 @@ pub struct HostArgs {
 /// What keeps a command from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// The `--config` file cannot be read or is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The configuration's limits, engine or chain settings break a rule
+    /// (the rule, naming the table).
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The policy file or directory (given) does not exist.
     #[error("{}: no such file or directory", .0.display())]
     Missing(PathBuf),
+    /// The `--settings-file` cannot be read or is not UTF-8 text.
     #[error("--settings-file {}: {reason}", path.display())]
-    SettingsFile { path: PathBuf, reason: String },
+    SettingsFile {
+        /// The `--settings-file` given.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The policy's file name or its `NN-name.toml` is invalid.
     #[error(transparent)]
     PolicyFile(#[from] SpecError),
+    /// The WebAssembly engine could not be built.
     #[error("cannot start the engine")]
     Engine(#[from] EngineError),
+    /// The command line asks for something the command cannot do, or the
+    /// command's own setup (a runtime, a temporary directory) failed.
     #[error("{0}")]
     Usage(String),
 }

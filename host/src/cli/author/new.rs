@@ -33,6 +33,8 @@ use clap::Args;
 pub struct TemplateFile {
     /// Where it goes in the project.
     pub path: &'static str,
+    /// Its bytes; in text files `{{name}}` and `{{name_snake}}` stand for
+    /// the policy's name.
     pub contents: &'static [u8],
     /// Written with the executable bits (build scripts).
     pub executable: bool,
@@ -41,9 +43,11 @@ pub struct TemplateFile {
 /// The project template of one language.
 #[derive(Debug, Clone, Copy)]
 pub struct Template {
+    /// The language it is for (`rust`, ...), as `--lang` names it.
     pub lang: &'static str,
     /// The SDK's directory when the binary was built.
     pub sdk: &'static str,
+    /// Every file of the project, as built into the binary.
     pub files: &'static [TemplateFile],
 }
 
@@ -52,6 +56,7 @@ include!(concat!(env!("OUT_DIR"), "/templates.rs"));
 /// Longest policy name: it becomes a directory, a package and a file name.
 const MAX_NAME: usize = 64;
 
+/// The arguments of `nri-wasm new`.
 #[derive(Debug, Args)]
 pub struct NewArgs {
     /// The policy's name in kebab-case (e.g. `team-env`): the project's
@@ -71,16 +76,41 @@ pub struct NewArgs {
 /// Why no project was created.
 #[derive(Debug, thiserror::Error)]
 pub enum NewError {
+    /// This binary has no template for the language asked for.
     #[error("no project template for --lang {lang} in this binary; it has templates for: {available}")]
-    UnknownLanguage { lang: String, available: String },
+    UnknownLanguage {
+        /// The `--lang` given.
+        lang: String,
+        /// The languages it has templates for, comma-separated (or why none).
+        available: String,
+    },
+    /// The name is not kebab-case of at most 64 characters.
     #[error("{name:?} is not a policy name: {why}")]
-    BadName { name: String, why: String },
+    BadName {
+        /// The name given.
+        name: String,
+        /// What to change in it.
+        why: String,
+    },
+    /// The project's directory (given) exists and is not empty.
     #[error("{}: already exists and is not an empty directory", .0.display())]
     Exists(PathBuf),
+    /// The SDK directory the project would depend on does not exist.
     #[error("the {lang} SDK is not at {} (where this binary was built from); pass --sdk DIR", path.display())]
-    NoSdk { lang: String, path: PathBuf },
+    NoSdk {
+        /// The template's language.
+        lang: String,
+        /// Where the SDK was looked for: `--sdk`, else where the binary was built.
+        path: PathBuf,
+    },
+    /// A file, directory or the SDK link of the project could not be written.
     #[error("cannot write {}: {source}", path.display())]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        /// What was being written.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
 }
 
 impl NewError {

@@ -35,16 +35,45 @@ use crate::policy::state::{StateSnapshot, StateStore, StateTxn};
 /// What keeps `eval` from evaluating.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
+    /// The host could not be set up: usage, configuration, a policy's
+    /// file or settings, the engine.
     #[error(transparent)]
     Setup(#[from] SetupError),
+    /// An input file (`--input`, `--node`, `--replay`) could not be read.
     #[error("cannot read {}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The file (`-` for standard input).
+        path: PathBuf,
+        /// Why reading it failed.
+        source: std::io::Error,
+    },
+    /// An `--input` or `--node` document is not a request `eval` can run.
     #[error("{}: {error}", path.display())]
-    Input { path: PathBuf, error: FormatError },
+    Input {
+        /// The file (`-` for standard input).
+        path: PathBuf,
+        /// What is wrong with the document.
+        error: FormatError,
+    },
+    /// A line of a `--replay` recording is not a recorded request.
     #[error("{}, line {line}: {error}", path.display())]
-    Recording { path: PathBuf, line: usize, error: FormatError },
+    Recording {
+        /// The recording.
+        path: PathBuf,
+        /// The line, counted from 1.
+        line: usize,
+        /// What is wrong with the line.
+        error: FormatError,
+    },
+    /// The `--state` file or directory cannot be read or preloaded.
     #[error("--state {}: {reason}", path.display())]
-    State { path: PathBuf, reason: String },
+    State {
+        /// The `--state` file or directory.
+        path: PathBuf,
+        /// What is wrong, naming the policy or file where it can.
+        reason: String,
+    },
+    /// The async runtime that runs the events could not be built.
     #[error("cannot start the event runtime: {0}")]
     Runtime(std::io::Error),
 }
@@ -54,10 +83,15 @@ pub enum EvalError {
 pub enum Reply {
     /// The event's reply carries nothing.
     Nothing,
+    /// CreateContainer's reply: an adjustment, updates, evictions.
     Create(pb::CreateContainerResponse),
+    /// UpdateContainer's reply: updates and evictions.
     Update(pb::UpdateContainerResponse),
+    /// StopContainer's reply: updates of other containers.
     Stop(pb::StopContainerResponse),
+    /// Synchronize's reply: updates of existing containers.
     Synchronize(pb::SynchronizeResponse),
+    /// ValidateContainerAdjustment's reply (a denial is an error instead).
     Validate(pb::ValidateContainerAdjustmentResponse),
 }
 
@@ -107,12 +141,18 @@ impl Reply {
 pub struct EventReport {
     /// Its place in the input (a recording's line number).
     pub index: usize,
+    /// The event's NRI name (`CreateContainer`, ...).
     pub event: &'static str,
     /// When it was recorded, if it was.
     pub time: Option<String>,
+    /// What the event is about: the pod or container, the runtime, or the node.
     pub target: String,
+    /// How long the dispatcher took to answer.
     pub elapsed: Duration,
+    /// Each policy's step through the chain, in order.
     pub steps: Vec<SeenStep>,
+    /// The reply the runtime would have received, or the error it would
+    /// have seen (a denial, a failure, the answer budget overrun).
     pub answer: Result<Reply, DispatchError>,
 }
 
@@ -137,13 +177,19 @@ impl EventReport {
 /// What the chain looks like, for the report.
 #[derive(Debug, Clone)]
 pub struct PolicyInfo {
+    /// The policy's name (`NN-name`).
     pub name: String,
+    /// The NRI events it subscribes to.
     pub events: Vec<&'static str>,
+    /// It subscribes to `synchronize`.
     pub synchronize: bool,
     /// It imports the node interface and may call it (see `check`'s `reads` line).
     pub reads_node: bool,
+    /// It imports the state interface.
     pub keeps_state: bool,
+    /// Its effective limits (its settings over the host's defaults).
     pub limits: Limits,
+    /// Its compiled code came from the compilation cache.
     pub cached: bool,
 }
 
@@ -151,7 +197,9 @@ pub struct PolicyInfo {
 pub struct Session {
     dispatcher: Arc<PolicyDispatcher>,
     steps: Arc<StepLog>,
+    /// The policies that loaded, in chain order.
     pub policies: Vec<PolicyInfo>,
+    /// What kept policies from loading, one problem each.
     pub problems: Vec<LoadProblem>,
     /// Policies whose state the report shows.
     stateful: Vec<String>,

@@ -26,10 +26,12 @@ impl std::fmt::Debug for RecordingDispatcher {
 }
 
 impl RecordingDispatcher {
+    /// Records every request with `recorder` before `inner` handles it.
     pub fn new(inner: Arc<dyn Dispatcher>, recorder: Arc<Recorder>) -> Self {
         Self { inner, recorder }
     }
 
+    /// The recorder, for its file and its count of dropped records.
     pub fn recorder(&self) -> &Arc<Recorder> {
         &self.recorder
     }

@@ -12,16 +12,31 @@ use crate::nri::version::VersionSource;
 /// A request line that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
+    /// The text is not a JSON object (why, as the parser says).
     #[error("not JSON: {0}")]
     Json(String),
+    /// The event named (given) is none of NRI's.
     #[error("unknown event {0:?} (events: {names})", names = Request::NAMES.join(", "))]
     UnknownEvent(String),
+    /// A bare request, and no `--event` to say what it is.
     #[error("a bare request needs its event named (--event); or use {{\"event\": ..., \"request\": {{...}}}}")]
     NoEvent,
+    /// The event expected and the event the document names differ.
     #[error("the document is a {document} request, not {given}")]
-    EventMismatch { given: String, document: String },
+    EventMismatch {
+        /// The event expected (`--event`, or Synchronize for `eval --node`).
+        given: String,
+        /// The event the document names.
+        document: String,
+    },
+    /// The request does not decode as the event's protobuf message.
     #[error("not a valid {event} request: {reason}")]
-    Request { event: &'static str, reason: String },
+    Request {
+        /// The event's RPC name.
+        event: &'static str,
+        /// What the protobuf JSON decoder refused.
+        reason: String,
+    },
 }
 
 macro_rules! requests {
@@ -29,7 +44,8 @@ macro_rules! requests {
         /// A request of the runtime, by event.
         #[derive(Debug, Clone, PartialEq)]
         pub enum Request {
-            $($event(pb::$message)),*
+            $(#[doc = concat!("A `", stringify!($event), "` request.")]
+            $event(pb::$message)),*
         }
 
         impl Request {
@@ -135,6 +151,7 @@ impl Request {
 /// A request read from a document or a recording line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
+    /// The request, decoded.
     pub request: Request,
     /// When it was received, if the line says.
     pub time: Option<String>,

@@ -18,6 +18,7 @@ const QUEUE: usize = 1024;
 /// Where and how much to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordOptions {
+    /// The recording file (`--record`), created with mode 0600.
     pub path: PathBuf,
     /// Past this many bytes the file is rotated to `FILE.1`; 0: never.
     pub max_bytes: u64,
@@ -126,6 +127,7 @@ impl Recorder {
         }
     }
 
+    /// The recording file.
     pub fn path(&self) -> &Path {
         &self.path
     }
