@@ -27,7 +27,7 @@
 //! 5. `metrics` (implements the policy's `Observer` and `Tally`), `config`;
 //! 6. `cli`.
 
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, missing_docs)]
 
 pub mod alloc;
 pub mod cli;

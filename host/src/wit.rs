@@ -2,6 +2,10 @@
 //!
 //! Everything else refers to the generated types through this module, so a
 //! change of the WIT package shows up here and in `convert/`, nowhere else.
+//!
+//! The generated items are documented by the WIT files (`wit/*.wit`), not
+//! here: the crate's `missing_docs` does not apply to them.
+#![allow(missing_docs)]
 
 wasmtime::component::bindgen!({
     path: "../wit",
