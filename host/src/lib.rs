@@ -17,9 +17,10 @@
 //!   WIT world as Rust types, text made safe to show, host-private files),
 //!   kept at the bottom so that none of them imports another for it.
 //!
-//! Layers, lowest first. A module imports from the layers below its own
-//! and never back up, and no two modules import each other, directly or
-//! around a circle (`host/tests/module_circles.rs` checks it):
+//! Layers, lowest first: what the modules import from each other today.
+//! What is checked (`host/tests/module_circles.rs`) is that no two of
+//! these modules, and no two groups of `policy/`, import each other,
+//! directly or around a circle:
 //! 1. `alloc`, `files`, `text`, `watch`, `wit`;
 //! 2. `nri` (the transport and its `Dispatcher` seam);
 //! 3. `merge`, `node`, `convert`, `registry`;

@@ -27,11 +27,13 @@
 //!   files; [`reload`]: watching the directory and the registry, swapping
 //!   the chain.
 //!
-//! This module is the facade: the groups are private to the crate, and
-//! what the rest of the crate, the binary, the tests and the benchmarks use
-//! is re-exported below, under the module names it has always had
+//! This module is the facade. `load/`, `call/` and `imports/` are private
+//! to the crate; what the rest of the crate, the binary, the tests and the
+//! benchmarks use of them is re-exported below under short module names
 //! (`policy::manifest::PolicySpec`, `policy::limits::Limits`, ...), so that
-//! moving a file between groups changes no caller.
+//! moving a file between those groups changes no caller. `chain`,
+//! `dispatcher`, `engine`, `loader`, `reload` and `tally` are public as
+//! they are.
 
 pub(crate) mod call;
 pub mod chain;
