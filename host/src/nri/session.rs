@@ -27,9 +27,6 @@ use super::version::{self, EventMask};
 /// (`--log info,nri_wasm::answer=trace`).
 pub const ANSWER_LOG: &str = "nri_wasm::answer";
 
-/// Default time we give the runtime to answer RegisterPlugin.
-pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Where the plugin stands with the runtime (observable for logs and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Status {

@@ -167,8 +167,6 @@ impl NriVersion {
     pub const BASELINE: NriVersion = NriVersion::new(0, 6, 0);
     /// First version with UpdatePodSandbox, PostUpdatePodSandbox and validation.
     pub const POD_UPDATE_AND_VALIDATION: NriVersion = NriVersion::new(0, 10, 0);
-    /// First version that calls the dedicated event RPCs instead of StateChange.
-    pub const DEDICATED_EVENT_RPCS: NriVersion = NriVersion::new(0, 12, 0);
     /// The version of the API this project implements.
     pub const IMPLEMENTED: NriVersion = NriVersion::new(0, 12, 0);
 

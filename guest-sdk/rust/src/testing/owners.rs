@@ -149,9 +149,39 @@ impl Step<'_> {
         for item in items.iter().filter(|x| !name(x).starts_with('-')) {
             self.claim_key(field, name(item))?;
         }
-        merge_keyed(list, items, name);
+        if field == f::MOUNTS {
+            merge_mounts(list, items, name);
+        } else {
+            merge_keyed(list, items, name);
+        }
         Ok(())
     }
+}
+
+/// Mounts differ from the other keyed lists: the runtime passes a mount's
+/// removal marker on to the plugins after it, so the host keeps every
+/// policy's markers in the merged reply, even when a later policy mounts
+/// the destination again. An adjustment's removal (or, in a lenient
+/// validation, its own mount) drops the mount an earlier policy added there;
+/// its own markers of destinations it mounts itself are dropped, and one
+/// marker per destination is kept.
+fn merge_mounts<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &str) {
+    let removed: Vec<&str> = items.iter().filter_map(|x| name(x).strip_prefix('-')).collect();
+    let set: Vec<&T> = items.iter().filter(|x| !name(x).starts_with('-')).collect();
+    // A mount another policy added where this one mounts too is a conflict
+    // in the host; a lenient validation lets the later one replace it.
+    list.retain(|x| {
+        name(x).starts_with('-') || !(removed.contains(&name(x)) || set.iter().any(|y| name(y) == name(x)))
+    });
+    let mut markers: Vec<&T> = Vec::new();
+    for item in items.iter().filter(|x| name(x).starts_with('-')) {
+        let key = &name(item)[1..];
+        if !set.iter().any(|x| name(x) == key) && !markers.iter().any(|m| name(m) == name(item)) {
+            markers.push(item);
+        }
+    }
+    list.extend(set.into_iter().cloned());
+    list.extend(markers.into_iter().cloned());
 }
 
 /// Folds one adjustment's entries of a keyed list field into `list`, as
