@@ -177,7 +177,7 @@ pub const COPY_UNITS: u64 = 64;
 
 /// Work done for a caller that has a deadline: every loop charges it, and
 /// it ends the work once the deadline has passed. It looks at the clock
-/// every [`CLOCK_EVERY`] units, so a query stops within microseconds of the
+/// every `CLOCK_EVERY` units, so a query stops within microseconds of the
 /// deadline, whatever the filter and the node.
 #[derive(Debug)]
 pub struct WorkClock {

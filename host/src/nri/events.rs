@@ -4,7 +4,7 @@
 //! An event reaches the host through several layers (the ttrpc service,
 //! the [`Dispatcher`](super::Dispatcher) seam, the recording, `eval`), and
 //! each used to list every event by hand, so adding one meant editing a
-//! dozen matches that the compiler did not always point to. [`nri_events!`]
+//! dozen matches that the compiler did not always point to. `nri_events!`
 //! holds the list; a module that needs it defines a `macro_rules!` that
 //! takes the rows and passes it to `nri_events!`, which calls it with them.
 //!

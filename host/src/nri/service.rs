@@ -1,7 +1,7 @@
 //! The Plugin service the runtime calls on conn 1.
 //!
 //! Handlers are thin: each one hands its request to the [`Dispatcher`] through
-//! [`PluginService::answer`], which applies the answer deadline and the single
+//! `PluginService::answer`, which applies the answer deadline and the single
 //! error mapping ([`status_of`]). The protocol work that is not a plain
 //! forward lives here too: choosing the subscription in `Configure`,
 //! collecting a split `Synchronize`, and routing the generic `StateChange`

@@ -2,7 +2,7 @@
 //! implements [`Dispatcher`].
 //!
 //! Handlers stay thin: each converts nothing itself and hands a closure to
-//! [`PolicyDispatcher::evaluate`], which owns the three promises the chain
+//! `PolicyDispatcher::evaluate`, which owns the three promises the chain
 //! makes to the runtime:
 //! - **in time**: the chain gets a deadline of `budget-fraction` of the
 //!   runtime's request timeout (from Configure); every policy call gets at

@@ -214,7 +214,7 @@ impl Reloader {
     }
 
     /// Checks the tags of policies named by a tag alone every `every` (zero:
-    /// only at SIGHUP), when [`watch`] runs.
+    /// only at SIGHUP), when `watch` runs.
     pub fn with_tag_recheck(mut self, every: std::time::Duration) -> Self {
         self.tag_recheck = every;
         self

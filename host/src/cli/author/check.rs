@@ -52,6 +52,8 @@ pub struct CheckArgs {
     /// The policy's settings, when not from its `NN-name.toml`.
     #[command(flatten)]
     pub settings: SettingsArgs,
+    // The brackets name TOML tables in `--help`, not Rust items.
+    #[allow(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
     /// The host's configuration file: its [engine] settings and default
     /// [policies.limits] apply, as on the node.
     #[arg(long, short = 'c', value_name = "FILE")]

@@ -73,6 +73,8 @@ pub struct SettingsArgs {
 /// The host side: its configuration and the compile cache.
 #[derive(Debug, Args, Clone, Default)]
 pub struct HostArgs {
+    // The brackets name TOML tables in `--help`, not Rust items.
+    #[allow(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
     /// The host's configuration file: its [engine] and [chain] settings and
     /// its default [policies.limits] apply, as on the node.
     #[arg(long, short = 'c', value_name = "FILE")]

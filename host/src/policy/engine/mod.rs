@@ -24,7 +24,7 @@
 //! of one policy holds back no other policy's load:
 //! - compiling (CPU and memory: a child process of up to
 //!   `compile-memory-mib`) takes one of [`MAX_CONCURRENT_COMPILES`]
-//!   permits, for the compile only ([`PolicyEngine::compile`]);
+//!   permits, for the compile only (`PolicyEngine::compile`);
 //! - `configure` takes one of [`MAX_CONCURRENT_CONFIGURES`] instance slots
 //!   of the pool, until its instance is dropped (at its time limit at the
 //!   latest), and its guest code yields to the other loads every

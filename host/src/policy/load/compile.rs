@@ -61,7 +61,7 @@ pub enum Compiler {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompileBounds {
     /// CPU time the compiler may use per core (`compile-timeout-ms`); the
-    /// wall-clock backstop is [`WALL_BACKSTOP_FACTOR`] times this.
+    /// wall-clock backstop is `WALL_BACKSTOP_FACTOR` times this.
     pub timeout: Duration,
     /// Address space of the compiling child.
     pub memory_bytes: u64,
@@ -97,7 +97,7 @@ pub enum CompileError {
 }
 
 impl CompileBounds {
-    /// The wall-clock backstop: [`WALL_BACKSTOP_FACTOR`] × the CPU budget.
+    /// The wall-clock backstop: `WALL_BACKSTOP_FACTOR` × the CPU budget.
     pub fn backstop(&self) -> Duration {
         self.timeout.saturating_mul(WALL_BACKSTOP_FACTOR)
     }
