@@ -149,50 +149,25 @@ impl Step<'_> {
         for item in items.iter().filter(|x| !name(x).starts_with('-')) {
             self.claim_key(field, name(item))?;
         }
-        if field == f::MOUNTS {
-            merge_mounts(list, items, name);
-        } else {
-            merge_keyed(list, items, name);
-        }
+        merge_keyed(list, items, name, field == f::MOUNTS);
         Ok(())
     }
-}
-
-/// Mounts differ from the other keyed lists: the runtime passes a mount's
-/// removal marker on to the plugins after it, so the host keeps every
-/// policy's markers in the merged reply, even when a later policy mounts
-/// the destination again. An adjustment's removal (or, in a lenient
-/// validation, its own mount) drops the mount an earlier policy added there;
-/// its own markers of destinations it mounts itself are dropped, and one
-/// marker per destination is kept.
-fn merge_mounts<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &str) {
-    let removed: Vec<&str> = items.iter().filter_map(|x| name(x).strip_prefix('-')).collect();
-    let set: Vec<&T> = items.iter().filter(|x| !name(x).starts_with('-')).collect();
-    // A mount another policy added where this one mounts too is a conflict
-    // in the host; a lenient validation lets the later one replace it.
-    list.retain(|x| {
-        name(x).starts_with('-') || !(removed.contains(&name(x)) || set.iter().any(|y| name(y) == name(x)))
-    });
-    let mut markers: Vec<&T> = Vec::new();
-    for item in items.iter().filter(|x| name(x).starts_with('-')) {
-        let key = &name(item)[1..];
-        if !set.iter().any(|x| name(x) == key) && !markers.iter().any(|m| name(m) == name(item)) {
-            markers.push(item);
-        }
-    }
-    list.extend(set.into_iter().cloned());
-    list.extend(markers.into_iter().cloned());
 }
 
 /// Folds one adjustment's entries of a keyed list field into `list`, as
 /// the host does: what the adjustment sets wins over its own removal of the
 /// same key, whatever their order; a removal alone drops the key and
-/// leaves its marker.
-fn merge_keyed<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &str) {
+/// leaves its marker, once per key.
+///
+/// Earlier policies' markers of the keys it touches are replaced, except for
+/// mounts (`markers_stay`): the runtime passes a mount's removal on to the
+/// plugins after it, so the host keeps every policy's mount markers, even
+/// where a later policy mounts the destination again.
+fn merge_keyed<T: Clone>(list: &mut Vec<T>, items: &[T], name: impl Fn(&T) -> &str, markers_stay: bool) {
     let plain = |k: &str| k.strip_prefix('-').unwrap_or(k).to_string();
     let touched: Vec<String> = items.iter().map(|x| plain(name(x))).collect();
     let set: Vec<&T> = items.iter().filter(|x| !name(x).starts_with('-')).collect();
-    list.retain(|x| !touched.contains(&plain(name(x))));
+    list.retain(|x| (markers_stay && name(x).starts_with('-')) || !touched.contains(&plain(name(x))));
     let mut markers: Vec<&T> = Vec::new();
     for item in items.iter().filter(|x| name(x).starts_with('-')) {
         let key = plain(name(item));
