@@ -10,7 +10,13 @@
 //!   subscribed to CreateContainer, setting one env variable;
 //! - (b) `empty`: nri-wasm with no policy;
 //! - (c) `one`: nri-wasm with one realistic policy;
-//! - (d) `ten`: nri-wasm with ten realistic policies.
+//! - (d) `ten`: nri-wasm with ten realistic policies;
+//! - (e) `ten no-ops`: nri-wasm with ten SDK-built policies that change
+//!   nothing (tests/guests/noop; subscribed to every lifecycle event);
+//! - (f) `ten bare no-ops`: nri-wasm with ten of the cheapest policy a
+//!   component can be (tests/guests/bare: no standard library, no WASI),
+//!   subscribed to CreateContainer: the floor of ten fresh instances per
+//!   event, before any policy does any work.
 //!
 //! In rounds of 200 containers, in rotating order, it records for every CRI
 //! call the time the simulated runtime spent in the plugin, and the plugin's
@@ -56,10 +62,12 @@ enum Setup {
     Empty,
     One,
     Ten,
+    TenNoop,
+    TenBare,
 }
 
 impl Setup {
-    const ALL: [Setup; 4] = [Setup::Floor, Setup::Empty, Setup::One, Setup::Ten];
+    const ALL: [Setup; 6] = [Setup::Floor, Setup::Empty, Setup::One, Setup::Ten, Setup::TenNoop, Setup::TenBare];
 
     fn name(self) -> &'static str {
         match self {
@@ -67,6 +75,8 @@ impl Setup {
             Self::Empty => "(b) no policy",
             Self::One => "(c) one policy",
             Self::Ten => "(d) ten policies",
+            Self::TenNoop => "(e) ten no-ops",
+            Self::TenBare => "(f) ten bare no-ops",
         }
     }
 
@@ -74,7 +84,7 @@ impl Setup {
         match self {
             Self::Floor | Self::Empty => 0,
             Self::One => 1,
-            Self::Ten => 10,
+            Self::Ten | Self::TenNoop | Self::TenBare => 10,
         }
     }
 }
@@ -219,7 +229,12 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
             let policies = dir.path().join("policies");
             std::fs::create_dir(&policies).unwrap();
             for i in 0..setup.policies() {
-                std::fs::copy(guests::REALISTIC, policies.join(format!("{i:02}-realistic.wasm"))).unwrap();
+                let guest = match setup {
+                    Setup::TenNoop => guests::NOOP,
+                    Setup::TenBare => guests::BARE,
+                    _ => guests::REALISTIC,
+                };
+                std::fs::copy(guest, policies.join(format!("{i:02}-realistic.wasm"))).unwrap();
                 // A time limit a stall of the machine does not reach: the
                 // benchmark measures costs, not the hypervisor.
                 let toml = format!("settings = \"{i}\"\n[limits]\ntimeout-ms = 900\n");
@@ -462,15 +477,15 @@ fn main() {
             plugins.push(start(setup, cache.path()).await);
         }
         // Per setup: per CRI call, the p50 of each round; CPU per container of each round.
-        let mut per_call: Vec<[Vec<f64>; 4]> = vec![Default::default(); 4];
-        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); 4];
+        let mut per_call: Vec<[Vec<f64>; 4]> = vec![Default::default(); Setup::ALL.len()];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); Setup::ALL.len()];
         // Per setup, per round: each CreateContainer at both ends of the socket.
-        let mut split: Vec<Vec<Vec<Split>>> = vec![Vec::new(); 4];
+        let mut split: Vec<Vec<Vec<Split>>> = vec![Vec::new(); Setup::ALL.len()];
         // Per setup: every CreateContainer's wait, for the tail.
-        let mut creates: Vec<Vec<Duration>> = vec![Vec::new(); 4];
+        let mut creates: Vec<Vec<Duration>> = vec![Vec::new(); Setup::ALL.len()];
         for r in 0..rounds {
-            for k in 0..4 {
-                let s = (r + k) % 4;
+            for k in 0..Setup::ALL.len() {
+                let s = (r + k) % Setup::ALL.len();
                 let (mut times, c, splits) = round(&plugins[s], per_round, r).await;
                 creates[s].extend_from_slice(&times[0]);
                 for (call, t) in times.iter_mut().enumerate() {
@@ -531,6 +546,21 @@ fn main() {
             medians.push(m);
         }
         let floor_create = medians[0][0];
+        // What each set-up adds to CreateContainer over (b), which the
+        // runtime does not call (no subscription): the runtime's own
+        // bookkeeping is the same in both, so the difference is the plugin's.
+        let base = medians[1][0];
+        eprintln!("CreateContainer added over (b), and as a ratio to what the floor plugin adds: {}", {
+            let parts: Vec<String> = plugins
+                .iter()
+                .zip(&medians)
+                .filter(|(p, _)| p.setup != Setup::Empty)
+                .map(|(p, m)| {
+                    format!("{} +{:.1} µs = {:.2}", p.setup.name(), m[0] - base, (m[0] - base) / (floor_create - base))
+                })
+                .collect();
+            parts.join("; ")
+        });
         eprintln!(
             "in-process chain of ten realistic policies: p50 {chain_ten:.1} µs; (d) create {:.1} µs = {:.2} × (chain + (a) = {:.1} µs)",
             medians[3][0],
@@ -604,7 +634,7 @@ fn main() {
             parts.join("; ")
         });
         eprintln!("ratios to (a) per CRI call: {}", {
-            let r: Vec<String> = (1..4)
+            let r: Vec<String> = (1..Setup::ALL.len())
                 .map(|s| {
                     let parts: Vec<String> = (0..4)
                         .map(|c| {

@@ -9,14 +9,23 @@
 //!   annotation of its own;
 //! - `host-0`, `host-1`, `host-10`: the nri-wasm host with no policy, one and
 //!   ten realistic policies (tests/guests/realistic, the policy of the other
-//!   benchmarks).
+//!   benchmarks);
+//! - `host-10-noop`: the host with ten policies that change nothing
+//!   (tests/guests/noop): the floor of ten fresh instances per event, what
+//!   ten SDK-built policies cost before they do any work;
+//! - `host-10-bare`: the host with ten of the cheapest policy a component
+//!   can be (tests/guests/bare: no standard library, no WASI): the floor of
+//!   ten fresh instances per event.
 //!
 //! Each set-up's plugins are started, registered and warmed up, then
 //! containers are created one after the other with crictl; the latency of
 //! each CreateContainer is read from the runtime's own log (the time between
 //! its "CreateContainer within sandbox" line and its "returns container id"
 //! line), so crictl's start-up is not in it. Per round: the median of each
-//! set-up, and its difference from `none` in the same round ("added").
+//! set-up, and its difference from `none` in the same round ("added"),
+//! and the plugin processes' CPU time (all their threads, from
+//! `/proc/PID/task/*/schedstat`) per container, over the measured creates
+//! and the removal of those containers.
 //! Reported: the median over rounds of each, and the ratios the project
 //! targets: added(host-10) / added(native-1) <= 1.0 and
 //! added(host-0) / added(native-1) <= 0.2.
@@ -43,10 +52,21 @@ enum Setup {
     Host0,
     Host1,
     Host10,
+    Host10Noop,
+    Host10Bare,
 }
 
 impl Setup {
-    const ALL: [Setup; 6] = [Setup::None, Setup::Native1, Setup::Native10, Setup::Host0, Setup::Host1, Setup::Host10];
+    const ALL: [Setup; 8] = [
+        Setup::None,
+        Setup::Native1,
+        Setup::Native10,
+        Setup::Host0,
+        Setup::Host1,
+        Setup::Host10,
+        Setup::Host10Noop,
+        Setup::Host10Bare,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -56,6 +76,8 @@ impl Setup {
             Setup::Host0 => "host-0",
             Setup::Host1 => "host-1",
             Setup::Host10 => "host-10",
+            Setup::Host10Noop => "host-10-noop",
+            Setup::Host10Bare => "host-10-bare",
         }
     }
 }
@@ -66,6 +88,27 @@ enum Plugins {
     None,
     Native(Vec<NativePlugin>),
     Host(Box<Host>),
+}
+
+impl Plugins {
+    /// The plugin processes' pids.
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            Plugins::None => Vec::new(),
+            Plugins::Native(v) => v.iter().filter_map(NativePlugin::pid).collect(),
+            Plugins::Host(h) => h.pid().into_iter().collect(),
+        }
+    }
+}
+
+/// CPU time so far of every thread of the processes, in nanoseconds.
+fn cpu_ns(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/task")).ok())
+        .flat_map(|tasks| tasks.flatten())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
 }
 
 fn start(setup: Setup, node: &Node, round: usize) -> Plugins {
@@ -87,17 +130,18 @@ fn start(setup: Setup, node: &Node, round: usize) -> Plugins {
             .collect();
         Plugins::Native(plugins)
     };
-    let host = |n: usize| {
+    let host = |n: usize, guest: &str| {
         // A directory per round and set-up; the compile cache is shared.
         let mut config = HostConfig::new(host_bin(), node.dir(), &node.nri_socket());
-        config.policies = node.dir().join(format!("policies-{round}-{n}"));
+        let kind = Path::new(guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest");
+        config.policies = node.dir().join(format!("policies-{round}-{n}-{kind}"));
         std::fs::create_dir_all(&config.dir).unwrap_or_else(|e| panic!("creating {}: {e}", config.dir.display()));
         let policies = config.policy_dir();
         for i in 0..n {
             policies
                 .install(
                     &format!("{:02}-realistic", 10 + i),
-                    Path::new(guests::REALISTIC),
+                    Path::new(guest),
                     &format!("on-error = \"fail\"\nsettings = \"{i}\"\n"),
                 )
                 .unwrap_or_else(|e| panic!("installing policy {i}: {e}"));
@@ -121,9 +165,11 @@ fn start(setup: Setup, node: &Node, round: usize) -> Plugins {
         Setup::None => Plugins::None,
         Setup::Native1 => native(1),
         Setup::Native10 => native(10),
-        Setup::Host0 => host(0),
-        Setup::Host1 => host(1),
-        Setup::Host10 => host(10),
+        Setup::Host0 => host(0, guests::REALISTIC),
+        Setup::Host1 => host(1, guests::REALISTIC),
+        Setup::Host10 => host(10, guests::REALISTIC),
+        Setup::Host10Noop => host(10, guests::NOOP),
+        Setup::Host10Bare => host(10, guests::BARE),
     }
 }
 
@@ -176,11 +222,17 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Creates `warm + creates` containers; the latencies of the last `creates`.
-fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize) -> Vec<f64> {
+/// Creates `warm + creates` containers; the latencies of the last `creates`,
+/// and the CPU time (ns) `pids` spent per container over their creation and
+/// removal.
+fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize, pids: &[u32]) -> (Vec<f64>, f64) {
     let mut names = Vec::new();
     let mut ids = Vec::new();
+    let mut cpu_before = cpu_ns(pids);
     for i in 0..warm + creates {
+        if i == warm {
+            cpu_before = cpu_ns(pids);
+        }
         let name = format!("{tag}-{i}");
         let mut c = Container::sleeper(&name);
         c.memory_limit = Some(256 << 20);
@@ -200,10 +252,20 @@ fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize
             })
         })
         .collect();
-    let mut args = vec!["rm"];
-    args.extend(ids.iter().map(String::as_str));
-    node.crictl.run(&args).unwrap_or_else(|e| panic!("removing the containers: {e}"));
-    out
+    // The measured containers first, inside the CPU window; the warm-up's after.
+    let remove = |ids: &[String]| {
+        if !ids.is_empty() {
+            let mut args = vec!["rm"];
+            args.extend(ids.iter().map(String::as_str));
+            node.crictl.run(&args).unwrap_or_else(|e| panic!("removing the containers: {e}"));
+        }
+    };
+    let (warmed, measured) = ids.split_at(warm);
+    remove(measured);
+    let spent = cpu_ns(pids).saturating_sub(cpu_before);
+    remove(warmed);
+    let cpu = if creates == 0 { 0.0 } else { spent as f64 / creates as f64 };
+    (out, cpu)
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -231,21 +293,24 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    // medians[setup][round]
+    // medians[setup][round], cpu[setup][round] (µs per container)
     let mut medians = vec![Vec::new(); Setup::ALL.len()];
+    let mut cpu = vec![Vec::new(); Setup::ALL.len()];
     for round in 0..rounds {
         for k in 0..Setup::ALL.len() {
             let setup = Setup::ALL[(k + round) % Setup::ALL.len()];
             let plugins = start(setup, &node, round);
-            let mut lat = measure(&node, &pod, &format!("r{round}-{}", setup.name()), warm, creates);
+            let pids = plugins.pids();
+            let (mut lat, ns) = measure(&node, &pod, &format!("r{round}-{}", setup.name()), warm, creates, &pids);
             drop(plugins);
             // The runtime drops a closed plugin at its next event: one
             // create, not measured, so the next set-up starts clean.
-            measure(&node, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0);
+            measure(&node, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0, &[]);
             let i = Setup::ALL.iter().position(|s| *s == setup).expect("setup");
             let m = median(&mut lat);
-            eprintln!("  round {round} {:<10} p50 {m:7.3} ms", setup.name());
+            eprintln!("  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs per container", setup.name(), ns / 1e3);
             medians[i].push(m);
+            cpu[i].push(ns / 1e3);
         }
     }
 
@@ -255,15 +320,16 @@ fn main() {
         median(&mut d)
     };
     eprintln!("\nCRI CreateContainer on {} (median over {rounds} rounds of per-round p50):", node.kind().name());
-    eprintln!("{:<10} {:>9} {:>13}", "set-up", "p50 ms", "added ms");
+    eprintln!("{:<12} {:>9} {:>13} {:>24}", "set-up", "p50 ms", "added ms", "plugin CPU µs/container");
     for (i, s) in Setup::ALL.iter().enumerate() {
         let mut m = medians[i].clone();
-        eprintln!("{:<10} {:>9.3} {:>13.3}", s.name(), median(&mut m), added(i));
+        let mut c = cpu[i].clone();
+        eprintln!("{:<12} {:>9.3} {:>13.3} {:>24.1}", s.name(), median(&mut m), added(i), median(&mut c));
     }
     let native1 = added(1);
     eprintln!("\nratios to native-1's added latency ({native1:.3} ms):");
     for (i, s) in Setup::ALL.iter().enumerate().skip(2) {
-        eprintln!("  {:<10} {:>6.2}", s.name(), added(i) / native1);
+        eprintln!("  {:<12} {:>6.2}", s.name(), added(i) / native1);
     }
     eprintln!("targets: host-10 <= 1.0, host-0 <= 0.2");
 }

@@ -85,6 +85,22 @@ fn a_policy_answers_and_consumes_deterministic_fuel() {
 }
 
 #[test]
+fn a_component_without_the_standard_library_or_wasi_runs_like_any_other() {
+    // tests/guests/bare: no std, no WASI imports, its own allocator and
+    // `cabi_realloc`; the benchmarks' floor of a policy.
+    let engine = engine();
+    let f = facts();
+    let p = engine.load(&spec("10-bare", guests::BARE, "", roomy()), &f).unwrap();
+    assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
+    for _ in 0..5 {
+        let report = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+        let reply = report.outcome.expect("the call succeeds").expect("the policy allows");
+        assert_eq!(reply, wit::Reply { adjust: None, update: Vec::new(), evict: Vec::new() });
+        assert!(report.fuel_used > 0, "fuel is metered for it too");
+    }
+}
+
+#[test]
 fn settings_are_validated_at_load() {
     let engine = engine();
     let err = engine.load(&spec("10-annotate", guests::ANNOTATE, "two words", roomy()), &facts()).unwrap_err();

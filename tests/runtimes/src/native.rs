@@ -152,6 +152,11 @@ impl NativePlugin {
         Ok(NativePlugin { process, full_name, runtime_log: runtime_log.clone(), synced_before })
     }
 
+    /// Its pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
     pub fn full_name(&self) -> &str {
         &self.full_name
     }
