@@ -600,14 +600,14 @@ impl Observer for Metrics {
         }
         // One line per decision that changed or denied something.
         match &step.outcome {
-            // What changed is described only when asked for (audit mode,
-            // `eval`, the demo): describing every reply would cost the
-            // events their time.
-            Outcome::Changed { what } if what.is_empty() => {
+            // The change is kept only when asked for (audit mode, `eval`,
+            // the demo), and printed only if this line is logged: printing
+            // every reply would cost the events their time.
+            Outcome::Changed { change: None } => {
                 tracing::info!(policy = step.policy, event, target, audit = step.audit, "policy decision: changed");
             }
-            Outcome::Changed { what } => {
-                tracing::info!(policy = step.policy, event, target, audit = step.audit, changed = %what, "policy decision: changed");
+            Outcome::Changed { change: Some(changed) } => {
+                tracing::info!(policy = step.policy, event, target, audit = step.audit, %changed, "policy decision: changed");
             }
             Outcome::Denied { reason } => {
                 tracing::info!(

@@ -261,9 +261,13 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
     let Evaluated { value: resp, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     assert_eq!(annotations(&resp).iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["example.com/a"]);
     // It reports what it would have changed.
-    let Step { policy, audit: true, outcome: Outcome::Changed { what }, .. } = &steps[1] else { panic!("{steps:?}") };
+    let Step { policy, audit: true, outcome: Outcome::Changed { change: Some(would) }, .. } = &steps[1] else {
+        panic!("{steps:?}")
+    };
     assert_eq!(policy, "20-audit");
-    assert!(what.contains("example.com/audited"), "{what}");
+    let annotations = would.adjust().map(|a| a.annotations.clone()).unwrap_or_default();
+    assert!(annotations.contains_key("example.com/audited"), "{would}");
+    assert!(would.to_string().contains("example.com/audited"), "the log line's text: {would}");
 
     // The annotate guest denies containers annotated example.com/deny.
     req.container.mut_or_insert_default().annotations.insert("example.com/deny".into(), "no".into());

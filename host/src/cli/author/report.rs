@@ -2,44 +2,32 @@
 //! every policy's step and the reply, and the state after the run; as text
 //! for a person or JSON for a machine.
 //!
-//! A step's changes arrive as the chain's description (NRI's JSON, as the
-//! chain explains an evaluation); they are read back into NRI's messages to
-//! be shown as the SDK's test lines and with the proto field names.
+//! A step's changes arrive as the message the chain merged ([`Change`]);
+//! they are shown as the SDK's test lines and, in JSON, as NRI's JSON with
+//! the proto field names.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use nri_wasm_api::api as pb;
 use serde_json::{json, Value};
 
 use super::session::{EventReport, Session};
 use super::{describe, EXIT_FAILED, EXIT_OK, EXIT_POLICY_ERROR};
 use crate::cli::steps::SeenStep;
 use crate::nri::record;
-use crate::policy::chain::{Outcome, PolicyFailure};
+use crate::policy::chain::{Change, Outcome, PolicyFailure};
 use crate::policy::engine::LimitKind;
 use crate::policy::limits::Limits;
 
-/// A step's changes: the SDK's lines and the reply as NRI's JSON (proto
-/// field names), read back from the description the chain made.
-fn changes(event: &str, what: &str) -> (Vec<String>, Option<String>) {
-    fn parse<M: protobuf::MessageFull>(what: &str) -> Option<M> {
-        protobuf_json_mapping::parse_from_str::<M>(what).ok()
-    }
-    let parsed = match event {
-        "CreateContainer" => parse::<pb::CreateContainerResponse>(what)
-            .map(|r| (describe::lines(r.adjust.as_ref(), &r.update, &r.evict), record::to_json(&r))),
-        "UpdateContainer" | "StopContainer" => parse::<pb::UpdateContainerResponse>(what)
-            .map(|r| (describe::lines(None, &r.update, &r.evict), record::to_json(&r))),
-        "ValidateContainerAdjustment" => Some((Vec::new(), "{}".to_string())),
-        _ => parse::<pb::UpdateContainersRequest>(what)
-            .map(|r| (describe::lines(None, &r.update, &r.evict), record::to_json(&r))),
-    };
-    match parsed {
-        Some((lines, json)) => (lines, Some(json)),
-        // Too large to describe: the chain says so instead.
-        None => (vec![what.to_string()], None),
-    }
+/// A step's changes as the SDK's lines (none when the chain kept no change).
+fn change_lines(change: Option<&Change>) -> Vec<String> {
+    change.map(|c| describe::lines(c.adjust(), c.update(), c.evict())).unwrap_or_default()
+}
+
+/// A step's changes as NRI's JSON with the proto field names (`null` when
+/// the chain kept no change).
+fn change_json(change: Option<&Change>) -> Value {
+    change.map_or(Value::Null, |c| json_value(&record::to_json(c.message())))
 }
 
 fn limit_name(failure: &PolicyFailure) -> Option<&'static str> {
@@ -79,11 +67,10 @@ fn step_json(seen: &SeenStep, limits: Option<&Limits>) -> Value {
     }
     match &step.outcome {
         Outcome::Unchanged => v["outcome"] = json!("unchanged"),
-        Outcome::Changed { what } => {
-            let (lines, reply) = changes(&seen.event, what);
+        Outcome::Changed { change } => {
             v["outcome"] = json!("changed");
-            v["lines"] = json!(lines);
-            v["changes"] = reply.map_or(Value::Null, |r| json_value(&r));
+            v["lines"] = json!(change_lines(change.as_deref()));
+            v["changes"] = change_json(change.as_deref());
         }
         Outcome::Denied { reason } => {
             v["outcome"] = json!("denied");
@@ -189,7 +176,7 @@ pub(super) fn write_event(session: &Session, report: &EventReport, brief: bool, 
         let limits = session.limits_of(&step.policy);
         let (outcome, detail): (String, Vec<String>) = match &step.outcome {
             Outcome::Unchanged => ("unchanged".into(), Vec::new()),
-            Outcome::Changed { what } => ("changed".into(), changes(&seen.event, what).0),
+            Outcome::Changed { change } => ("changed".into(), change_lines(change.as_deref())),
             Outcome::Denied { reason } => ("denied".into(), vec![reason.clone()]),
             Outcome::Yielded { conflict } => ("yielded".into(), vec![conflict.clone()]),
             Outcome::Failed { failure, ignored } => {
@@ -250,22 +237,58 @@ pub(super) fn exit_code(event_failed: bool, policy_errors: bool) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nri_wasm_api::api as pb;
+    use protobuf::MessageField;
+
+    fn eviction(id: &str) -> pb::ContainerEviction {
+        pb::ContainerEviction { container_id: id.into(), reason: "full".into(), ..Default::default() }
+    }
 
     #[test]
-    fn a_step_reads_back_as_lines_and_proto_named_json() {
+    fn an_adjustment_reads_as_lines_and_proto_named_json() {
         let mut reply = pb::CreateContainerResponse::default();
         reply
             .adjust
             .mut_or_insert_default()
             .CDI_devices
             .push(pb::CDIDevice { name: "vendor.com/gpu=0".into(), ..Default::default() });
-        // The chain describes with the default (camelCase) names.
-        let what = protobuf_json_mapping::print_to_string(&reply).unwrap();
-        assert!(what.contains("CDIDevices"), "{what}");
-        let (lines, json) = changes("CreateContainer", &what);
-        assert_eq!(lines, ["cdi vendor.com/gpu=0"]);
-        assert!(json.unwrap().contains("\"CDI_devices\""));
-        let (lines, json) = changes("CreateContainer", "a reply of 2000000 bytes (too large to show)");
-        assert_eq!((lines.len(), json), (1, None));
+        let change = Change::from(reply);
+        assert_eq!(change_lines(Some(&change)), ["cdi vendor.com/gpu=0"]);
+        assert_eq!(change_json(Some(&change)), json!({"adjust": {"CDI_devices": [{"name": "vendor.com/gpu=0"}]}}));
+    }
+
+    #[test]
+    fn an_update_reads_as_lines_and_proto_named_json() {
+        let mut update = pb::ContainerUpdate { container_id: "c1".into(), ignore_failure: true, ..Default::default() };
+        let resources = update.linux.mut_or_insert_default().resources.mut_or_insert_default();
+        resources.memory.mut_or_insert_default().limit =
+            MessageField::some(pb::OptionalInt64 { value: 1 << 20, ..Default::default() });
+        let change = Change::from(pb::UpdateContainerResponse { update: vec![update], ..Default::default() });
+        let lines = change_lines(Some(&change));
+        assert!(lines.contains(&"update c1 ignore_failure=true".to_string()), "{lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("update c1 resources") && l.contains("1048576")), "{lines:?}");
+        let json = change_json(Some(&change));
+        assert_eq!(json["update"][0]["container_id"], "c1", "{json}");
+        assert_eq!(json["update"][0]["ignore_failure"], true, "{json}");
+    }
+
+    #[test]
+    fn an_eviction_reads_as_lines_and_proto_named_json() {
+        let change = Change::from(pb::UpdateContainersRequest { evict: vec![eviction("c2")], ..Default::default() });
+        assert_eq!(change_lines(Some(&change)), ["evict c2 reason=full"]);
+        assert_eq!(change_json(Some(&change)), json!({"evict": [{"container_id": "c2", "reason": "full"}]}));
+    }
+
+    #[test]
+    fn a_reply_that_changes_nothing_has_no_lines() {
+        let empty = Change::from(pb::CreateContainerResponse {
+            adjust: MessageField::some(Default::default()),
+            ..Default::default()
+        });
+        assert!(change_lines(Some(&empty)).is_empty());
+        assert_eq!(change_json(Some(&empty)), json!({"adjust": {}}));
+        // A chain that kept nothing (it was not asked to explain).
+        assert!(change_lines(None).is_empty());
+        assert_eq!(change_json(None), Value::Null);
     }
 }

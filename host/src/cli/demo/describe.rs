@@ -1,32 +1,39 @@
 //! Replies in words: what a policy or the merged chain did to a container,
 //! one short phrase per change, for the demo's report.
 //!
-//! The chain describes each policy's reply as NRI's JSON; this module reads
-//! it back as a message and names the changes the way an operator thinks of
-//! them (`env APP_NAME=storefront`, `hook prestart /usr/local/bin/audit`),
+//! The chain keeps each policy's reply as the message it merged
+//! ([`Change`]); this module names its changes the way an operator thinks
+//! of them (`env APP_NAME=storefront`, `hook prestart /usr/local/bin/audit`),
 //! containers by name rather than by their 64-digit ids.
 
 use std::collections::HashMap;
 
 use nri_wasm_api::api as pb;
 
+use crate::policy::chain::Change;
+
 /// Longest value shown in full.
 const MAX_VALUE: usize = 48;
 
-/// The phrases of a reply given as NRI JSON (the chain's description of a
-/// step); the JSON itself, shortened, if it is not a reply.
-pub(super) fn json_reply(json: &str, names: &HashMap<String, String>) -> Vec<String> {
-    let options = protobuf_json_mapping::ParseOptions { ignore_unknown_fields: true, ..Default::default() };
-    match protobuf_json_mapping::parse_from_str_with_options::<pb::CreateContainerResponse>(json, &options) {
-        Ok(reply) => reply_phrases(&reply, names),
-        Err(_) => vec![clip(json)],
-    }
+/// The phrases of one policy's change: the adjustment, then updates and
+/// evictions.
+pub(super) fn change_phrases(change: &Change, names: &HashMap<String, String>) -> Vec<String> {
+    phrases(change.adjust(), change.update(), change.evict(), names)
 }
 
 /// The phrases of a reply: the adjustment, then updates and evictions.
 pub(super) fn reply_phrases(reply: &pb::CreateContainerResponse, names: &HashMap<String, String>) -> Vec<String> {
-    let mut out = reply.adjust.as_ref().map(adjustment).unwrap_or_default();
-    out.extend(updates(&reply.update, &reply.evict, names));
+    phrases(reply.adjust.as_ref(), &reply.update, &reply.evict, names)
+}
+
+fn phrases(
+    adjust: Option<&pb::ContainerAdjustment>,
+    update: &[pb::ContainerUpdate],
+    evict: &[pb::ContainerEviction],
+    names: &HashMap<String, String>,
+) -> Vec<String> {
+    let mut out = adjust.map(adjustment).unwrap_or_default();
+    out.extend(updates(update, evict, names));
     out
 }
 
@@ -195,45 +202,84 @@ mod tests {
     use super::*;
     use protobuf::MessageField;
 
-    #[test]
-    fn a_reply_reads_as_phrases_with_container_names() {
-        let mut adjust = pb::ContainerAdjustment::default();
-        adjust.env.push(pb::KeyValue { key: "APP".into(), value: "web".into(), ..Default::default() });
-        adjust.env.push(pb::KeyValue { key: "-DEBUG".into(), ..Default::default() });
-        adjust.rlimits.push(pb::POSIXRlimit { type_: "RLIMIT_NOFILE".into(), soft: 1, hard: 2, ..Default::default() });
-        let cpu = pb::LinuxCPU { cpus: "1".into(), ..Default::default() };
+    fn cpuset(id: &str, cpus: &str) -> pb::ContainerUpdate {
+        let cpu = pb::LinuxCPU { cpus: cpus.into(), ..Default::default() };
         let resources = pb::LinuxResources { cpu: MessageField::some(cpu), ..Default::default() };
-        let update = pb::ContainerUpdate {
-            container_id: "abc".into(),
+        pb::ContainerUpdate {
+            container_id: id.into(),
             linux: MessageField::some(pb::LinuxContainerUpdate {
                 resources: MessageField::some(resources),
                 ..Default::default()
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    fn eviction(id: &str, reason: &str) -> pb::ContainerEviction {
+        pb::ContainerEviction { container_id: id.into(), reason: reason.into(), ..Default::default() }
+    }
+
+    fn names() -> HashMap<String, String> {
+        HashMap::from([("abc".to_string(), "shop/db/postgres".to_string())])
+    }
+
+    #[test]
+    fn an_adjustment_reads_as_phrases_with_container_names() {
+        let mut adjust = pb::ContainerAdjustment::default();
+        adjust.env.push(pb::KeyValue { key: "APP".into(), value: "web".into(), ..Default::default() });
+        adjust.env.push(pb::KeyValue { key: "-DEBUG".into(), ..Default::default() });
+        adjust.rlimits.push(pb::POSIXRlimit { type_: "RLIMIT_NOFILE".into(), soft: 1, hard: 2, ..Default::default() });
         let reply = pb::CreateContainerResponse {
             adjust: MessageField::some(adjust),
-            update: vec![update],
+            update: vec![cpuset("abc", "1")],
             ..Default::default()
         };
-        let names = HashMap::from([("abc".to_string(), "shop/db/postgres".to_string())]);
-        let json = protobuf_json_mapping::print_to_string(&reply).unwrap();
+        let want = [
+            "env APP=web",
+            "unset env DEBUG",
+            "rlimit RLIMIT_NOFILE soft 1 hard 2",
+            "update shop/db/postgres: cpuset 1",
+        ];
+        assert_eq!(reply_phrases(&reply, &names()), want);
+        assert_eq!(change_phrases(&Change::from(reply), &names()), want);
+    }
+
+    #[test]
+    fn an_update_reads_as_the_containers_and_their_resources() {
+        let reply = pb::UpdateContainerResponse {
+            update: vec![cpuset("abc", "0-3"), cpuset("0123456789abcdef", "")],
+            evict: vec![eviction("abc", "too big")],
+            ..Default::default()
+        };
         assert_eq!(
-            json_reply(&json, &names),
+            change_phrases(&Change::from(reply), &names()),
             [
-                "env APP=web",
-                "unset env DEBUG",
-                "rlimit RLIMIT_NOFILE soft 1 hard 2",
-                "update shop/db/postgres: cpuset 1"
+                "update shop/db/postgres: cpuset 0-3",
+                "update 0123456789ab: no change",
+                "evict shop/db/postgres: too big"
             ]
         );
+    }
+
+    #[test]
+    fn an_eviction_reads_as_the_container_and_its_reason() {
+        let reply =
+            pb::UpdateContainersRequest { evict: vec![eviction("abc", "line one\nline two")], ..Default::default() };
+        assert_eq!(change_phrases(&Change::from(reply), &names()), ["evict shop/db/postgres: line one..."]);
+    }
+
+    #[test]
+    fn a_reply_that_changes_nothing_has_no_phrases() {
+        let empty =
+            pb::CreateContainerResponse { adjust: MessageField::some(Default::default()), ..Default::default() };
+        assert!(change_phrases(&Change::from(empty), &names()).is_empty());
+        assert!(change_phrases(&Change::from(pb::UpdateContainersRequest::default()), &names()).is_empty());
     }
 
     #[test]
     fn long_and_multi_line_values_are_cut_and_marked() {
         assert_eq!(clip("a\nb"), "a...");
         assert_eq!(clip(&"x".repeat(100)), format!("{}...", "x".repeat(MAX_VALUE)));
-        assert_eq!(json_reply("not json", &HashMap::new()), ["not json"]);
         assert_eq!(bytes(268_435_456), "256 MiB");
     }
 }

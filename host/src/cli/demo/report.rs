@@ -291,7 +291,9 @@ impl<'a> Report<'a> {
     pub(super) fn outcome(&self, seen: &SeenStep) -> (&'static str, Vec<String>) {
         match &seen.step.outcome {
             Outcome::Unchanged => ("unchanged", Vec::new()),
-            Outcome::Changed { what } => ("changed", describe::json_reply(what, &self.names)),
+            Outcome::Changed { change } => {
+                ("changed", change.as_deref().map(|c| describe::change_phrases(c, &self.names)).unwrap_or_default())
+            }
             Outcome::Denied { reason } => ("denied", vec![reason.clone()]),
             Outcome::Yielded { conflict } => ("yielded", vec![conflict.clone()]),
             Outcome::Failed { failure, ignored } => {

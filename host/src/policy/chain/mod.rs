@@ -22,6 +22,7 @@
 //! share of the chain's budget.
 
 mod budget;
+mod change;
 mod events;
 mod pipeline;
 
@@ -40,6 +41,7 @@ use crate::policy::engine::{CallEnv, CallError, PolicyEngine};
 use crate::policy::load::manifest::{Mode, OnError};
 
 pub use budget::shares;
+pub use change::Change;
 
 /// Largest reply one policy may give, encoded as the runtime would receive
 /// it: NRI's transport carries at most 4 MiB per message.
@@ -258,13 +260,12 @@ pub trait Observer: Send + Sync + std::fmt::Debug {
 pub enum Outcome {
     /// It answered and changed nothing.
     Unchanged,
-    /// It answered with changes (applied, or only described in audit mode).
-    /// `what` describes them when the evaluation asked for descriptions
-    /// ([`EvalContext::explain`]) or in audit mode.
+    /// It answered with changes (applied, or only reported in audit mode).
     Changed {
-        /// A description of the changes: the reply as JSON when small,
-        /// otherwise a summary of its parts; empty when none was asked for.
-        what: String,
+        /// The reply as the merge took it, kept when the evaluation
+        /// explains ([`EvalContext::explain`]) or the policy is audited;
+        /// `None` otherwise, so that other events keep nothing.
+        change: Option<Arc<Change>>,
     },
     /// It denied the event (in audit mode, only reported).
     Denied {
@@ -480,7 +481,7 @@ pub struct EvalContext {
     pub env: CallEnv,
     /// When the chain's time is up; each policy's allowance is cut from what is left.
     pub deadline: Instant,
-    /// Describe each change in the steps (for `eval` and the demo).
+    /// Keep each policy's change in its step (for `eval` and the demo).
     pub explain: bool,
     /// What the merge may take as the node's containers: the view, when the
     /// host keeps it complete; otherwise nothing (existence unchecked).
@@ -496,12 +497,12 @@ impl std::fmt::Debug for EvalContext {
 }
 
 impl EvalContext {
-    /// A context ending at `deadline`, describing nothing, knowing no containers.
+    /// A context ending at `deadline`, keeping no changes, knowing no containers.
     pub fn new(engine: Arc<PolicyEngine>, env: CallEnv, deadline: Instant) -> Self {
         Self { engine, env, deadline, explain: false, known: Arc::new(crate::merge::Unknown), observer: None }
     }
 
-    /// Describes each change in the steps.
+    /// Keeps each policy's change in its step, for a report to describe.
     pub fn explaining(mut self) -> Self {
         self.explain = true;
         self

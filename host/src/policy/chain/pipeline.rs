@@ -13,8 +13,8 @@ use protobuf::Message as _;
 
 use super::budget::Plan;
 use super::{
-    audited, ignores_failures, Chain, ChainEntry, ChainError, Effects, EvalContext, Evaluated, Observer, Outcome,
-    PolicyFailure, Step, MAX_REPLY_BYTES, MAX_TOTAL_REPLY_BYTES,
+    audited, ignores_failures, Chain, ChainEntry, ChainError, Change, Effects, EvalContext, Evaluated, Observer,
+    Outcome, PolicyFailure, Step, MAX_REPLY_BYTES, MAX_TOTAL_REPLY_BYTES,
 };
 use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::ContainerEntry;
@@ -27,6 +27,9 @@ use crate::wit::wit;
 pub(super) trait Sink: Clone {
     /// A reply in protobuf form.
     type Reply: protobuf::MessageFull;
+    /// A reply as the change a report describes (`None` for a reply that
+    /// can change nothing).
+    fn change(reply: Self::Reply) -> Option<Change>;
     /// Converts a reply, refusing the parts the event does not allow.
     fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String>;
     /// Validates and merges a reply, transactionally; says whether the
@@ -40,6 +43,9 @@ pub(super) struct CreateSink<'r>(pub CreateMerge<'r>);
 
 impl Sink for CreateSink<'_> {
     type Reply = pb::CreateContainerResponse;
+    fn change(reply: Self::Reply) -> Option<Change> {
+        Some(reply.into())
+    }
     fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
         pb::CreateContainerResponse::try_from(reply).map_err(|e| e.to_string())
     }
@@ -55,6 +61,9 @@ pub(super) struct UpdateSink(pub UpdateMerge);
 
 impl Sink for UpdateSink {
     type Reply = pb::UpdateContainerResponse;
+    fn change(reply: Self::Reply) -> Option<Change> {
+        Some(reply.into())
+    }
     fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
         pb::UpdateContainerResponse::try_from(reply).map_err(|e| e.to_string())
     }
@@ -73,6 +82,9 @@ pub(super) struct StopSink {
 
 impl Sink for StopSink {
     type Reply = pb::UpdateContainerResponse;
+    fn change(reply: Self::Reply) -> Option<Change> {
+        Some(reply.into())
+    }
     fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
         no_adjustment(event, &reply)?;
         pb::UpdateContainerResponse::try_from(reply).map_err(|e| e.to_string())
@@ -93,6 +105,9 @@ pub(super) struct UpdatesSink(pub UpdatesMerge);
 
 impl Sink for UpdatesSink {
     type Reply = pb::UpdateContainersRequest;
+    fn change(reply: Self::Reply) -> Option<Change> {
+        Some(reply.into())
+    }
     fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
         no_adjustment(event, &reply)?;
         let (_, update, evict) = crate::convert::reply_parts(reply).map_err(|e| e.to_string())?;
@@ -110,6 +125,9 @@ pub(super) struct VerdictSink;
 
 impl Sink for VerdictSink {
     type Reply = pb::Empty;
+    fn change(_reply: Self::Reply) -> Option<Change> {
+        None
+    }
     fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
         if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
             return Err(format!("{event} allows no adjustments, updates or evictions"));
@@ -193,19 +211,6 @@ fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {
     PolicyFailure::InvalidOutput { policy: policy.into(), event: event.into(), reason: reason.to_string() }
 }
 
-/// Most bytes of a description of a change.
-const MAX_DESCRIPTION_BYTES: usize = 4096;
-
-/// A change, for a report: the reply as JSON when it is small, its parts
-/// counted when it is not (so that describing costs no more than merging).
-fn describe(reply: &dyn protobuf::MessageDyn, size: usize) -> String {
-    if size <= 4 * MAX_DESCRIPTION_BYTES {
-        let json = protobuf_json_mapping::print_to_string(reply).unwrap_or_default();
-        return crate::text::guest_text(&json, MAX_DESCRIPTION_BYTES);
-    }
-    format!("a reply of {size} bytes (too large to show)")
-}
-
 impl Chain {
     /// Runs the `index`-th policy of the evaluation's plan on `event` and
     /// sends its reply down the one path into `sink`. Handles denial, audit,
@@ -286,15 +291,15 @@ impl Chain {
             other => other,
         };
         match taken {
-            Ok(Taken { changed, nonempty, what }) => {
+            Ok(Taken { changed, nonempty, change }) => {
                 self.succeeded(entry);
                 let outcome = match nonempty {
-                    true => Outcome::Changed { what: what.unwrap_or_default() },
+                    true => Outcome::Changed { change: change.map(Arc::new) },
                     false => Outcome::Unchanged,
                 };
                 if audit {
-                    if let Outcome::Changed { what } = &outcome {
-                        tracing::info!(policy, event = name, target = run.target, would = %what, "audit: would have changed");
+                    if let Outcome::Changed { change: Some(would) } = &outcome {
+                        tracing::info!(policy, event = name, target = run.target, %would, "audit: would have changed");
                     }
                     run.step(entry, fuel, elapsed, outcome);
                     return Ok(false);
@@ -384,7 +389,8 @@ struct Taken {
     changed: bool,
     /// The reply asked for something.
     nonempty: bool,
-    what: Option<String>,
+    /// The reply, when it is to be reported.
+    change: Option<Change>,
 }
 
 /// Converts, bounds, validates and merges one reply. An audited reply is
@@ -430,6 +436,7 @@ fn take<S: Sink>(
     if !audit {
         *total += size;
     }
-    let what = explain.then(|| describe(&reply, size));
-    Ok(Taken { changed, nonempty: size > 0, what })
+    // Moved, not printed: a report makes its text when it shows it.
+    let change = if explain { S::change(reply) } else { None };
+    Ok(Taken { changed, nonempty: size > 0, change })
 }
