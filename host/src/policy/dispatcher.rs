@@ -810,6 +810,150 @@ mod tests {
     use crate::policy::chain::PolicyFailure;
     use crate::policy::engine::{CallError, CallErrorKind};
 
+    /// A dispatcher whose one policy is still loading, with no record of
+    /// an earlier load: it would see every event, so the view is kept, and
+    /// as a mandatory policy it fails every event (a skipped one lets every
+    /// event through), without any wasm running.
+    fn loading(mandatory: bool) -> PolicyDispatcher {
+        use crate::node::topology::Topology;
+        use crate::policy::chain::{ChainSettings, Pending};
+        use crate::policy::engine::EngineSettings;
+        let engine = PolicyEngine::new(&EngineSettings { pooling: false, ..Default::default() }).expect("engine");
+        let pending = Pending { name: "10-loading".into(), mandatory, since: Instant::now(), expected: None };
+        let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(vec![pending]);
+        let node = wit::NodeInfo { hostname: "node-1".into(), arch: "x86_64".into(), cpus: 1, memory_bytes: 1 << 30 };
+        let topology = Topology { online_cpus: vec![0], numa_nodes: Vec::new(), memory_bytes: 1 << 30 };
+        PolicyDispatcher::new(Arc::new(engine), chain, Facts::unconfigured(node, &topology), 1)
+    }
+
+    /// Every event's own change to the node view (its `ViewChange`),
+    /// through the generated methods: a post-event's before the policies,
+    /// so even a failed one is in the view; the others' after them, some
+    /// only if the event went through, some (stop, removals) whatever the
+    /// policies said.
+    #[tokio::test]
+    async fn each_event_changes_the_view_before_or_after_the_policies() {
+        use pb::ContainerState::{CONTAINER_CREATED, CONTAINER_RUNNING, CONTAINER_STOPPED};
+        use protobuf::MessageField;
+        let pod = |version: &str| pb::PodSandbox {
+            id: "p1".into(),
+            name: "web".into(),
+            labels: [("v".to_string(), version.to_string())].into(),
+            ..Default::default()
+        };
+        let resources = |shares: u64| {
+            let mut r = pb::LinuxResources::default();
+            r.cpu.mut_or_insert_default().shares =
+                MessageField::some(pb::OptionalUInt64 { value: shares, ..Default::default() });
+            r
+        };
+        let container = |state: pb::ContainerState, shares: Option<u64>| {
+            let mut c = pb::Container { id: "c1".into(), pod_sandbox_id: "p1".into(), ..Default::default() };
+            c.state = state.into();
+            if let Some(shares) = shares {
+                c.linux.mut_or_insert_default().resources = MessageField::some(resources(shares));
+            }
+            c
+        };
+        let (p1, c1) = (pod("1"), container(CONTAINER_CREATED, None));
+        for through in [true, false] {
+            let d = loading(!through);
+            let pod_label = || d.view().pod("p1").map(|p| p.labels["v"].clone());
+            let state = || d.view().container("c1").map(|c| c.state);
+            let shares = || {
+                let c = d.view().container("c1").cloned()?;
+                Some(c.resources?.cpu.shares.value)
+            };
+            let check = |event: &str, ok: bool| {
+                assert_eq!(
+                    ok,
+                    through,
+                    "{event} (policy {}): went through",
+                    if through { "skipped" } else { "failing" }
+                );
+            };
+            let (pod_of, ctr_of) = (MessageField::some(p1.clone()), MessageField::some(c1.clone()));
+
+            let r = d.run_pod_sandbox(pb::RunPodSandboxRequest { pod: pod_of.clone(), ..Default::default() }).await;
+            check("RunPodSandbox", r.is_ok());
+            assert_eq!(pod_label().is_some(), through, "RunPodSandbox adds the pod once it went through");
+
+            let req = pb::PostUpdatePodSandboxRequest { pod: pod_of.clone(), ..Default::default() };
+            check("PostUpdatePodSandbox", d.post_update_pod_sandbox(req).await.is_ok());
+            assert_eq!(pod_label().as_deref(), Some("1"), "PostUpdatePodSandbox reports the pod as it is");
+
+            let req = pb::UpdatePodSandboxRequest { pod: MessageField::some(pod("2")), ..Default::default() };
+            check("UpdatePodSandbox", d.update_pod_sandbox(req).await.is_ok());
+            let label = if through { "2" } else { "1" };
+            assert_eq!(pod_label().as_deref(), Some(label), "UpdatePodSandbox changes the pod once it went through");
+
+            let req = pb::StopPodSandboxRequest { pod: pod_of.clone(), ..Default::default() };
+            check("StopPodSandbox", d.stop_pod_sandbox(req).await.is_ok());
+            assert!(pod_label().is_some(), "a stopped pod stays until it is removed");
+
+            let req =
+                pb::CreateContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("CreateContainer", d.create_container(req).await.is_ok());
+            let created = through.then_some(CONTAINER_CREATED);
+            assert_eq!(state(), created, "CreateContainer adds the container once it went through");
+
+            let req =
+                pb::PostCreateContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("PostCreateContainer", d.post_create_container(req).await.is_ok());
+            assert_eq!(state(), Some(CONTAINER_CREATED), "PostCreateContainer reports the container as it is");
+
+            let req =
+                pb::StartContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("StartContainer", d.start_container(req).await.is_ok());
+            let started = if through { CONTAINER_RUNNING } else { CONTAINER_CREATED };
+            assert_eq!(state(), Some(started), "StartContainer runs the container once it went through");
+
+            let running = MessageField::some(container(CONTAINER_RUNNING, None));
+            let req = pb::PostStartContainerRequest { pod: pod_of.clone(), container: running, ..Default::default() };
+            check("PostStartContainer", d.post_start_container(req).await.is_ok());
+            assert_eq!(state(), Some(CONTAINER_RUNNING), "PostStartContainer reports the container as it is");
+
+            let req = pb::UpdateContainerRequest {
+                pod: pod_of.clone(),
+                container: ctr_of.clone(),
+                linux_resources: MessageField::some(resources(512)),
+                ..Default::default()
+            };
+            check("UpdateContainer", d.update_container(req).await.is_ok());
+            assert_eq!(shares(), through.then_some(512), "UpdateContainer applies the resources once it went through");
+
+            let reported = MessageField::some(container(CONTAINER_RUNNING, Some(256)));
+            let req = pb::PostUpdateContainerRequest { pod: pod_of.clone(), container: reported, ..Default::default() };
+            check("PostUpdateContainer", d.post_update_container(req).await.is_ok());
+            assert_eq!(shares(), Some(256), "PostUpdateContainer reports the resources as they are");
+
+            let req = pb::StopContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("StopContainer", d.stop_container(req).await.is_ok());
+            assert_eq!(state(), Some(CONTAINER_STOPPED), "the container stops whatever the policies say");
+
+            let req =
+                pb::RemoveContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("RemoveContainer", d.remove_container(req).await.is_ok());
+            assert_eq!(state(), None, "the container is gone whatever the policies say");
+
+            // The host is no validator: a verdict is never the policies'.
+            let req = pb::ValidateContainerAdjustmentRequest {
+                pod: pod_of.clone(),
+                container: ctr_of.clone(),
+                ..Default::default()
+            };
+            let verdict = d.validate_container_adjustment(req).await.expect("a verdict event is not evaluated");
+            assert!(!verdict.reject);
+
+            let r = d.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod: pod_of, ..Default::default() }).await;
+            check("RemovePodSandbox", r.is_ok());
+            assert_eq!(pod_label(), None, "the pod is gone whatever the policies say");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("10-loading"), "{e}");
+            }
+        }
+    }
+
     #[test]
     fn chain_errors_map_to_denied_or_internal_with_the_whole_story() {
         let denied = ChainError::Denied {

@@ -95,7 +95,7 @@ pub enum Reply {
     Validate(pb::ValidateContainerAdjustmentResponse),
 }
 
-/// The reply of each `answer` event of the table (`nri/events.rs`).
+/// The reply of each `answer` and `verdict` event of the table (`nri/events.rs`).
 macro_rules! reply_from {
     ($($response:ident => $variant:ident),* $(,)?) => {
         $(impl From<pb::$response> for Reply {
