@@ -1,5 +1,10 @@
 //! Events: the WIT payload of every NRI request a policy can see, field
 //! owners and plugin instances (validation only).
+//!
+//! Every request's WIT event, and the conversions of the requests whose
+//! record is the plain pod or container event, are generated from the table
+//! of events (`nri/events.rs`); the records of their own (an update's
+//! resources, a validation's adjustment and owners) are written out here.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -10,19 +15,15 @@ use protobuf::MessageField;
 use super::{list_to_pb, list_to_wit, list_try_to_pb, opt_to_wit, opt_try_to_pb, ConvertError};
 use crate::wit::wit;
 
-/// Requests that carry only a pod.
-macro_rules! pod_events {
-    ($($req:ident => $variant:ident),* $(,)?) => {$(
+/// The conversions of an event whose WIT record is the plain one of its
+/// `carries` (`PodEvent`, `ContainerEvent`); an event with a record of its
+/// own (any other `shape`) has its conversions written out below.
+macro_rules! plain_event {
+    (PodEvent, $req:ident) => {
         impl From<&pb::$req> for wit::PodEvent {
             fn from(r: &pb::$req) -> Self {
                 let pb::$req { pod, special_fields: _ } = r;
                 Self { pod: wit::PodSandbox::from(&**pod) }
-            }
-        }
-
-        impl From<&pb::$req> for wit::Event {
-            fn from(r: &pb::$req) -> Self {
-                wit::Event::$variant(r.into())
             }
         }
 
@@ -33,22 +34,12 @@ macro_rules! pod_events {
                 Ok(Self { pod: MessageField::some(pod.try_into()?), ..Default::default() })
             }
         }
-    )*};
-}
-
-/// Requests that carry a pod and a container.
-macro_rules! container_events {
-    ($($req:ident => $variant:ident),* $(,)?) => {$(
+    };
+    (ContainerEvent, $req:ident) => {
         impl From<&pb::$req> for wit::ContainerEvent {
             fn from(r: &pb::$req) -> Self {
                 let pb::$req { pod, container, special_fields: _ } = r;
                 Self { pod: wit::PodSandbox::from(&**pod), container: wit::Container::from(&**container) }
-            }
-        }
-
-        impl From<&pb::$req> for wit::Event {
-            fn from(r: &pb::$req) -> Self {
-                wit::Event::$variant(r.into())
             }
         }
 
@@ -63,25 +54,25 @@ macro_rules! container_events {
                 })
             }
         }
+    };
+    ($own:ident, $req:ident) => {};
+}
+
+/// Every request of the event table (`nri/events.rs`) as the WIT event of
+/// its kind. The record is the row's `shape`: one the WIT variant does not
+/// carry, or one without a conversion from the request, does not compile.
+macro_rules! wit_events {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {$(
+        plain_event!($shape, $request);
+
+        impl From<&pb::$request> for wit::Event {
+            fn from(r: &pb::$request) -> Self {
+                wit::Event::$kind(wit::$shape::from(r))
+            }
+        }
     )*};
 }
-
-pod_events! {
-    RunPodSandboxRequest => RunPodSandbox,
-    StopPodSandboxRequest => StopPodSandbox,
-    RemovePodSandboxRequest => RemovePodSandbox,
-    PostUpdatePodSandboxRequest => PostUpdatePodSandbox,
-}
-
-container_events! {
-    CreateContainerRequest => CreateContainer,
-    PostCreateContainerRequest => PostCreateContainer,
-    StartContainerRequest => StartContainer,
-    PostStartContainerRequest => PostStartContainer,
-    PostUpdateContainerRequest => PostUpdateContainer,
-    StopContainerRequest => StopContainer,
-    RemoveContainerRequest => RemoveContainer,
-}
+crate::nri::events::nri_events!(wit_events);
 
 impl From<&pb::UpdateContainerRequest> for wit::UpdateContainerEvent {
     fn from(r: &pb::UpdateContainerRequest) -> Self {
@@ -91,12 +82,6 @@ impl From<&pb::UpdateContainerRequest> for wit::UpdateContainerEvent {
             container: wit::Container::from(&**container),
             linux_resources: opt_to_wit(linux_resources),
         }
-    }
-}
-
-impl From<&pb::UpdateContainerRequest> for wit::Event {
-    fn from(r: &pb::UpdateContainerRequest) -> Self {
-        wit::Event::UpdateContainer(r.into())
     }
 }
 
@@ -121,12 +106,6 @@ impl From<&pb::UpdatePodSandboxRequest> for wit::UpdatePodSandboxEvent {
             overhead_linux_resources: opt_to_wit(overhead_linux_resources),
             linux_resources: opt_to_wit(linux_resources),
         }
-    }
-}
-
-impl From<&pb::UpdatePodSandboxRequest> for wit::Event {
-    fn from(r: &pb::UpdatePodSandboxRequest) -> Self {
-        wit::Event::UpdatePodSandbox(r.into())
     }
 }
 
@@ -162,12 +141,6 @@ impl From<&pb::ValidateContainerAdjustmentRequest> for wit::ValidationEvent {
             owners: owners.as_ref().map(owners_to_wit).unwrap_or_default(),
             plugins: list_to_wit(plugins),
         }
-    }
-}
-
-impl From<&pb::ValidateContainerAdjustmentRequest> for wit::Event {
-    fn from(r: &pb::ValidateContainerAdjustmentRequest) -> Self {
-        wit::Event::ValidateContainerAdjustment(r.into())
     }
 }
 

@@ -8,7 +8,7 @@
 //! holds the list; a module that needs it defines a `macro_rules!` that
 //! takes the rows and passes it to `nri_events!`, which calls it with them.
 //!
-//! A row reads `Kind = number, method, Request => Response, reply, carries;`:
+//! A row reads `Kind = number, method, Request => Response, reply, carries, shape;`:
 //!
 //! - `Kind`: the RPC name, which is also the event's name in logs, metrics,
 //!   recordings and `eval --event`;
@@ -17,10 +17,21 @@
 //! - `method`: the [`Dispatcher`](super::Dispatcher) method that handles it;
 //! - `Request => Response`: the ttrpc messages of the `Plugin` RPC;
 //! - `reply`: `notify` when the runtime gets nothing but success or failure
-//!   back (the dispatcher returns `()`), `answer` when the dispatcher's reply
-//!   is the RPC's response (adjustments, updates, a verdict);
+//!   back (the dispatcher returns `()`); `answer` when the dispatcher's reply
+//!   is the RPC's response (adjustments, updates); `verdict` for the one
+//!   event the runtime sends only to plugins that subscribed as validators,
+//!   whose response accepts or rejects what the other plugins did
+//!   (ValidateContainerAdjustment). The host is no validator: its policies
+//!   validate inside CreateContainer, so the policy dispatcher never
+//!   subscribes to a `verdict` event and answers one as a plugin without an
+//!   opinion does;
 //! - `carries`: `pod` or `container`, what the request is about (and what a
-//!   generic `StateChange` delivers of it).
+//!   generic `StateChange` delivers of it);
+//! - `shape`: the record the WIT world's `event` variant holds for the kind
+//!   (what a policy's `whole` returns). `PodEvent` and `ContainerEvent` are
+//!   the plain ones, the request's pod (and container) and nothing else:
+//!   everything of such an event is generated. Any other names the event's
+//!   own record (`UpdateContainerEvent`, ...), whose parts are written out.
 //!
 //! The rows are in the order of a pod's life, which is the order requests
 //! are listed in (`eval`'s event names, the recording format);
@@ -33,20 +44,39 @@
 //! (`service.rs`); the recording's [`Request`](super::record::Request) enum
 //! and the recording dispatcher's forwarding (`record/`); `eval`'s dispatch
 //! and its naming of what an event is about (`cli/author/session.rs`); the
-//! translation of the WIT world's event kinds (`convert/kind.rs`), where an
-//! event the WIT world lacks fails to compile.
+//! translation of the WIT world's event kinds (`convert/kind.rs`); every
+//! request's WIT event and the conversions of the plain shapes
+//! (`convert/event.rs`); the policy's view of a plain request and `whole`'s
+//! match over every kind (`policy/call/event.rs`); the policy dispatcher's
+//! per-event methods (`policy/dispatcher.rs`), which run the chain's
+//! `notify` for a `notify` event and the chain's method of the event's
+//! name for an `answer` event.
 //!
-//! A new event still needs, by hand:
+//! A new event still needs, by hand, only what is its own, and the compiler
+//! asks for each part:
 //!
-//! 1. its row here;
-//! 2. the policy side, which the WIT interface shapes event by event: the
-//!    WIT handler and its conversion (`convert/event.rs`), the event a
-//!    call reads (`policy/call/event.rs`), and the policy dispatcher's
-//!    method for it (`policy/dispatcher.rs`, which
-//!    the compiler asks for only if the event needs more than the trait's
-//!    default);
-//! 3. for an `answer` event, a variant of `eval`'s `Reply`
-//!    (`cli/author/session.rs`), the one place that keeps replies typed.
+//! 1. its row here, and its kind and variant in the WIT world
+//!    (`wit/types.wit`): a kind or a `shape` the WIT world lacks does not
+//!    compile;
+//! 2. what it does to the node view, a `ViewChange` impl for its request
+//!    (`policy/dispatcher.rs`; an empty one if nothing): the order of the
+//!    view's change and the policies (before for a post-event, after for
+//!    the rest, on success only or whatever the policies say) differs from
+//!    event to event, so it is code, not a column;
+//! 3. for a `shape` of its own: the record's conversions from and to the
+//!    request (`convert/event.rs`), a `Whole` impl that builds it from a
+//!    call's event (`policy/call/event.rs`), and for a `notify` event a
+//!    `From<&Request>` for `CallEvent` keeping what `Whole` reads (as
+//!    UpdatePodSandbox's does);
+//! 4. for an `answer` event, the chain's method of its name
+//!    (`policy/chain/events.rs`: whom it asks, how their replies merge) and
+//!    a variant of `eval`'s `Reply` (`cli/author/session.rs`), the one
+//!    place that keeps replies typed. `Reply` stays by hand: it has a
+//!    variant only for the events that reply, which `macro_rules!` can
+//!    generate only by filtering rows through a recursive macro, and its
+//!    description of a reply is per event anyway; its `From` of the
+//!    response is what `eval`'s generated dispatch calls, so a missing
+//!    variant does not compile either.
 //!
 //! Tests and the runtime simulator (`host/sim`) that play every event list
 //! them for themselves, on purpose: they check the host against NRI, not
@@ -56,40 +86,48 @@
 macro_rules! nri_events {
     ($then:ident) => {
         $then! {
-            RunPodSandbox = 1, run_pod_sandbox, RunPodSandboxRequest => RunPodSandboxResponse, notify, pod;
-            UpdatePodSandbox = 12, update_pod_sandbox, UpdatePodSandboxRequest => UpdatePodSandboxResponse, notify, pod;
+            RunPodSandbox = 1, run_pod_sandbox, RunPodSandboxRequest => RunPodSandboxResponse, notify, pod, PodEvent;
+            UpdatePodSandbox = 12, update_pod_sandbox,
+                UpdatePodSandboxRequest => UpdatePodSandboxResponse, notify, pod, UpdatePodSandboxEvent;
             PostUpdatePodSandbox = 13, post_update_pod_sandbox,
-                PostUpdatePodSandboxRequest => PostUpdatePodSandboxResponse, notify, pod;
-            StopPodSandbox = 2, stop_pod_sandbox, StopPodSandboxRequest => StopPodSandboxResponse, notify, pod;
-            RemovePodSandbox = 3, remove_pod_sandbox, RemovePodSandboxRequest => RemovePodSandboxResponse, notify, pod;
+                PostUpdatePodSandboxRequest => PostUpdatePodSandboxResponse, notify, pod, PodEvent;
+            StopPodSandbox = 2, stop_pod_sandbox, StopPodSandboxRequest => StopPodSandboxResponse, notify, pod, PodEvent;
+            RemovePodSandbox = 3, remove_pod_sandbox,
+                RemovePodSandboxRequest => RemovePodSandboxResponse, notify, pod, PodEvent;
             CreateContainer = 4, create_container,
-                CreateContainerRequest => CreateContainerResponse, answer, container;
+                CreateContainerRequest => CreateContainerResponse, answer, container, ContainerEvent;
             PostCreateContainer = 5, post_create_container,
-                PostCreateContainerRequest => PostCreateContainerResponse, notify, container;
-            StartContainer = 6, start_container, StartContainerRequest => StartContainerResponse, notify, container;
+                PostCreateContainerRequest => PostCreateContainerResponse, notify, container, ContainerEvent;
+            StartContainer = 6, start_container,
+                StartContainerRequest => StartContainerResponse, notify, container, ContainerEvent;
             PostStartContainer = 7, post_start_container,
-                PostStartContainerRequest => PostStartContainerResponse, notify, container;
+                PostStartContainerRequest => PostStartContainerResponse, notify, container, ContainerEvent;
             UpdateContainer = 8, update_container,
-                UpdateContainerRequest => UpdateContainerResponse, answer, container;
+                UpdateContainerRequest => UpdateContainerResponse, answer, container, UpdateContainerEvent;
             PostUpdateContainer = 9, post_update_container,
-                PostUpdateContainerRequest => PostUpdateContainerResponse, notify, container;
-            StopContainer = 10, stop_container, StopContainerRequest => StopContainerResponse, answer, container;
+                PostUpdateContainerRequest => PostUpdateContainerResponse, notify, container, ContainerEvent;
+            StopContainer = 10, stop_container,
+                StopContainerRequest => StopContainerResponse, answer, container, ContainerEvent;
             RemoveContainer = 11, remove_container,
-                RemoveContainerRequest => RemoveContainerResponse, notify, container;
+                RemoveContainerRequest => RemoveContainerResponse, notify, container, ContainerEvent;
             ValidateContainerAdjustment = 14, validate_container_adjustment,
-                ValidateContainerAdjustmentRequest => ValidateContainerAdjustmentResponse, answer, container;
+                ValidateContainerAdjustmentRequest => ValidateContainerAdjustmentResponse, verdict, container,
+                ValidationEvent;
         }
     };
 }
 pub(crate) use nri_events;
 
 /// What a dispatcher returns for an event: `()` for `notify`, the RPC's
-/// response for `answer`.
+/// response for `answer` and `verdict`.
 macro_rules! reply_type {
     (notify, $response:ident) => {
         ()
     };
     (answer, $response:ident) => {
+        nri_wasm_api::api::$response
+    };
+    (verdict, $response:ident) => {
         nri_wasm_api::api::$response
     };
 }

@@ -277,14 +277,17 @@ impl PluginService {
     }
 }
 
-/// The RPC's response: the dispatcher's reply for an `answer` event, an
-/// empty response once a `notify` event succeeded.
+/// The RPC's response: the dispatcher's reply for an `answer` or `verdict`
+/// event, an empty response once a `notify` event succeeded.
 macro_rules! rpc_response {
     (notify, $call:expr) => {{
         $call?;
         Ok(Default::default())
     }};
     (answer, $call:expr) => {
+        $call
+    };
+    (verdict, $call:expr) => {
         $call
     };
 }
@@ -307,12 +310,15 @@ macro_rules! state_change_request {
             stringify!($kind)
         )))
     };
+    (verdict, $carries:ident, $kind:ident, $d:ident.$method:ident($request:ident, $pod:ident, $container:ident)) => {
+        state_change_request!(answer, $carries, $kind, $d.$method($request, $pod, $container))
+    };
 }
 
 /// The `Plugin` service's RPCs, one per row of the event table
 /// (`nri/events.rs`), and the routing of the generic StateChange.
 macro_rules! plugin_service {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// Delivers an event of kind `kind` that arrived through the generic
         /// StateChange RPC, with the pod and container it carried.
         async fn deliver_state_change(

@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 macro_rules! event_kinds {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// Event numbers of the NRI protocol (the bit of event `n` is
         /// `1 << (n - 1)`): one variant per row of the event table
         /// (`nri/events.rs`).

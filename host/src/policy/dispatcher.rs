@@ -1,9 +1,12 @@
 //! The policy chain behind the NRI transport: [`PolicyDispatcher`]
 //! implements [`Dispatcher`].
 //!
-//! Handlers stay thin: each converts nothing itself and hands a closure to
-//! `PolicyDispatcher::evaluate`, which owns the three promises the chain
-//! makes to the runtime:
+//! Handlers stay thin: each event's is generated from the table of events
+//! (`nri/events.rs`) and is the same for every event but for the event's
+//! own change to the node view (its `ViewChange`, written out below) around
+//! a closure that runs the chain. It converts nothing itself and hands the
+//! closure to `PolicyDispatcher::evaluate`, which owns the three promises
+//! the chain makes to the runtime:
 //! - **in time**: the chain gets a deadline of `budget-fraction` of the
 //!   runtime's request timeout (from Configure); every policy call gets at
 //!   most its share of what is left, and ends at its deadline whatever the
@@ -526,233 +529,279 @@ impl PolicyDispatcher {
         }
     }
 
-    /// An event whose reply carries nothing. The policies' view of it is
-    /// built from the request only if some policy is subscribed.
-    async fn notify<R>(&self, kind: EventKind, req: &Arc<R>, target: String) -> Result<(), DispatchError>
+    /// Runs the chain for one event of the table: what the event does to
+    /// the node view before the policies see it, `run` within the chain's
+    /// deadline, what the event does to the view once they answered.
+    async fn event<R, T, F, Fut>(&self, kind: EventKind, req: R, run: F) -> Result<T, DispatchError>
     where
-        R: Send + Sync + 'static,
-        for<'r> CallEvent: From<&'r R>,
+        R: ViewChange<T> + Send + Sync + 'static,
+        T: Send + 'static,
+        F: FnOnce(Arc<Chain>, EvalContext, Arc<R>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Evaluated<T>, ChainError>> + Send + 'static,
     {
+        let req = Arc::new(req);
+        req.before(self);
         let wants = self.chain().wants(kind);
-        let req = req.clone();
-        self.evaluate(kind.name(), wants, move |chain, cx| async move {
-            chain.notify(&cx, kind, || CallEvent::from(&*req), &target).await
-        })
-        .await
+        let r = req.clone();
+        let result = self.evaluate(kind.name(), wants, move |chain, cx| run(chain, cx, r)).await;
+        req.after(self, result.as_ref());
+        result
     }
 }
 
-#[async_trait]
-impl Dispatcher for PolicyDispatcher {
-    /// What the policies subscribed to, and what the node view needs if a
-    /// policy reads it.
-    fn events(&self) -> EventMask {
-        self.wanted_events()
-    }
+/// What an event does to the node view, around the policies' evaluation:
+/// the one part of the dispatcher's handling of an event that is the
+/// event's own (the rest is generated from the event table, so a new
+/// event's request without this impl does not compile). `T` is the
+/// dispatcher's reply to the event. The defaults change nothing: the view is
+/// changed only through [`PolicyDispatcher::change_view`], never copied for
+/// nothing.
+trait ViewChange<T = ()> {
+    /// Before the policies run: what the runtime reports as done (a
+    /// post-event), which the policies then find in the view.
+    fn before(&self, _d: &PolicyDispatcher) {}
 
-    fn events_version(&self) -> u64 {
-        self.installed.borrow().0
-    }
+    /// Once the policies answered, with what the runtime gets.
+    fn after(&self, _d: &PolicyDispatcher, _result: Result<&T, &DispatchError>) {}
+}
 
-    async fn events_changed(&self, since: u64) {
-        let _ = self.installed.subscribe().wait_for(|(n, _)| *n > since).await;
-    }
-
-    async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
-        *self.request_timeout.lock().unwrap_or_else(|p| p.into_inner()) = runtime.request_timeout;
-        let mut facts = (*self.facts()).clone();
-        facts.runtime = wit::RuntimeInfo {
-            name: runtime.name.clone(),
-            version: runtime.version.clone(),
-            nri_version: runtime.nri_version.to_string(),
-        };
-        *self.facts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(facts);
-        // Configure never waits for loads: the subscription was known (or
-        // waited for) before registering (see the start-up contract).
-        let chain = self.chain();
-        if !chain.pending().is_empty() {
-            tracing::info!(
-                not_ready = ?chain.pending().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
-                subscription_known = chain.subscription_known(),
-                "policies still loading; events they would see wait for them within the budget"
-            );
+impl ViewChange for pb::RunPodSandboxRequest {
+    fn after(&self, d: &PolicyDispatcher, result: Result<&(), &DispatchError>) {
+        if result.is_ok() {
+            d.change_view(|v| v.pod_started(&self.pod));
         }
-        let budget = self.budget();
-        for warning in chain.time_warnings(budget) {
-            tracing::warn!("{warning}");
-        }
-        tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
-        Ok(())
     }
+}
 
-    async fn synchronize(
-        &self,
-        pods: Vec<pb::PodSandbox>,
-        containers: Vec<pb::Container>,
-    ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
-        if self.chain().keeps_view() {
-            self.change_view(|v| v.synchronize(&pods, &containers));
-            let (pods, containers) = self.view().len();
-            tracing::info!(pods, containers, "node view rebuilt from Synchronize");
+impl ViewChange for pb::UpdatePodSandboxRequest {
+    fn after(&self, d: &PolicyDispatcher, result: Result<&(), &DispatchError>) {
+        if result.is_ok() {
+            d.change_view(|v| v.pod_started(&self.pod));
         }
-        let wants = self.chain().wants_synchronize();
-        // A runtime drops a plugin whose Synchronize fails, taking every
-        // policy with it: a policy's failure here is reported, never passed on.
-        let evaluated =
-            self.evaluate("Synchronize", wants, |chain, cx| async move { chain.synchronize(&cx).await }).await;
-        let updates = match evaluated {
-            Ok(updates) => updates,
-            Err(e) => {
-                tracing::error!(error = %e, "policies failed to reconcile on Synchronize; answering without updates");
-                Vec::new()
+    }
+}
+
+impl ViewChange for pb::PostUpdatePodSandboxRequest {
+    fn before(&self, d: &PolicyDispatcher) {
+        d.change_view(|v| v.pod_started(&self.pod));
+    }
+}
+
+/// A stopped pod stays in the view until it is removed.
+impl ViewChange for pb::StopPodSandboxRequest {}
+
+impl ViewChange for pb::RemovePodSandboxRequest {
+    /// The pod is gone whatever the policies say; they see it one last time.
+    fn after(&self, d: &PolicyDispatcher, _result: Result<&(), &DispatchError>) {
+        d.change_view(|v| v.pod_removed(&self.pod.id));
+    }
+}
+
+impl ViewChange<pb::CreateContainerResponse> for pb::CreateContainerRequest {
+    fn after(&self, d: &PolicyDispatcher, result: Result<&pb::CreateContainerResponse, &DispatchError>) {
+        let Ok(resp) = result else { return };
+        d.change_view(|v| {
+            if v.pod(&self.pod.id).is_none() {
+                v.pod_started(&self.pod);
             }
-        };
-        self.change_view(|v| v.apply_updates(&updates));
-        Ok(updates)
-    }
-
-    async fn run_pod_sandbox(&self, req: pb::RunPodSandboxRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.notify(EventKind::RunPodSandbox, &req, pod_target(&req.pod)).await?;
-        self.change_view(|v| v.pod_started(&req.pod));
-        Ok(())
-    }
-
-    async fn update_pod_sandbox(&self, req: pb::UpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.notify(EventKind::UpdatePodSandbox, &req, pod_target(&req.pod)).await?;
-        self.change_view(|v| v.pod_started(&req.pod));
-        Ok(())
-    }
-
-    async fn post_update_pod_sandbox(&self, req: pb::PostUpdatePodSandboxRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.change_view(|v| v.pod_started(&req.pod));
-        self.notify(EventKind::PostUpdatePodSandbox, &req, pod_target(&req.pod)).await
-    }
-
-    async fn stop_pod_sandbox(&self, req: pb::StopPodSandboxRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.notify(EventKind::StopPodSandbox, &req, pod_target(&req.pod)).await
-    }
-
-    async fn remove_pod_sandbox(&self, req: pb::RemovePodSandboxRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        // The pod is gone whatever the policies say; they see it one last time.
-        let result = self.notify(EventKind::RemovePodSandbox, &req, pod_target(&req.pod)).await;
-        self.change_view(|v| v.pod_removed(&req.pod.id));
-        result
-    }
-
-    async fn create_container(
-        &self,
-        req: pb::CreateContainerRequest,
-    ) -> Result<pb::CreateContainerResponse, DispatchError> {
-        let req = Arc::new(req);
-        let wants = self.chain().wants(EventKind::CreateContainer);
-        let r = req.clone();
-        let resp = self
-            .evaluate("CreateContainer", wants, move |chain, cx| async move { chain.create_container(&cx, &r).await })
-            .await?;
-        self.change_view(|v| {
-            if v.pod(&req.pod.id).is_none() {
-                v.pod_started(&req.pod);
-            }
-            v.container_created(&req.container, resp.adjust.as_ref());
+            v.container_created(&self.container, resp.adjust.as_ref());
             v.apply_updates(&resp.update);
         });
-        Ok(resp)
     }
+}
 
-    async fn post_create_container(&self, req: pb::PostCreateContainerRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.change_view(|v| v.container_seen(&req.container));
-        let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::PostCreateContainer, &req, target).await
+impl ViewChange for pb::PostCreateContainerRequest {
+    fn before(&self, d: &PolicyDispatcher) {
+        d.change_view(|v| v.container_seen(&self.container));
     }
+}
 
-    async fn start_container(&self, req: pb::StartContainerRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::StartContainer, &req, target).await?;
-        self.change_view(|v| v.set_state(&req.container.id, pb::ContainerState::CONTAINER_RUNNING));
-        Ok(())
+impl ViewChange for pb::StartContainerRequest {
+    fn after(&self, d: &PolicyDispatcher, result: Result<&(), &DispatchError>) {
+        if result.is_ok() {
+            d.change_view(|v| v.set_state(&self.container.id, pb::ContainerState::CONTAINER_RUNNING));
+        }
     }
+}
 
-    async fn post_start_container(&self, req: pb::PostStartContainerRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.change_view(|v| v.container_seen(&req.container));
-        let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::PostStartContainer, &req, target).await
+impl ViewChange for pb::PostStartContainerRequest {
+    fn before(&self, d: &PolicyDispatcher) {
+        d.change_view(|v| v.container_seen(&self.container));
     }
+}
 
-    async fn update_container(
-        &self,
-        req: pb::UpdateContainerRequest,
-    ) -> Result<pb::UpdateContainerResponse, DispatchError> {
-        let req = Arc::new(req);
-        let wants = self.chain().wants(EventKind::UpdateContainer);
-        let r = req.clone();
-        let resp = self
-            .evaluate("UpdateContainer", wants, move |chain, cx| async move { chain.update_container(&cx, &r).await })
-            .await?;
-        self.change_view(|v| {
-            if let Some(requested) = req.linux_resources.as_ref() {
-                v.update_resources(&req.container.id, requested);
+impl ViewChange<pb::UpdateContainerResponse> for pb::UpdateContainerRequest {
+    fn after(&self, d: &PolicyDispatcher, result: Result<&pb::UpdateContainerResponse, &DispatchError>) {
+        let Ok(resp) = result else { return };
+        d.change_view(|v| {
+            if let Some(requested) = self.linux_resources.as_ref() {
+                v.update_resources(&self.container.id, requested);
             }
             v.apply_updates(&resp.update);
         });
-        Ok(resp)
     }
+}
 
-    async fn post_update_container(&self, req: pb::PostUpdateContainerRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        self.change_view(|v| v.container_reported(&req.container));
-        let target = container_target(&req.pod, &req.container);
-        self.notify(EventKind::PostUpdateContainer, &req, target).await
+impl ViewChange for pb::PostUpdateContainerRequest {
+    fn before(&self, d: &PolicyDispatcher) {
+        d.change_view(|v| v.container_reported(&self.container));
     }
+}
 
-    async fn stop_container(&self, req: pb::StopContainerRequest) -> Result<pb::StopContainerResponse, DispatchError> {
-        let req = Arc::new(req);
-        let wants = self.chain().wants(EventKind::StopContainer);
-        let r = req.clone();
-        let result = self
-            .evaluate("StopContainer", wants, move |chain, cx| async move { chain.stop_container(&cx, &r).await })
-            .await;
-        // The container stops whatever the policies say.
-        self.change_view(|v| {
-            v.set_state(&req.container.id, pb::ContainerState::CONTAINER_STOPPED);
-            if let Ok(resp) = &result {
+impl ViewChange<pb::StopContainerResponse> for pb::StopContainerRequest {
+    /// The container stops whatever the policies say.
+    fn after(&self, d: &PolicyDispatcher, result: Result<&pb::StopContainerResponse, &DispatchError>) {
+        d.change_view(|v| {
+            v.set_state(&self.container.id, pb::ContainerState::CONTAINER_STOPPED);
+            if let Ok(resp) = result {
                 v.apply_updates(&resp.update);
             }
         });
-        result
-    }
-
-    async fn remove_container(&self, req: pb::RemoveContainerRequest) -> Result<(), DispatchError> {
-        let req = Arc::new(req);
-        let target = container_target(&req.pod, &req.container);
-        let result = self.notify(EventKind::RemoveContainer, &req, target).await;
-        self.change_view(|v| v.container_removed(&req.container.id));
-        result
-    }
-
-    fn answer_overrun(&self, event: &'static str, budget: Duration) {
-        self.metrics.budget_overrun();
-        self.metrics.event(event, "deadline", budget);
-    }
-
-    fn answered(&self, answer: &crate::nri::mux::AnswerTime) {
-        if let Some(event) = answer.event {
-            self.metrics.answer(event, answer.total);
-        }
-    }
-
-    async fn disconnected(&self) {
-        // Rebuilt from the next Synchronize.
-        self.change_view(NodeView::clear);
     }
 }
+
+impl ViewChange for pb::RemoveContainerRequest {
+    fn after(&self, d: &PolicyDispatcher, _result: Result<&(), &DispatchError>) {
+        d.change_view(|v| v.container_removed(&self.container.id));
+    }
+}
+
+/// What an event's request is about, for the policies' steps and errors.
+macro_rules! target {
+    (pod, $r:ident) => {
+        pod_target(&$r.pod)
+    };
+    (container, $r:ident) => {
+        container_target(&$r.pod, &$r.container)
+    };
+}
+
+/// The body of the dispatcher's method for one event of the table, by its
+/// reply: a `notify` event runs the chain's `notify` with the policies'
+/// view of the request ([`CallEvent`]'s `From` of it), an `answer` event the
+/// chain's method of the event's name, which merges the policies' replies.
+macro_rules! policy_event {
+    (notify, $d:ident, $kind:ident, $method:ident, $carries:ident, $req:ident) => {
+        $d.event(EventKind::$kind, $req, |chain, cx, req| async move {
+            let target = target!($carries, req);
+            chain.notify(&cx, EventKind::$kind, || CallEvent::from(&*req), &target).await
+        })
+        .await
+    };
+    (answer, $d:ident, $kind:ident, $method:ident, $carries:ident, $req:ident) => {
+        $d.event(EventKind::$kind, $req, |chain, cx, req| async move { chain.$method(&cx, &req).await }).await
+    };
+    // The host is no validator: policies validate inside CreateContainer,
+    // and the host never subscribes to a verdict event (`wanted_events`).
+    // Were one sent anyway, it gets what a plugin without an opinion
+    // answers, as the trait's default does.
+    (verdict, $d:ident, $kind:ident, $method:ident, $carries:ident, $req:ident) => {{
+        drop($req);
+        Ok(Default::default())
+    }};
+}
+
+/// The dispatcher: its per-event methods generated from the event table
+/// (`nri/events.rs`), each the event's [`ViewChange`] around the chain.
+macro_rules! policy_dispatcher {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+        #[async_trait]
+        impl Dispatcher for PolicyDispatcher {
+            /// What the policies subscribed to, and what the node view needs if a
+            /// policy reads it.
+            fn events(&self) -> EventMask {
+                self.wanted_events()
+            }
+
+            fn events_version(&self) -> u64 {
+                self.installed.borrow().0
+            }
+
+            async fn events_changed(&self, since: u64) {
+                let _ = self.installed.subscribe().wait_for(|(n, _)| *n > since).await;
+            }
+
+            async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
+                *self.request_timeout.lock().unwrap_or_else(|p| p.into_inner()) = runtime.request_timeout;
+                let mut facts = (*self.facts()).clone();
+                facts.runtime = wit::RuntimeInfo {
+                    name: runtime.name.clone(),
+                    version: runtime.version.clone(),
+                    nri_version: runtime.nri_version.to_string(),
+                };
+                *self.facts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(facts);
+                // Configure never waits for loads: the subscription was known (or
+                // waited for) before registering (see the start-up contract).
+                let chain = self.chain();
+                if !chain.pending().is_empty() {
+                    tracing::info!(
+                        not_ready = ?chain.pending().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+                        subscription_known = chain.subscription_known(),
+                        "policies still loading; events they would see wait for them within the budget"
+                    );
+                }
+                let budget = self.budget();
+                for warning in chain.time_warnings(budget) {
+                    tracing::warn!("{warning}");
+                }
+                tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
+                Ok(())
+            }
+
+            async fn synchronize(
+                &self,
+                pods: Vec<pb::PodSandbox>,
+                containers: Vec<pb::Container>,
+            ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
+                if self.chain().keeps_view() {
+                    self.change_view(|v| v.synchronize(&pods, &containers));
+                    let (pods, containers) = self.view().len();
+                    tracing::info!(pods, containers, "node view rebuilt from Synchronize");
+                }
+                let wants = self.chain().wants_synchronize();
+                // A runtime drops a plugin whose Synchronize fails, taking every
+                // policy with it: a policy's failure here is reported, never passed on.
+                let evaluated =
+                    self.evaluate("Synchronize", wants, |chain, cx| async move { chain.synchronize(&cx).await }).await;
+                let updates = match evaluated {
+                    Ok(updates) => updates,
+                    Err(e) => {
+                        tracing::error!(error = %e, "policies failed to reconcile on Synchronize; answering without updates");
+                        Vec::new()
+                    }
+                };
+                self.change_view(|v| v.apply_updates(&updates));
+                Ok(updates)
+            }
+
+            $(
+                async fn $method(
+                    &self,
+                    req: pb::$request,
+                ) -> Result<crate::nri::events::reply_type!($reply, $response), DispatchError> {
+                    policy_event!($reply, self, $kind, $method, $carries, req)
+                }
+            )*
+
+            fn answer_overrun(&self, event: &'static str, budget: Duration) {
+                self.metrics.budget_overrun();
+                self.metrics.event(event, "deadline", budget);
+            }
+
+            fn answered(&self, answer: &crate::nri::mux::AnswerTime) {
+                if let Some(event) = answer.event {
+                    self.metrics.answer(event, answer.total);
+                }
+            }
+
+            async fn disconnected(&self) {
+                // Rebuilt from the next Synchronize.
+                self.change_view(NodeView::clear);
+            }
+        }
+    };
+}
+crate::nri::events::nri_events!(policy_dispatcher);
 
 #[cfg(test)]
 mod tests {
@@ -760,6 +809,150 @@ mod tests {
     use crate::merge::MergeError;
     use crate::policy::chain::PolicyFailure;
     use crate::policy::engine::{CallError, CallErrorKind};
+
+    /// A dispatcher whose one policy is still loading, with no record of
+    /// an earlier load: it would see every event, so the view is kept, and
+    /// as a mandatory policy it fails every event (a skipped one lets every
+    /// event through), without any wasm running.
+    fn loading(mandatory: bool) -> PolicyDispatcher {
+        use crate::node::topology::Topology;
+        use crate::policy::chain::{ChainSettings, Pending};
+        use crate::policy::engine::EngineSettings;
+        let engine = PolicyEngine::new(&EngineSettings { pooling: false, ..Default::default() }).expect("engine");
+        let pending = Pending { name: "10-loading".into(), mandatory, since: Instant::now(), expected: None };
+        let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(vec![pending]);
+        let node = wit::NodeInfo { hostname: "node-1".into(), arch: "x86_64".into(), cpus: 1, memory_bytes: 1 << 30 };
+        let topology = Topology { online_cpus: vec![0], numa_nodes: Vec::new(), memory_bytes: 1 << 30 };
+        PolicyDispatcher::new(Arc::new(engine), chain, Facts::unconfigured(node, &topology), 1)
+    }
+
+    /// Every event's own change to the node view (its `ViewChange`),
+    /// through the generated methods: a post-event's before the policies,
+    /// so even a failed one is in the view; the others' after them, some
+    /// only if the event went through, some (stop, removals) whatever the
+    /// policies said.
+    #[tokio::test]
+    async fn each_event_changes_the_view_before_or_after_the_policies() {
+        use pb::ContainerState::{CONTAINER_CREATED, CONTAINER_RUNNING, CONTAINER_STOPPED};
+        use protobuf::MessageField;
+        let pod = |version: &str| pb::PodSandbox {
+            id: "p1".into(),
+            name: "web".into(),
+            labels: [("v".to_string(), version.to_string())].into(),
+            ..Default::default()
+        };
+        let resources = |shares: u64| {
+            let mut r = pb::LinuxResources::default();
+            r.cpu.mut_or_insert_default().shares =
+                MessageField::some(pb::OptionalUInt64 { value: shares, ..Default::default() });
+            r
+        };
+        let container = |state: pb::ContainerState, shares: Option<u64>| {
+            let mut c = pb::Container { id: "c1".into(), pod_sandbox_id: "p1".into(), ..Default::default() };
+            c.state = state.into();
+            if let Some(shares) = shares {
+                c.linux.mut_or_insert_default().resources = MessageField::some(resources(shares));
+            }
+            c
+        };
+        let (p1, c1) = (pod("1"), container(CONTAINER_CREATED, None));
+        for through in [true, false] {
+            let d = loading(!through);
+            let pod_label = || d.view().pod("p1").map(|p| p.labels["v"].clone());
+            let state = || d.view().container("c1").map(|c| c.state);
+            let shares = || {
+                let c = d.view().container("c1").cloned()?;
+                Some(c.resources?.cpu.shares.value)
+            };
+            let check = |event: &str, ok: bool| {
+                assert_eq!(
+                    ok,
+                    through,
+                    "{event} (policy {}): went through",
+                    if through { "skipped" } else { "failing" }
+                );
+            };
+            let (pod_of, ctr_of) = (MessageField::some(p1.clone()), MessageField::some(c1.clone()));
+
+            let r = d.run_pod_sandbox(pb::RunPodSandboxRequest { pod: pod_of.clone(), ..Default::default() }).await;
+            check("RunPodSandbox", r.is_ok());
+            assert_eq!(pod_label().is_some(), through, "RunPodSandbox adds the pod once it went through");
+
+            let req = pb::PostUpdatePodSandboxRequest { pod: pod_of.clone(), ..Default::default() };
+            check("PostUpdatePodSandbox", d.post_update_pod_sandbox(req).await.is_ok());
+            assert_eq!(pod_label().as_deref(), Some("1"), "PostUpdatePodSandbox reports the pod as it is");
+
+            let req = pb::UpdatePodSandboxRequest { pod: MessageField::some(pod("2")), ..Default::default() };
+            check("UpdatePodSandbox", d.update_pod_sandbox(req).await.is_ok());
+            let label = if through { "2" } else { "1" };
+            assert_eq!(pod_label().as_deref(), Some(label), "UpdatePodSandbox changes the pod once it went through");
+
+            let req = pb::StopPodSandboxRequest { pod: pod_of.clone(), ..Default::default() };
+            check("StopPodSandbox", d.stop_pod_sandbox(req).await.is_ok());
+            assert!(pod_label().is_some(), "a stopped pod stays until it is removed");
+
+            let req =
+                pb::CreateContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("CreateContainer", d.create_container(req).await.is_ok());
+            let created = through.then_some(CONTAINER_CREATED);
+            assert_eq!(state(), created, "CreateContainer adds the container once it went through");
+
+            let req =
+                pb::PostCreateContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("PostCreateContainer", d.post_create_container(req).await.is_ok());
+            assert_eq!(state(), Some(CONTAINER_CREATED), "PostCreateContainer reports the container as it is");
+
+            let req =
+                pb::StartContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("StartContainer", d.start_container(req).await.is_ok());
+            let started = if through { CONTAINER_RUNNING } else { CONTAINER_CREATED };
+            assert_eq!(state(), Some(started), "StartContainer runs the container once it went through");
+
+            let running = MessageField::some(container(CONTAINER_RUNNING, None));
+            let req = pb::PostStartContainerRequest { pod: pod_of.clone(), container: running, ..Default::default() };
+            check("PostStartContainer", d.post_start_container(req).await.is_ok());
+            assert_eq!(state(), Some(CONTAINER_RUNNING), "PostStartContainer reports the container as it is");
+
+            let req = pb::UpdateContainerRequest {
+                pod: pod_of.clone(),
+                container: ctr_of.clone(),
+                linux_resources: MessageField::some(resources(512)),
+                ..Default::default()
+            };
+            check("UpdateContainer", d.update_container(req).await.is_ok());
+            assert_eq!(shares(), through.then_some(512), "UpdateContainer applies the resources once it went through");
+
+            let reported = MessageField::some(container(CONTAINER_RUNNING, Some(256)));
+            let req = pb::PostUpdateContainerRequest { pod: pod_of.clone(), container: reported, ..Default::default() };
+            check("PostUpdateContainer", d.post_update_container(req).await.is_ok());
+            assert_eq!(shares(), Some(256), "PostUpdateContainer reports the resources as they are");
+
+            let req = pb::StopContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("StopContainer", d.stop_container(req).await.is_ok());
+            assert_eq!(state(), Some(CONTAINER_STOPPED), "the container stops whatever the policies say");
+
+            let req =
+                pb::RemoveContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
+            check("RemoveContainer", d.remove_container(req).await.is_ok());
+            assert_eq!(state(), None, "the container is gone whatever the policies say");
+
+            // The host is no validator: a verdict is never the policies'.
+            let req = pb::ValidateContainerAdjustmentRequest {
+                pod: pod_of.clone(),
+                container: ctr_of.clone(),
+                ..Default::default()
+            };
+            let verdict = d.validate_container_adjustment(req).await.expect("a verdict event is not evaluated");
+            assert!(!verdict.reject);
+
+            let r = d.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod: pod_of, ..Default::default() }).await;
+            check("RemovePodSandbox", r.is_ok());
+            assert_eq!(pod_label(), None, "the pod is gone whatever the policies say");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("10-loading"), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn chain_errors_map_to_denied_or_internal_with_the_whole_story() {

@@ -95,7 +95,7 @@ pub enum Reply {
     Validate(pb::ValidateContainerAdjustmentResponse),
 }
 
-/// The reply of each `answer` event of the table (`nri/events.rs`).
+/// The reply of each `answer` and `verdict` event of the table (`nri/events.rs`).
 macro_rules! reply_from {
     ($($response:ident => $variant:ident),* $(,)?) => {
         $(impl From<pb::$response> for Reply {
@@ -383,12 +383,15 @@ macro_rules! event_reply {
     (answer, $answer:expr) => {
         $answer.map(Reply::from)
     };
+    (verdict, $answer:expr) => {
+        $answer.map(Reply::from)
+    };
 }
 
 /// `eval`'s naming and dispatch of every request: Configure and
 /// Synchronize, then one arm per row of the event table (`nri/events.rs`).
 macro_rules! eval_requests {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident;)*) => {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// How reports name what an event is about.
         fn target(request: &Request) -> String {
             match request {

@@ -14,6 +14,11 @@
 //! container as the policies before it left it without any conversion
 //! between policies (the store holding the `Arc` is dropped before the next
 //! reply is merged, so the merge modifies it in place).
+//!
+//! What `whole` returns is built per WIT record (`Whole`), and the match
+//! from kind to record is generated from the table of events
+//! (`nri/events.rs`), as is the call event of a request that carries only
+//! its pod (and container).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -115,55 +120,6 @@ impl CallEvent {
         self.container.clone()
     }
 
-    /// The whole event as WIT, as `whole` returns it.
-    pub fn to_wit(&self) -> wit::Event {
-        use wit::{Event as E, EventKind as K};
-        let pod = || wit::PodSandbox::from(self.pod.as_deref().unwrap_or_else(|| pb::PodSandbox::default_instance()));
-        let container =
-            || wit::Container::from(self.container.as_deref().unwrap_or_else(|| pb::Container::default_instance()));
-        let pod_event = || wit::PodEvent { pod: pod() };
-        let container_event = || wit::ContainerEvent { pod: pod(), container: container() };
-        match (self.kind, &self.detail) {
-            (K::Synchronize, _) => E::Synchronize,
-            (K::RunPodSandbox, _) => E::RunPodSandbox(pod_event()),
-            (K::StopPodSandbox, _) => E::StopPodSandbox(pod_event()),
-            (K::RemovePodSandbox, _) => E::RemovePodSandbox(pod_event()),
-            (K::PostUpdatePodSandbox, _) => E::PostUpdatePodSandbox(pod_event()),
-            (K::CreateContainer, _) => E::CreateContainer(container_event()),
-            (K::PostCreateContainer, _) => E::PostCreateContainer(container_event()),
-            (K::StartContainer, _) => E::StartContainer(container_event()),
-            (K::PostStartContainer, _) => E::PostStartContainer(container_event()),
-            (K::PostUpdateContainer, _) => E::PostUpdateContainer(container_event()),
-            (K::StopContainer, _) => E::StopContainer(container_event()),
-            (K::RemoveContainer, _) => E::RemoveContainer(container_event()),
-            (K::UpdateContainer, detail) => E::UpdateContainer(wit::UpdateContainerEvent {
-                pod: pod(),
-                container: container(),
-                linux_resources: match detail {
-                    Detail::Requested(r) => Some(wit::LinuxResources::from(&**r)),
-                    _ => None,
-                },
-            }),
-            (K::UpdatePodSandbox, detail) => {
-                let mut e = match detail {
-                    Detail::PodUpdate(req) => wit::UpdatePodSandboxEvent::from(&**req),
-                    _ => wit::UpdatePodSandboxEvent::from(&pb::UpdatePodSandboxRequest::default()),
-                };
-                e.pod = pod();
-                E::UpdatePodSandbox(e)
-            }
-            (K::ValidateContainerAdjustment, detail) => {
-                let mut e = match detail {
-                    Detail::Validation(req) => wit::ValidationEvent::from(&**req),
-                    _ => wit::ValidationEvent::from(&pb::ValidateContainerAdjustmentRequest::default()),
-                };
-                e.pod = pod();
-                e.container = container();
-                E::ValidateContainerAdjustment(e)
-            }
-        }
-    }
-
     /// On update-container, the requested resources.
     pub fn requested_resources(&self) -> Option<&pb::LinuxResources> {
         match &self.detail {
@@ -173,20 +129,84 @@ impl CallEvent {
     }
 }
 
-/// Requests that carry only a pod.
-macro_rules! pod_requests {
-    ($($req:ident => $kind:ident),* $(,)?) => {$(
+/// An event's WIT record (the row's `shape` in the event table,
+/// `nri/events.rs`) as `whole` returns it, built from what the call holds:
+/// the pod and container as the chain left them, the rest from its detail.
+trait Whole {
+    fn whole(event: &CallEvent) -> Self;
+}
+
+impl CallEvent {
+    fn pod_or_default(&self) -> wit::PodSandbox {
+        wit::PodSandbox::from(self.pod.as_deref().unwrap_or_else(|| pb::PodSandbox::default_instance()))
+    }
+
+    fn container_or_default(&self) -> wit::Container {
+        wit::Container::from(self.container.as_deref().unwrap_or_else(|| pb::Container::default_instance()))
+    }
+}
+
+impl Whole for wit::PodEvent {
+    fn whole(event: &CallEvent) -> Self {
+        Self { pod: event.pod_or_default() }
+    }
+}
+
+impl Whole for wit::ContainerEvent {
+    fn whole(event: &CallEvent) -> Self {
+        Self { pod: event.pod_or_default(), container: event.container_or_default() }
+    }
+}
+
+impl Whole for wit::UpdateContainerEvent {
+    fn whole(event: &CallEvent) -> Self {
+        Self {
+            pod: event.pod_or_default(),
+            container: event.container_or_default(),
+            linux_resources: match &event.detail {
+                Detail::Requested(r) => Some(wit::LinuxResources::from(&**r)),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl Whole for wit::UpdatePodSandboxEvent {
+    fn whole(event: &CallEvent) -> Self {
+        let mut e = match &event.detail {
+            Detail::PodUpdate(req) => wit::UpdatePodSandboxEvent::from(&**req),
+            _ => wit::UpdatePodSandboxEvent::from(&pb::UpdatePodSandboxRequest::default()),
+        };
+        e.pod = event.pod_or_default();
+        e
+    }
+}
+
+impl Whole for wit::ValidationEvent {
+    fn whole(event: &CallEvent) -> Self {
+        let mut e = match &event.detail {
+            Detail::Validation(req) => wit::ValidationEvent::from(&**req),
+            _ => wit::ValidationEvent::from(&pb::ValidateContainerAdjustmentRequest::default()),
+        };
+        e.pod = event.pod_or_default();
+        e.container = event.container_or_default();
+        e
+    }
+}
+
+/// The call event of a request whose `shape` is the plain one of what it
+/// carries: its pod, or its pod and container. A request with a record of
+/// its own is built by a named constructor ([`CallEvent::update_container`],
+/// [`CallEvent::validation`]) or a `From` written out below.
+macro_rules! plain_call_event {
+    (PodEvent, $kind:ident, $req:ident) => {
         impl From<&pb::$req> for CallEvent {
             fn from(r: &pb::$req) -> Self {
                 CallEvent::pod(wit::EventKind::$kind, Arc::new((*r.pod).clone()))
             }
         }
-    )*};
-}
-
-/// Requests that carry a pod and a container.
-macro_rules! container_requests {
-    ($($req:ident => $kind:ident),* $(,)?) => {$(
+    };
+    (ContainerEvent, $kind:ident, $req:ident) => {
         impl From<&pb::$req> for CallEvent {
             fn from(r: &pb::$req) -> Self {
                 CallEvent::container(
@@ -196,24 +216,29 @@ macro_rules! container_requests {
                 )
             }
         }
-    )*};
+    };
+    ($own:ident, $kind:ident, $req:ident) => {};
 }
 
-pod_requests! {
-    RunPodSandboxRequest => RunPodSandbox,
-    StopPodSandboxRequest => StopPodSandbox,
-    RemovePodSandboxRequest => RemovePodSandbox,
-    PostUpdatePodSandboxRequest => PostUpdatePodSandbox,
-}
+/// From the event table: the call event of every plain request, and the
+/// whole event of every kind (a kind the WIT world lacks, or a record
+/// without a [`Whole`], does not compile).
+macro_rules! call_events {
+    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+        $(plain_call_event!($shape, $kind, $request);)*
 
-container_requests! {
-    PostCreateContainerRequest => PostCreateContainer,
-    StartContainerRequest => StartContainer,
-    PostStartContainerRequest => PostStartContainer,
-    PostUpdateContainerRequest => PostUpdateContainer,
-    StopContainerRequest => StopContainer,
-    RemoveContainerRequest => RemoveContainer,
+        impl CallEvent {
+            /// The whole event as WIT, as `whole` returns it.
+            pub fn to_wit(&self) -> wit::Event {
+                match self.kind {
+                    wit::EventKind::Synchronize => wit::Event::Synchronize,
+                    $(wit::EventKind::$kind => wit::Event::$kind(<wit::$shape as Whole>::whole(self)),)*
+                }
+            }
+        }
+    };
 }
+crate::nri::events::nri_events!(call_events);
 
 /// update-pod-sandbox: the pod, and the rest of the request for `whole`.
 impl From<&pb::UpdatePodSandboxRequest> for CallEvent {
