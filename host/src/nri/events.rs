@@ -52,14 +52,20 @@
 //! `notify` for a `notify` event and the chain's method of the event's
 //! name for an `answer` event.
 //!
-//! A new event still needs, by hand, only what is its own, and the compiler
-//! asks for each part:
+//! A new event still needs, by hand, only what is its own. The compiler
+//! asks for the parts of items 1, 2 and 4; two of item 3 it cannot see, and
+//! tests check them instead, once the new event is added to their lists:
+//! the conversion from the WIT record back to the request (`convert/tests.rs`,
+//! the round trip) and that a `CallEvent` keeps everything its `Whole` reads
+//! (`policy/call/event.rs`, `the_whole_event_is_the_full_conversion_of_the_request`;
+//! a `Whole` falls back to a default record for a detail it lacks).
 //!
 //! 1. its row here, and its kind and variant in the WIT world
 //!    (`wit/types.wit`): a kind or a `shape` the WIT world lacks does not
 //!    compile;
-//! 2. what it does to the node view, a `ViewChange` impl for its request
-//!    (`policy/dispatcher.rs`; an empty one if nothing): the order of the
+//! 2. for a `notify` or `answer` event, what it does to the node view, a
+//!    `ViewChange` impl for its request (`policy/dispatcher.rs`; an empty
+//!    one if nothing; a `verdict` event never reaches the chain): the order of the
 //!    view's change and the policies (before for a post-event, after for
 //!    the rest, on success only or whatever the policies say) differs from
 //!    event to event, so it is code, not a column;
@@ -68,7 +74,11 @@
 //!    call's event (`policy/call/event.rs`), and for a `notify` event a
 //!    `From<&Request>` for `CallEvent` keeping what `Whole` reads (as
 //!    UpdatePodSandbox's does);
-//! 4. for an `answer` event, the chain's method of its name
+//! 4. for a `verdict` event, a variant of `eval`'s `Reply` (below); the
+//!    subscription leaves ValidateContainerAdjustment out by name
+//!    (`nri/dispatch.rs`, `policy/dispatcher.rs`), so a second verdict
+//!    event must be added there too;
+//!    for an `answer` event, the chain's method of its name
 //!    (`policy/chain/events.rs`: whom it asks, how their replies merge) and
 //!    a variant of `eval`'s `Reply` (`cli/author/session.rs`), the one
 //!    place that keeps replies typed. `Reply` stays by hand: it has a

@@ -167,7 +167,7 @@ pub struct PolicyDispatcher {
     metrics: Arc<dyn Tally>,
     /// Told of every step; the metrics unless [`Self::with_observer`].
     observer: Arc<dyn Observer>,
-    /// Describe every change in the steps (the demo, `eval`).
+    /// Keep each policy's change in its step (the demo, `eval`).
     explain: bool,
 }
 
@@ -234,7 +234,7 @@ impl PolicyDispatcher {
         self
     }
 
-    /// Describes every change in the steps the observer sees.
+    /// Keeps each policy's change in the steps the observer sees.
     pub fn explaining(mut self) -> Self {
         self.explain = true;
         self
@@ -701,6 +701,67 @@ macro_rules! policy_event {
     }};
 }
 
+/// The parts of the [`Dispatcher`] implementation that are not per event,
+/// outside the generating macro so that they read (and format) as plain code.
+impl PolicyDispatcher {
+    /// Configure: the runtime's facts and request timeout; never waits for
+    /// loads (the subscription was known, or waited for, before registering).
+    fn configured(&self, runtime: &RuntimeInfo) {
+        *self.request_timeout.lock().unwrap_or_else(|p| p.into_inner()) = runtime.request_timeout;
+        let mut facts = (*self.facts()).clone();
+        facts.runtime = wit::RuntimeInfo {
+            name: runtime.name.clone(),
+            version: runtime.version.clone(),
+            nri_version: runtime.nri_version.to_string(),
+        };
+        *self.facts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(facts);
+        // Configure never waits for loads: the subscription was known (or
+        // waited for) before registering (see the start-up contract).
+        let chain = self.chain();
+        if !chain.pending().is_empty() {
+            tracing::info!(
+                not_ready = ?chain.pending().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+                subscription_known = chain.subscription_known(),
+                "policies still loading; events they would see wait for them within the budget"
+            );
+        }
+        let budget = self.budget();
+        for warning in chain.time_warnings(budget) {
+            tracing::warn!("{warning}");
+        }
+        tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
+    }
+
+    /// Synchronize: rebuild the node view, let the policies reconcile, and
+    /// answer their updates. A policy's failure is reported, never passed
+    /// on: a runtime drops a plugin whose Synchronize fails.
+    async fn synchronized(
+        &self,
+        pods: Vec<pb::PodSandbox>,
+        containers: Vec<pb::Container>,
+    ) -> Vec<pb::ContainerUpdate> {
+        if self.chain().keeps_view() {
+            self.change_view(|v| v.synchronize(&pods, &containers));
+            let (pods, containers) = self.view().len();
+            tracing::info!(pods, containers, "node view rebuilt from Synchronize");
+        }
+        let wants = self.chain().wants_synchronize();
+        // A runtime drops a plugin whose Synchronize fails, taking every
+        // policy with it: a policy's failure here is reported, never passed on.
+        let evaluated =
+            self.evaluate("Synchronize", wants, |chain, cx| async move { chain.synchronize(&cx).await }).await;
+        let updates = match evaluated {
+            Ok(updates) => updates,
+            Err(e) => {
+                tracing::error!(error = %e, "policies failed to reconcile on Synchronize; answering without updates");
+                Vec::new()
+            }
+        };
+        self.change_view(|v| v.apply_updates(&updates));
+        updates
+    }
+}
+
 /// The dispatcher: its per-event methods generated from the event table
 /// (`nri/events.rs`), each the event's [`ViewChange`] around the chain.
 macro_rules! policy_dispatcher {
@@ -722,29 +783,7 @@ macro_rules! policy_dispatcher {
             }
 
             async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {
-                *self.request_timeout.lock().unwrap_or_else(|p| p.into_inner()) = runtime.request_timeout;
-                let mut facts = (*self.facts()).clone();
-                facts.runtime = wit::RuntimeInfo {
-                    name: runtime.name.clone(),
-                    version: runtime.version.clone(),
-                    nri_version: runtime.nri_version.to_string(),
-                };
-                *self.facts.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(facts);
-                // Configure never waits for loads: the subscription was known (or
-                // waited for) before registering (see the start-up contract).
-                let chain = self.chain();
-                if !chain.pending().is_empty() {
-                    tracing::info!(
-                        not_ready = ?chain.pending().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
-                        subscription_known = chain.subscription_known(),
-                        "policies still loading; events they would see wait for them within the budget"
-                    );
-                }
-                let budget = self.budget();
-                for warning in chain.time_warnings(budget) {
-                    tracing::warn!("{warning}");
-                }
-                tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
+                self.configured(runtime);
                 Ok(())
             }
 
@@ -753,25 +792,7 @@ macro_rules! policy_dispatcher {
                 pods: Vec<pb::PodSandbox>,
                 containers: Vec<pb::Container>,
             ) -> Result<Vec<pb::ContainerUpdate>, DispatchError> {
-                if self.chain().keeps_view() {
-                    self.change_view(|v| v.synchronize(&pods, &containers));
-                    let (pods, containers) = self.view().len();
-                    tracing::info!(pods, containers, "node view rebuilt from Synchronize");
-                }
-                let wants = self.chain().wants_synchronize();
-                // A runtime drops a plugin whose Synchronize fails, taking every
-                // policy with it: a policy's failure here is reported, never passed on.
-                let evaluated =
-                    self.evaluate("Synchronize", wants, |chain, cx| async move { chain.synchronize(&cx).await }).await;
-                let updates = match evaluated {
-                    Ok(updates) => updates,
-                    Err(e) => {
-                        tracing::error!(error = %e, "policies failed to reconcile on Synchronize; answering without updates");
-                        Vec::new()
-                    }
-                };
-                self.change_view(|v| v.apply_updates(&updates));
-                Ok(updates)
+                Ok(self.synchronized(pods, containers).await)
             }
 
             $(

@@ -20,7 +20,7 @@ const MAX_TEXT_BYTES: usize = 4096;
 const MAX_PRINTED_BYTES: usize = 4 * MAX_TEXT_BYTES;
 
 /// The changes of one policy's reply, in the message its event answers with.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum Change {
     /// CreateContainer: an adjustment of the new container, updates of
     /// others, evictions.
@@ -105,6 +105,20 @@ impl fmt::Display for Change {
     }
 }
 
+/// For `{:?}` (the dispatcher's debug line of each step): the kind and the
+/// same bounded text as a log line, never the whole message, which a policy
+/// may make a MiB long.
+impl fmt::Debug for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self {
+            Self::Create(_) => "Create",
+            Self::Update(_) => "Update",
+            Self::Updates(_) => "Updates",
+        };
+        f.debug_tuple(kind).field(&format_args!("{self}")).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +169,23 @@ mod tests {
             Change::from(pb::CreateContainerResponse { adjust: MessageField::some(adjust), ..Default::default() });
         let text = cut.to_string();
         assert!(text.starts_with(r#"{"adjust": {"args": ["bbb"#) && text.len() < MAX_TEXT_BYTES + 64, "{}", text.len());
+    }
+
+    #[test]
+    fn debug_text_is_bounded_like_the_log_text() {
+        let mut adjust = pb::ContainerAdjustment::default();
+        for i in 0..2000 {
+            adjust.annotations.insert(format!("example.com/key-{i}"), "v".repeat(40));
+        }
+        let big =
+            Change::from(pb::CreateContainerResponse { adjust: MessageField::some(adjust), ..Default::default() });
+        let debug = format!("{big:?}");
+        assert!(debug.len() < 200, "{} bytes: {}", debug.len(), &debug[..200.min(debug.len())]);
+        assert!(debug.starts_with("Create(") && debug.contains("too large to show"), "{debug}");
+
+        let small = Change::from(pb::UpdateContainersRequest { evict: vec![eviction("z")], ..Default::default() });
+        let debug = format!("{small:?}");
+        assert!(debug.starts_with("Updates(") && debug.contains("\"z\""), "{debug}");
+        assert!(debug.len() <= MAX_TEXT_BYTES + 16, "{debug}");
     }
 }
