@@ -28,7 +28,7 @@ use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
-use nri_wasm_benches::{guests, native_chain, request, Bench};
+use nri_wasm_benches::{bench_limits, guests, native_chain, request, Bench};
 use protobuf::Message;
 
 /// Time every chain evaluation may take (never reached by the benchmarks).
@@ -45,6 +45,9 @@ struct Setup {
     bytes: Vec<u8>,
     empty: Chain,
     noop: Chain,
+    /// The cheapest policy a component can be (tests/guests/bare: no std,
+    /// no WASI): the sandbox's own cost of a call.
+    bare: Chain,
     realistic: Vec<(usize, Chain)>,
     /// 10 realistic policies that each read the whole pod and container.
     full_10: Chain,
@@ -60,6 +63,10 @@ impl Setup {
         Self {
             empty: Chain::default(),
             noop: bench.noop(),
+            bare: Chain::new(
+                vec![bench.load("00-bare", guests::BARE, "", OnError::Fail, bench_limits())],
+                ChainSettings::default(),
+            ),
             realistic,
             full_10: bench.realistic_full(10),
             bench,
@@ -143,10 +150,16 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     });
     let env = CallEnv::detached(s.bench.facts.clone());
     let noop = s.noop.policies().next().expect("noop policy");
+    let bare = s.bare.policies().next().expect("bare policy");
     let realistic = s.chain(1).policies().next().expect("realistic policy");
     let full = s.full_10.policies().next().expect("realistic policy reading everything");
     for (name, policy) in
-        [("engine_call_noop", noop), ("engine_call_realistic", realistic), ("engine_call_realistic_full_read", full)]
+        [
+            ("engine_call_bare", bare),
+            ("engine_call_noop", noop),
+            ("engine_call_realistic", realistic),
+            ("engine_call_realistic_full_read", full),
+        ]
     {
         g.bench_function(name, |b| {
             b.iter(|| {
