@@ -4,8 +4,8 @@
 //! what the selected packages ask for. `cargo test --workspace` selects the
 //! deploy checks, whose PromQL parser and Kubernetes types ask `libc`,
 //! `num-traits`, `indexmap`, `fnv` and `serde_json` for more than the other
-//! members do; `cargo test -p
-//! nri-wasm-e2e` alone then builds those crates with fewer features, and
+//! members do; `cargo test -p nri-wasm-e2e` alone then builds those crates
+//! with fewer features, and
 //! since `libc` sits under the protobuf code generator, under the wire
 //! protocol crate and so under the host, it rebuilt the host and most of
 //! its dependencies a second time. Every test crate depends on this one,
