@@ -10,6 +10,13 @@
 //! - `policy::manifest::PolicySpec::granting_all`: a spec with every
 //!   capability granted, dangerous ones included, which no policy loaded
 //!   from a directory gets;
-//! - `nri::frame::FrameDecoder::extend`: bytes appended without a socket.
+//! - `nri::frame::FrameDecoder::extend`: bytes appended without a socket;
+//! - [`NullDispatcher`]: a dispatcher that changes nothing, the baseline of
+//!   the transport tests;
+//! - `policy::loader::load_dir`: a directory loaded once, without the
+//!   reloader the host loads through;
+//! - `policy::reload::Reloader::check_tags`: the registry tag check on
+//!   demand, which the host runs from `watch` on a timer or SIGHUP.
 
+pub use crate::nri::dispatch::NullDispatcher;
 pub use crate::policy::call::state::StateWriter;

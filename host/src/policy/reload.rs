@@ -225,6 +225,9 @@ impl Reloader {
     /// one deadline; nothing is downloaded), and marks those whose tag moved
     /// for the next reload. Returns their names. Runs on the engine's
     /// runtime; a check that fails in the host is logged and finds nothing.
+    /// With the `testing` feature: the host's own checks run from
+    /// [`watch`] on a timer or SIGHUP.
+    #[cfg(any(test, feature = "testing"))]
     pub async fn check_tags(self: &Arc<Self>) -> Vec<String> {
         match self.spawn_tag_check().await {
             Ok(moved) => moved,
