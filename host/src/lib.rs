@@ -15,7 +15,9 @@
 //! - [`cli`]: the command line of the `nri-wasm` binary;
 //! - [`wit`], [`text`], [`files`]: what several of the above share (the
 //!   WIT world as Rust types, text made safe to show, host-private files),
-//!   kept at the bottom so that none of them imports another for it.
+//!   kept at the bottom so that none of them imports another for it;
+//! - `testing` (with the `testing` feature): seams for tests, benchmarks
+//!   and fuzz targets, not part of the stable surface.
 //!
 //! Layers, lowest first: what the modules import from each other today.
 //! What is checked (`host/tests/module_circles.rs`) is that no two of
@@ -41,6 +43,8 @@ pub mod node;
 pub mod nri;
 pub mod policy;
 pub mod registry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod text;
 pub mod watch;
 pub mod wit;

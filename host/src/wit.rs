@@ -15,14 +15,18 @@ wasmtime::component::bindgen!({
     imports: { "nri-wasm:policy/event": trappable },
 });
 
+// `self::`: the host's own tests link this crate as `nri_wasm` too (the
+// dev-dependency that turns on `testing`), which the generated module's
+// name would otherwise be ambiguous with.
+
 /// The event being handled, read on demand (`nri-wasm:policy/event`).
-pub use nri_wasm::policy::event;
+pub use self::nri_wasm::policy::event;
 
 /// The host interface a policy imports (`nri-wasm:policy/host`).
-pub use nri_wasm::policy::host;
+pub use self::nri_wasm::policy::host;
 /// The node view and topology (`nri-wasm:policy/node`).
-pub use nri_wasm::policy::node;
+pub use self::nri_wasm::policy::node;
 /// The policy's own key-value state (`nri-wasm:policy/state`).
-pub use nri_wasm::policy::state;
+pub use self::nri_wasm::policy::state;
 /// The WIT types of the policy interface (`nri-wasm:policy/types`).
-pub use nri_wasm::policy::types as wit;
+pub use self::nri_wasm::policy::types as wit;

@@ -3,9 +3,9 @@
 //! The transport knows the protocol (framing, registration, split
 //! synchronisation, the StateChange fallback, deadlines); a [`Dispatcher`]
 //! knows nothing of it and sees one call per event with the runtime's request.
-//! The policy engine implements this trait; [`NullDispatcher`] answers every
-//! event with an empty response, which is exactly what a runtime expects from
-//! a plugin that changes nothing.
+//! The policy engine implements this trait; `NullDispatcher` (tests only,
+//! `nri_wasm::testing`) answers every event with an empty response, which is
+//! exactly what a runtime expects from a plugin that changes nothing.
 
 use std::time::Duration;
 
@@ -121,10 +121,12 @@ macro_rules! dispatcher_trait {
 }
 super::events::nri_events!(dispatcher_trait);
 
-/// A dispatcher that changes nothing: the transport's default until policies
-/// are loaded, and the baseline of the transport tests.
+/// A dispatcher that changes nothing: the baseline of the transport tests
+/// (`nri_wasm::testing::NullDispatcher`).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NullDispatcher;
 
+#[cfg(any(test, feature = "testing"))]
 #[async_trait]
 impl Dispatcher for NullDispatcher {}

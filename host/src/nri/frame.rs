@@ -151,7 +151,8 @@ impl FrameDecoder {
         &mut self.buf
     }
 
-    /// Appends bytes (convenience for tests and fuzzing).
+    /// Appends bytes (tests and fuzzing, with the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     pub fn extend(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }

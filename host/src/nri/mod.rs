@@ -35,7 +35,7 @@ pub mod supervisor;
 pub mod transport;
 pub mod version;
 
-pub use dispatch::{DispatchError, Dispatcher, NullDispatcher, RuntimeInfo};
+pub use dispatch::{DispatchError, Dispatcher, RuntimeInfo};
 pub use registration::PluginIdentity;
 pub use session::{Phase, RuntimeLink, Status};
 pub use supervisor::{ConnectOptions, PluginHandles, Supervisor, SupervisorError};

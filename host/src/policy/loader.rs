@@ -226,7 +226,9 @@ pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
         .collect()
 }
 
-/// Loads every policy in `dir`.
+/// Loads every policy in `dir` (tests, with the `testing` feature; the host
+/// loads through `reload`).
+#[cfg(any(test, feature = "testing"))]
 pub async fn load_dir(engine: &PolicyEngine, dir: &Path, options: DirOptions, facts: &Arc<Facts>) -> Loaded {
     let (specs, errors) = scan(dir, options);
     load_specs(engine, specs, errors, facts).await

@@ -91,7 +91,7 @@ pub mod errors {
 
 /// A policy's key-value state (`call/state.rs`).
 pub mod state {
-    pub use super::call::state::{SaveHealth, StateSnapshot, StateStore, StateTxn, StateWriter, StateWrites};
+    pub use super::call::state::{SaveHealth, StateSnapshot, StateStore, StateTxn, StateWrites};
 }
 
 /// The event a call handles (`call/event.rs`).

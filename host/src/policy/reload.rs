@@ -22,9 +22,9 @@
 //!
 //! A policy named by a tag alone (`oci://…:stable`, signed) has a settings
 //! file that does not change when the tag moves in the registry, so the
-//! directory alone would never bring the new version. [`Reloader::check_tags`]
-//! asks the registry where each such tag points (a GET of the manifest, no
-//! other download; all tags at once under one deadline, in a task of its
+//! directory alone would never bring the new version. The tag check, which
+//! [`watch()`] runs, asks the registry where each such tag points (a GET of
+//! the manifest, no other download; all tags at once under one deadline, in a task of its
 //! own so that a stalled registry holds no reload), every
 //! `[registry] tag-recheck-ms` and at SIGHUP; a tag that
 //! moved marks its policy, and the reload that follows resolves it again
@@ -225,6 +225,9 @@ impl Reloader {
     /// one deadline; nothing is downloaded), and marks those whose tag moved
     /// for the next reload. Returns their names. Runs on the engine's
     /// runtime; a check that fails in the host is logged and finds nothing.
+    /// With the `testing` feature: the host's own checks run from
+    /// [`watch()`] on a timer or SIGHUP.
+    #[cfg(any(test, feature = "testing"))]
     pub async fn check_tags(self: &Arc<Self>) -> Vec<String> {
         match self.spawn_tag_check().await {
             Ok(moved) => moved,

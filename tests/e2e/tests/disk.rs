@@ -32,7 +32,8 @@ use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::prepare::{sha256_hex, CompiledPolicy};
-use nri_wasm::policy::state::{StateStore, StateWriter};
+use nri_wasm::policy::state::StateStore;
+use nri_wasm::testing::StateWriter;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{create_event, guests, roomy};
 

@@ -249,7 +249,9 @@ struct Slot {
     load_error: Option<String>,
 }
 
-/// Writes the bytes of a state file; a seam for tests (a full volume).
+/// Writes the bytes of a state file; a seam for tests (a full volume),
+/// public as `crate::testing::StateWriter` with the `testing` feature.
+#[cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
 pub trait StateWriter: Send + Sync + std::fmt::Debug {
     /// Writes all of `bytes` to `file`, the temporary file of a save.
     fn write(&self, file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()>;
@@ -341,11 +343,16 @@ impl StateStore {
     /// the error is logged, and every policy starts empty and every save
     /// fails (counted and shown) until it is fixed.
     pub fn in_dir(dir: PathBuf) -> Self {
-        Self::in_dir_with(dir, Box::new(Disk))
+        Self::in_dir_writing(dir, Box::new(Disk))
     }
 
-    /// [`Self::in_dir`] writing through `disk`.
+    /// [`Self::in_dir`] writing through `disk` (tests: a full volume).
+    #[cfg(any(test, feature = "testing"))]
     pub fn in_dir_with(dir: PathBuf, disk: Box<dyn StateWriter>) -> Self {
+        Self::in_dir_writing(dir, disk)
+    }
+
+    fn in_dir_writing(dir: PathBuf, disk: Box<dyn StateWriter>) -> Self {
         let store = Self { dir: Some(dir), disk, ..Self::default() };
         let dir = store.dir.as_deref().expect("set above");
         match check_dir(dir, store.uid) {

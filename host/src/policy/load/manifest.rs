@@ -131,9 +131,9 @@ impl PolicySpec {
     }
 
     /// [`Self::new`] with every capability granted, dangerous ones included:
-    /// for tests, and for embedders that vetted the component themselves.
-    /// A policy loaded from a directory never gets this; its grant comes
-    /// from its settings file.
+    /// for tests (with the `testing` feature). A policy loaded from a
+    /// directory never gets this; its grant comes from its settings file.
+    #[cfg(any(test, feature = "testing"))]
     pub fn granting_all(name: &str, wasm: impl Into<PathBuf>) -> Self {
         Self { grant: CapSet::all(), ..Self::new(name, wasm) }
     }

@@ -1,0 +1,4 @@
+//! Empty on purpose: a package's build-dependencies take part in feature
+//! resolution only when it has a build script (see Cargo.toml).
+
+fn main() {}
