@@ -43,16 +43,23 @@ mod bump {
 
     const SIZE: usize = 64 * 1024;
 
+    /// Aligned to the largest alignment the canonical ABI asks for (8), and
+    /// more: offsets aligned within it are addresses aligned as asked.
+    #[repr(C, align(16))]
     struct Arena {
         bytes: UnsafeCell<[u8; SIZE]>,
         next: UnsafeCell<usize>,
     }
 
     // SAFETY: a component instance runs on one thread (wasm32 without the
-    // atomics feature has no threads), so the cells are never shared.
+    // atomics feature has no threads, enforced below), so the cells are
+    // never shared.
     unsafe impl Sync for Arena {}
 
     static ARENA: Arena = Arena { bytes: UnsafeCell::new([0; SIZE]), next: UnsafeCell::new(0) };
+
+    #[cfg(target_feature = "atomics")]
+    compile_error!("the bump allocator assumes one thread: build without the atomics feature");
 
     struct Bump;
 
@@ -62,6 +69,12 @@ mod bump {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             // SAFETY: single-threaded (see `Arena`); no other reference to `next` lives.
             let next = unsafe { &mut *ARENA.next.get() };
+            // Aligning the offset aligns the address: the arena's own
+            // alignment (16) is at least any alignment asked of it here;
+            // a larger one is refused.
+            if layout.align() > 16 {
+                return core::ptr::null_mut();
+            }
             let Some(start) = next.checked_add(layout.align() - 1).map(|n| n & !(layout.align() - 1)) else {
                 return core::ptr::null_mut();
             };
