@@ -153,14 +153,12 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     let bare = s.bare.policies().next().expect("bare policy");
     let realistic = s.chain(1).policies().next().expect("realistic policy");
     let full = s.full_10.policies().next().expect("realistic policy reading everything");
-    for (name, policy) in
-        [
-            ("engine_call_bare", bare),
-            ("engine_call_noop", noop),
-            ("engine_call_realistic", realistic),
-            ("engine_call_realistic_full_read", full),
-        ]
-    {
+    for (name, policy) in [
+        ("engine_call_bare", bare),
+        ("engine_call_noop", noop),
+        ("engine_call_realistic", realistic),
+        ("engine_call_realistic_full_read", full),
+    ] {
         g.bench_function(name, |b| {
             b.iter(|| {
                 let report = s.bench.engine.call(policy, black_box(event.clone()), &env, None, BUDGET);

@@ -308,7 +308,11 @@ fn main() {
             measure(&node, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0, &[]);
             let i = Setup::ALL.iter().position(|s| *s == setup).expect("setup");
             let m = median(&mut lat);
-            eprintln!("  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs per container", setup.name(), ns / 1e3);
+            eprintln!(
+                "  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs per container",
+                setup.name(),
+                ns / 1e3
+            );
             medians[i].push(m);
             cpu[i].push(ns / 1e3);
         }

@@ -106,9 +106,7 @@ pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_size: usize, align: usiz
     if new_size == 0 {
         return align as *mut u8;
     }
-    let Ok(layout) = core::alloc::Layout::from_size_align(new_size, align) else {
-        core::arch::wasm32::unreachable()
-    };
+    let Ok(layout) = core::alloc::Layout::from_size_align(new_size, align) else { core::arch::wasm32::unreachable() };
     // SAFETY: `layout` has a non-zero size.
     let new = unsafe { alloc::alloc::alloc(layout) };
     if new.is_null() {
