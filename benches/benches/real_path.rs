@@ -38,6 +38,13 @@
 //! sizes between two processes (`floor-plugin --echo`) on one CPU and on
 //! two, the kernel's part of any plugin.
 //!
+//! Every other event the plugin was sent is paired the same way (the
+//! simulated runtime's round trips in the order it sent them, the event's
+//! name from the plugin's trace), in a table by event: a CRI call that sends
+//! two events (CreateContainer and PostCreateContainer, StartContainer and
+//! PostStartContainer) is timed event by event, and the CreateContainer of
+//! the table above is the call's first request, not its last.
+//!
 //! `cargo bench -p nri-wasm-benches --bench real_path`; `cargo test
 //! --benches` runs one short round.
 
@@ -93,8 +100,10 @@ impl Setup {
 const CALLS: [&str; 4] = ["create", "start", "stop", "remove"];
 
 /// What a plugin traced about one answer (`nri_wasm::answer`), in µs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Answer {
+    /// The RPC it answered.
+    event: String,
     total: f64,
     handler: f64,
 }
@@ -126,7 +135,8 @@ impl Log {
                 .flatten();
             match answer {
                 Some((stream, total, handler)) => {
-                    answers.insert(stream as u32, Answer { total, handler });
+                    let event = v["event"].as_str().unwrap_or("").to_string();
+                    answers.insert(stream as u32, Answer { event, total, handler });
                 }
                 None => eprintln!("{line}"),
             }
@@ -155,6 +165,19 @@ fn last_cpu(pid: u32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // After the command name in parentheses, `processor` is field 39.
     stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()
+}
+
+/// One event the plugin was sent, whatever its kind, at both ends of the
+/// socket, µs.
+#[derive(Debug, Clone)]
+struct EventTime {
+    event: String,
+    /// The wire layer's round trip.
+    wire: f64,
+    /// The plugin's answer, socket to socket.
+    total: f64,
+    /// The dispatcher's part of it.
+    chain: f64,
 }
 
 /// A plugin process and the simulated runtime it is connected to.
@@ -279,23 +302,31 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
 }
 
 /// One round: `n` containers through their life; per CRI call the time spent
-/// in the plugin, the plugin's CPU time per container, and each
-/// CreateContainer the plugin was sent at both ends of the socket.
-async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, Vec<Split>) {
+/// in the plugin, the plugin's CPU time per container, each CreateContainer
+/// the plugin was sent at both ends of the socket, and every event it was
+/// sent (CreateContainer, PostCreateContainer, StartContainer, ...) there.
+async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, Vec<Split>, Vec<EventTime>) {
     let pod = nri_sim::workload::pod(3);
     p.runtime.run_pod(&pod).await.expect("run pod");
+    let stats = p.runtime.conn.stats();
+    // Those of the previous round's pod and of this one: not the containers'.
+    stats.take_round_trips();
     let mut times: [Vec<Duration>; 4] = Default::default();
     let mut sent = Vec::new();
+    let mut trips = Vec::new();
     let cpu_before = cpu_ns(p.child.id());
     for i in 0..n {
         let mut ctr = nri_sim::workload::container(&pod, i);
         ctr.id = format!("{:064x}", (round << 32) | i);
-        let before = p.runtime.conn.stats().last_round_trip();
         let t = Instant::now();
         let created = p.runtime.create(&ctr).await.expect("create");
         times[0].push(t.elapsed());
-        let trip = p.runtime.conn.stats().last_round_trip();
-        if let Some(trip) = trip.filter(|t| Some(*t) != before) {
+        let created_trips = stats.take_round_trips();
+        // CreateContainer is the first the runtime sends for the call; a
+        // plugin subscribed to PostCreateContainer gets that one after it.
+        let trip = p.runtime.conn.is_subscribed(pb::Event::CREATE_CONTAINER).then(|| created_trips.first()).flatten();
+        trips.extend(created_trips.iter().copied());
+        if let Some(trip) = trip.copied() {
             // SAFETY: sched_getcpu only reads the calling thread's CPU.
             let runtime_cpu = unsafe { libc::sched_getcpu() };
             let one_cpu = last_cpu(p.child.id()) == Some(runtime_cpu);
@@ -310,6 +341,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
         let t = Instant::now();
         p.runtime.remove(&created.id).await.expect("remove");
         times[3].push(t.elapsed());
+        trips.extend(stats.take_round_trips());
     }
     let cpu = (cpu_ns(p.child.id()) - cpu_before) as f64 / n as f64;
     p.runtime.remove_pod(&pod.id).await.expect("remove pod");
@@ -318,7 +350,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
     let mut answers = HashMap::new();
     loop {
         answers.extend(p.log.lock().unwrap().answers());
-        if sent.iter().all(|(_, t, _)| answers.contains_key(&t.stream)) {
+        if trips.iter().all(|t| answers.contains_key(&t.stream)) {
             break;
         }
         assert!(traced.elapsed() < Duration::from_secs(10), "{} did not trace every answer", p.setup.name());
@@ -328,11 +360,18 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
     let splits = sent
         .iter()
         .map(|(waited, trip, one_cpu)| {
-            let a = answers[&trip.stream];
+            let a = &answers[&trip.stream];
             Split { waited: us(*waited), wire: us(trip.took), total: a.total, chain: a.handler, one_cpu: *one_cpu }
         })
         .collect();
-    (times, cpu, splits)
+    let events = trips
+        .iter()
+        .map(|t| {
+            let a = &answers[&t.stream];
+            EventTime { event: a.event.clone(), wire: us(t.took), total: a.total, chain: a.handler }
+        })
+        .collect();
+    (times, cpu, splits, events)
 }
 
 /// The kernel's round trip between two processes: `floor-plugin --echo`
@@ -486,12 +525,15 @@ fn main() {
         let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); Setup::ALL.len()];
         // Per setup, per round: each CreateContainer at both ends of the socket.
         let mut split: Vec<Vec<Vec<Split>>> = vec![Vec::new(); Setup::ALL.len()];
+        // Per setup, per round: every event the plugin was sent.
+        let mut events: Vec<Vec<Vec<EventTime>>> = vec![Vec::new(); Setup::ALL.len()];
         // Per setup: every CreateContainer's wait, for the tail.
         let mut creates: Vec<Vec<Duration>> = vec![Vec::new(); Setup::ALL.len()];
         for r in 0..rounds {
             for k in 0..Setup::ALL.len() {
                 let s = (r + k) % Setup::ALL.len();
-                let (mut times, c, splits) = round(&plugins[s], per_round, r).await;
+                let (mut times, c, splits, sent) = round(&plugins[s], per_round, r).await;
+                events[s].push(sent);
                 creates[s].extend_from_slice(&times[0]);
                 for (call, t) in times.iter_mut().enumerate() {
                     per_call[s][call].push(p50(t));
@@ -630,6 +672,35 @@ fn main() {
              echo: {request_bytes} bytes to a process that computes as long as the chain, 1024 back, blocking, p50 less the hold, \
              both on one CPU or kept on two; own = wire-chain less protobuf; own-echo = own less the echo of the event's placement"
         );
+        eprintln!(
+            "every event at both ends of the socket (median over rounds of each round's p50, µs): wire, the plugin's answer, the chain (dispatcher), wire − answer"
+        );
+        for (s, p) in plugins.iter().enumerate() {
+            let mut names: Vec<&str> = Vec::new();
+            for e in events[s].iter().flatten() {
+                if !names.contains(&e.event.as_str()) {
+                    names.push(&e.event);
+                }
+            }
+            for name in names {
+                let per_round = |f: &dyn Fn(&EventTime) -> f64| {
+                    let mut p50s: Vec<f64> = events[s]
+                        .iter()
+                        .map(|r| median(&mut r.iter().filter(|e| e.event == name).map(f).collect::<Vec<_>>()))
+                        .collect();
+                    median(&mut p50s)
+                };
+                eprintln!(
+                    "{:<18} {:<20} wire {:>8.1} answer {:>8.1} chain {:>8.1} wire-answer {:>8.1}",
+                    p.setup.name(),
+                    name,
+                    per_round(&|e| e.wire),
+                    per_round(&|e| e.total),
+                    per_round(&|e| e.chain),
+                    per_round(&|e| e.wire - e.total)
+                );
+            }
+        }
         eprintln!("CreateContainer over all rounds, what the runtime waited: {}", {
             let parts: Vec<String> = plugins
                 .iter()

@@ -37,7 +37,14 @@ pub struct WireStats {
     /// Requests to the plugin written whole, by stream, awaiting a response.
     sent: Mutex<HashMap<u32, Instant>>,
     last_round_trip: Mutex<Option<RoundTrip>>,
+    /// Every round trip since the last [`WireStats::take_round_trips`], the
+    /// oldest dropped past [`ROUND_TRIPS_KEPT`].
+    round_trips: Mutex<std::collections::VecDeque<RoundTrip>>,
 }
+
+/// How many round trips [`WireStats::take_round_trips`] can return: a test
+/// that never takes them holds a bounded number.
+pub const ROUND_TRIPS_KEPT: usize = 4096;
 
 /// One request to the plugin as the socket saw it: from the write of its
 /// last frame to the last byte of its response read, before the runtime's
@@ -71,6 +78,14 @@ impl WireStats {
         *self.last_round_trip.lock().expect("round trip lock")
     }
 
+    /// Every request that got its response since the last call, in the
+    /// order their responses were read (at most [`ROUND_TRIPS_KEPT`], the
+    /// newest): a CRI call that sends several events (CreateContainer and
+    /// PostCreateContainer) is timed event by event.
+    pub fn take_round_trips(&self) -> Vec<RoundTrip> {
+        self.round_trips.lock().expect("round trips lock").drain(..).collect()
+    }
+
     /// A request's last frame is about to be written: from now on the
     /// plugin may read it whole (and run before the write returns).
     fn request_sent(&self, stream: u32) {
@@ -83,8 +98,13 @@ impl WireStats {
 
     fn response_read(&self, stream: u32, at: Instant) {
         if let Some(t) = self.sent.lock().expect("sent lock").remove(&stream) {
-            *self.last_round_trip.lock().expect("round trip lock") =
-                Some(RoundTrip { stream, took: at.saturating_duration_since(t) });
+            let trip = RoundTrip { stream, took: at.saturating_duration_since(t) };
+            *self.last_round_trip.lock().expect("round trip lock") = Some(trip);
+            let mut trips = self.round_trips.lock().expect("round trips lock");
+            if trips.len() == ROUND_TRIPS_KEPT {
+                trips.pop_front();
+            }
+            trips.push_back(trip);
         }
     }
 

@@ -234,3 +234,42 @@ async fn every_answer_is_timed_at_both_ends_of_the_socket() {
     assert!(trip.took >= create.total, "runtime {trip:?}, host {create:?}");
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_of_a_cri_call_is_timed_in_the_order_it_was_sent() {
+    // CreateContainer then PostCreateContainer, as a runtime sends them for
+    // one CRI CreateContainer: each is its own round trip, and the first is
+    // CreateContainer's (the last one alone would be PostCreateContainer's).
+    let recorder = Recorder::new(Replies::default());
+    let h = Harness::start(RuntimeProfile::v0_12(), recorder.clone()).await;
+    let conn = h.connect().await;
+    conn.synchronize(&[], &[], 0).await.unwrap();
+    let runtime = nri_sim::node::SimRuntime::new(conn, nri_sim::node::NodeModel::shared());
+    let pod = nri_sim::workload::pod(1);
+    runtime.run_pod(&pod).await.unwrap();
+    runtime.conn.stats().take_round_trips();
+    let created = runtime.create(&nri_sim::workload::container(&pod, 1)).await.expect("created");
+    let trips = runtime.conn.stats().take_round_trips();
+    runtime.start(&created.id).await.expect("started");
+    let started = runtime.conn.stats().take_round_trips();
+    assert!(runtime.conn.stats().take_round_trips().is_empty(), "taken trips are gone");
+
+    let all: Vec<_> = trips.iter().chain(&started).copied().collect();
+    let waited = std::time::Instant::now();
+    let answers = loop {
+        let answers = recorder.answers.lock().unwrap().clone();
+        if all.iter().all(|t| answers.iter().any(|a| a.stream == t.stream)) {
+            break answers;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(10), "not every trip answered: {all:?} {answers:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let event = |t: &nri_sim::RoundTrip| answers.iter().find(|a| a.stream == t.stream).and_then(|a| a.event);
+    let events: Vec<_> = all.iter().map(event).collect();
+    assert_eq!(
+        events,
+        [Some("CreateContainer"), Some("PostCreateContainer"), Some("StartContainer"), Some("PostStartContainer")],
+        "{all:?}"
+    );
+    h.shutdown().await;
+}
