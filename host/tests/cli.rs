@@ -1,11 +1,13 @@
 //! The binary's own commands, run as a user would.
 
+#[cfg(feature = "demo")]
 use std::path::Path;
 use std::process::Command;
 
 /// The README's first command: the example policies at work. Every pod of
 /// the scenario is handled as it says (the demo checks, and fails if not),
 /// and the report names what each policy did.
+#[cfg(feature = "demo")]
 #[test]
 fn demo_runs_the_example_policies_without_a_runtime() {
     let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm")).args(["demo", "--colour", "never"]).output().unwrap();
@@ -51,6 +53,7 @@ fn bad_config_names_the_file_and_the_key() {
     assert!(stderr.contains("bad.toml") && stderr.contains("sokcet"), "{stderr}");
 }
 
+#[cfg(feature = "demo")]
 #[test]
 fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,6 +76,7 @@ fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
 /// With a directory of someone else's policies, the demo plays the pods of
 /// a file (a captured CreateContainer) under a node's configuration and
 /// judges nothing: no `unexpected:` lines, exit 0.
+#[cfg(feature = "demo")]
 #[test]
 fn demo_plays_a_pods_file_with_a_config_and_judges_only_its_own_scenarios() {
     let dir = tempfile::tempdir().unwrap();

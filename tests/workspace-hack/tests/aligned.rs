@@ -125,8 +125,13 @@ fn members() -> Vec<String> {
 
 /// `name@version`, the end of a unit's package id.
 fn name_of(package: &str) -> &str {
-    let tail = package.rsplit('#').next().unwrap_or(package);
-    tail.split('@').next().unwrap_or(tail)
+    let (source, tail) = package.rsplit_once('#').unwrap_or(("", package));
+    match tail.split_once('@') {
+        Some((name, _version)) => name,
+        // `path+file:///…/foo#0.1.0`: cargo leaves the name out when it is
+        // the directory's.
+        None => source.rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or(tail),
+    }
 }
 
 #[test]
