@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use nri_sim::node::{NodeModel, SimRuntime};
 use nri_sim::{RuntimeProfile, Simulator};
 use nri_wasm_api::api as pb;
-use nri_wasm_benches::{guests, Bench};
+use nri_wasm_benches::{cpu_ns, guests, Bench};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -92,6 +92,15 @@ impl Setup {
             Self::Floor | Self::Empty => 0,
             Self::One => 1,
             Self::Ten | Self::TenNoop | Self::TenBare => 10,
+        }
+    }
+
+    /// The policy its host runs (`policies()` copies of it), by name and path.
+    fn guest(self) -> (&'static str, &'static str) {
+        match self {
+            Self::TenNoop => ("noop", guests::NOOP),
+            Self::TenBare => ("bare", guests::BARE),
+            _ => ("realistic", guests::REALISTIC),
         }
     }
 }
@@ -204,16 +213,6 @@ fn bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// CPU time of every thread of a process so far, in nanoseconds.
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
-        .sum()
-}
-
 /// Context switches (voluntary and not) so far of every thread of a
 /// process, by thread id.
 fn switches(pid: u32) -> std::collections::HashMap<String, u64> {
@@ -252,16 +251,7 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
             let policies = dir.path().join("policies");
             std::fs::create_dir(&policies).unwrap();
             for i in 0..setup.policies() {
-                let guest = match setup {
-                    Setup::TenNoop => guests::NOOP,
-                    Setup::TenBare => guests::BARE,
-                    _ => guests::REALISTIC,
-                };
-                let kind = match setup {
-                    Setup::TenNoop => "noop",
-                    Setup::TenBare => "bare",
-                    _ => "realistic",
-                };
+                let (kind, guest) = setup.guest();
                 std::fs::copy(guest, policies.join(format!("{i:02}-{kind}.wasm"))).unwrap();
                 // A time limit a stall of the machine does not reach: the
                 // benchmark measures costs, not the hypervisor.
@@ -314,7 +304,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
     let mut times: [Vec<Duration>; 4] = Default::default();
     let mut sent = Vec::new();
     let mut trips = Vec::new();
-    let cpu_before = cpu_ns(p.child.id());
+    let cpu_before = cpu_ns(&[p.child.id()]);
     for i in 0..n {
         let mut ctr = nri_sim::workload::container(&pod, i);
         ctr.id = format!("{:064x}", (round << 32) | i);
@@ -343,7 +333,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
         times[3].push(t.elapsed());
         trips.extend(stats.take_round_trips());
     }
-    let cpu = (cpu_ns(p.child.id()) - cpu_before) as f64 / n as f64;
+    let cpu = cpu_ns(&[p.child.id()]).saturating_sub(cpu_before) as f64 / n as f64;
     p.runtime.remove_pod(&pod.id).await.expect("remove pod");
     // The plugin traces an answer just after writing it.
     let traced = Instant::now();

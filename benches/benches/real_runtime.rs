@@ -38,6 +38,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use nri_wasm_benches::cpu_ns;
 use nri_wasm_runtimes::crictl::{Container, Pod, PodSandbox};
 use nri_wasm_runtimes::host::{Host, HostConfig};
 use nri_wasm_runtimes::native::{self, Adjustments, NativePlugin};
@@ -99,16 +100,6 @@ impl Plugins {
             Plugins::Host(h) => h.pid().into_iter().collect(),
         }
     }
-}
-
-/// CPU time so far of every thread of the processes, in nanoseconds.
-fn cpu_ns(pids: &[u32]) -> u64 {
-    pids.iter()
-        .filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/task")).ok())
-        .flat_map(|tasks| tasks.flatten())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
-        .sum()
 }
 
 fn start(setup: Setup, node: &Node, round: usize) -> Plugins {
@@ -228,7 +219,8 @@ fn median(v: &mut [f64]) -> f64 {
 fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize, pids: &[u32]) -> (Vec<f64>, f64) {
     let mut names = Vec::new();
     let mut ids = Vec::new();
-    let mut cpu_before = cpu_ns(pids);
+    // Taken when the measured creates begin (never, with none).
+    let mut cpu_before = 0;
     for i in 0..warm + creates {
         if i == warm {
             cpu_before = cpu_ns(pids);

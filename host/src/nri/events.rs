@@ -53,7 +53,9 @@
 //! name for an `answer` event.
 //!
 //! A new event still needs, by hand, only what is its own. The compiler
-//! asks for the parts of items 1, 2 and 4; two of item 3 it cannot see, and
+//! asks for items 1 and 2, the chain's method and the `Reply` variant of
+//! item 4 (not the subscription's exclusion of a verdict event, named
+//! there); two parts of item 3 it cannot see, and
 //! tests check them instead, once the new event is added to their lists:
 //! the conversion from the WIT record back to the request (`convert/tests.rs`,
 //! the round trip) and that a `CallEvent` keeps everything its `Whole` reads
@@ -65,28 +67,28 @@
 //!    compile;
 //! 2. for a `notify` or `answer` event, what it does to the node view, a
 //!    `ViewChange` impl for its request (`policy/dispatcher.rs`; an empty
-//!    one if nothing; a `verdict` event never reaches the chain): the order of the
-//!    view's change and the policies (before for a post-event, after for
-//!    the rest, on success only or whatever the policies say) differs from
-//!    event to event, so it is code, not a column;
+//!    one if nothing; a `verdict` event never reaches the chain): the
+//!    order of the view's change and the policies (before for a
+//!    post-event, after for the rest, on success only or whatever the
+//!    policies say) differs from event to event, so it is code, not a
+//!    column;
 //! 3. for a `shape` of its own: the record's conversions from and to the
 //!    request (`convert/event.rs`), a `Whole` impl that builds it from a
 //!    call's event (`policy/call/event.rs`), and for a `notify` event a
 //!    `From<&Request>` for `CallEvent` keeping what `Whole` reads (as
 //!    UpdatePodSandbox's does);
-//! 4. for a `verdict` event, a variant of `eval`'s `Reply` (below); the
+//! 4. for an `answer` event, the chain's method of its name
+//!    (`policy/chain/events.rs`: whom it asks, how their replies merge);
+//!    for an `answer` or `verdict` event, a variant of `eval`'s `Reply`
+//!    (`cli/author/session.rs`), the one place that keeps replies typed.
+//!    `Reply` stays by hand: it has a variant only for the events that
+//!    reply, which `macro_rules!` can generate only by filtering rows
+//!    through a recursive macro, and its description of a reply is per
+//!    event anyway; its `From` of the response is what `eval`'s generated
+//!    dispatch calls, so a missing variant does not compile either. The
 //!    subscription leaves ValidateContainerAdjustment out by name
-//!    (`nri/dispatch.rs`, `policy/dispatcher.rs`), so a second verdict
-//!    event must be added there too;
-//!    for an `answer` event, the chain's method of its name
-//!    (`policy/chain/events.rs`: whom it asks, how their replies merge) and
-//!    a variant of `eval`'s `Reply` (`cli/author/session.rs`), the one
-//!    place that keeps replies typed. `Reply` stays by hand: it has a
-//!    variant only for the events that reply, which `macro_rules!` can
-//!    generate only by filtering rows through a recursive macro, and its
-//!    description of a reply is per event anyway; its `From` of the
-//!    response is what `eval`'s generated dispatch calls, so a missing
-//!    variant does not compile either.
+//!    (`nri/dispatch.rs`, `policy/dispatcher.rs`): a second `verdict`
+//!    event must be left out there too.
 //!
 //! Tests and the runtime simulator (`host/sim`) that play every event list
 //! them for themselves, on purpose: they check the host against NRI, not
