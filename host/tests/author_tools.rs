@@ -99,7 +99,8 @@ const LOOSE: &str = "[limits]\ntimeout-ms = 5000\n";
 /// policies that add hooks, devices or mounts or update other containers
 /// (what each may use is still narrowed by what its component declares).
 const GRANTED_LOOSE: &str = "grant = [\"mounts\", \"hooks\", \"devices\", \"cdi-devices\", \"namespaces\", \"seccomp\", \
-                             \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\"]\n[limits]\ntimeout-ms = 5000\n";
+                             \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\", \"cgroup-files\", \"oom-protect\", \
+                             \"rlimits-raise\", \"realtime\", \"runtime-annotations\", \"resctrl\", \"swap-raise\", \"cpuset-any\"]\n[limits]\ntimeout-ms = 5000\n";
 
 /// The single event's report of `eval --json`.
 fn only_event(doc: &Value) -> &Value {
@@ -124,7 +125,8 @@ fn check_tells_what_a_good_policy_costs() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
     let settings = toml::Value::String(ulimit_adjuster::SETTINGS.into());
-    std::fs::write(&policy, format!("settings = {settings}\n{LOOSE}")).unwrap();
+    // Its policy.toml grants what it declares beyond the default grant.
+    std::fs::write(&policy, format!("grant = [\"rlimits-raise\"]\nsettings = {settings}\n{LOOSE}")).unwrap();
     let ran =
         run([OsStr::new("check"), examples::ULIMIT_ADJUSTER.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
     assert_eq!(ran.code, 0, "{ran:?}");
@@ -133,7 +135,7 @@ fn check_tells_what_a_good_policy_costs() {
         "  allowed  nri-wasm:policy/event@0.3.",
         "settings  accepted: {\"max\"",
         "events    CreateContainer\n",
-        "asks      rlimits, deny (declared)\n",
+        "asks      rlimits, deny, rlimits-raise (declared)\n",
         "limits    fuel 100,000,000, timeout-ms 5000,",
         "compile   ",
         "cached    ",

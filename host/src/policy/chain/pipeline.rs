@@ -199,12 +199,8 @@ impl<'t> Run<'t> {
 }
 
 /// Output that needs a capability the policy does not have.
-fn ungranted(policy: &str, event: &str, c: Capability) -> PolicyFailure {
-    invalid(
-        policy,
-        event,
-        format!("needs capability `{c}`, which its settings file does not grant or the policy does not declare"),
-    )
+fn ungranted(policy: &str, event: &str, refusal: caps::Refusal) -> PolicyFailure {
+    invalid(policy, event, refusal)
 }
 
 fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {
@@ -258,16 +254,17 @@ impl Chain {
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
             }
             Ok(Err(_)) if !may.contains(Capability::Deny) => {
-                let failure = self.failed(entry, ungranted(policy, name, Capability::Deny));
+                let refusal = caps::Refusal { capability: Capability::Deny, field: None };
+                let failure = self.failed(entry, ungranted(policy, name, refusal));
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
             }
             Ok(Err(reason)) => {
                 self.succeeded(entry);
                 return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Ok(reply)) => match caps::missing(&reply, own_container.as_deref().map(|c| c.id.as_str()), may) {
-                Some(c) => {
-                    let failure = self.failed(entry, ungranted(policy, name, c));
+            Ok(Ok(reply)) => match caps::missing(&reply, own_container.as_deref(), may) {
+                Some(refusal) => {
+                    let failure = self.failed(entry, ungranted(policy, name, refusal));
                     return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
                 }
                 None => reply,
