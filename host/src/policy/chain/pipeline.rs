@@ -245,6 +245,9 @@ impl Chain {
         // The event's own container: updating it needs only the capability
         // of the resources changed; updating any other needs `updates`.
         let own_container = event.container_shared();
+        // On UpdateContainer, what the runtime asks for the container now:
+        // the default grant's bounds measure against it too.
+        let requested = event.requested_resources().cloned();
         let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
         let may = entry.policy.allowed().effective();
@@ -262,7 +265,11 @@ impl Chain {
                 self.succeeded(entry);
                 return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Ok(reply)) => match caps::missing(&reply, own_container.as_deref(), may) {
+            Ok(Ok(reply)) => match caps::missing(
+                &reply,
+                caps::Baseline { own: own_container.as_deref(), requested: requested.as_ref() },
+                may,
+            ) {
                 Some(refusal) => {
                     let failure = self.failed(entry, ungranted(policy, name, refusal));
                     return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);

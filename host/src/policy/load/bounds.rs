@@ -66,6 +66,38 @@ pub(crate) const RESOURCE_FILES: &[&str] = &[
 /// does, and the field with why.
 pub(crate) type Beyond = (Capability, String);
 
+/// What the bounds are measured against: the event's container as the
+/// runtime sent it and, on UpdateContainer, the resources the runtime asks
+/// for it now (the kubelet's newest word on its CPUs and memory, which
+/// replaces the container's own).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Baseline<'a> {
+    /// The event's container.
+    pub own: Option<&'a pb::Container>,
+    /// On UpdateContainer, the resources asked for.
+    pub requested: Option<&'a pb::LinuxResources>,
+}
+
+impl<'a> Baseline<'a> {
+    /// The container's resources: those asked for first, then its own.
+    fn resources(self) -> impl Iterator<Item = &'a pb::LinuxResources> {
+        let own = self.own.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
+        self.requested.into_iter().chain(own)
+    }
+
+    /// The container's cpuset list (`pick` chooses cpus or mems): the one
+    /// asked for if any, else its own; empty if it has none.
+    fn cpuset(self, pick: fn(&pb::LinuxCPU) -> &str) -> &'a str {
+        self.resources().filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty()).unwrap_or("")
+    }
+
+    /// The container's memory settings that carry a swap limit: those asked
+    /// for if they do, else its own.
+    fn memory(self) -> Option<&'a pb::LinuxMemory> {
+        self.resources().filter_map(|r| r.memory.as_ref()).find(|m| m.swap.is_some())
+    }
+}
+
 /// Whether `key` is one of [`RESOURCE_FILES`].
 pub(crate) fn is_resource_file(key: &str) -> bool {
     if RESOURCE_FILES.contains(&key) {
@@ -171,15 +203,14 @@ pub(crate) fn cpu_realtime(field: &str, c: &wit::LinuxCpu) -> Option<Beyond> {
         .then(|| (Capability::Realtime, format!("{field}.cpu: real-time runtime or period")))
 }
 
-/// CPUs or memory nodes outside the container's own cpuset, when it has
-/// one: which CPUs a container runs on is the kubelet's choice (another
+/// CPUs or memory nodes outside the container's own cpuset (on
+/// UpdateContainer, the one asked for), when it has one: which CPUs a container runs on is the kubelet's choice (another
 /// pod may hold some exclusively), so the default only narrows it. An
 /// unreadable list is left to the output checks, which refuse it.
-pub(crate) fn cpuset(field: &str, own: Option<&pb::Container>, c: &wit::LinuxCpu) -> Option<Beyond> {
-    let own_cpu = own.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref()).and_then(|r| r.cpu.as_ref());
+pub(crate) fn cpuset(field: &str, base: Baseline<'_>, c: &wit::LinuxCpu) -> Option<Beyond> {
     for (what, new, current) in [
-        ("cpus", c.cpus.as_str(), own_cpu.map_or("", |o| o.cpus.as_str())),
-        ("mems", c.mems.as_str(), own_cpu.map_or("", |o| o.mems.as_str())),
+        ("cpus", c.cpus.as_str(), base.cpuset(|o| o.cpus.as_str())),
+        ("mems", c.mems.as_str(), base.cpuset(|o| o.mems.as_str())),
     ] {
         if new.is_empty() || current.is_empty() {
             continue;
@@ -198,10 +229,9 @@ pub(crate) fn cpuset(field: &str, own: Option<&pb::Container>, c: &wit::LinuxCpu
 /// More swap than the container had. The swap a container may use is its
 /// memory-and-swap limit less its memory limit; with no swap limit of its
 /// own (or -1) it already has as much as it wants.
-pub(crate) fn swap(field: &str, own: Option<&pb::Container>, m: &wit::LinuxMemory) -> Option<Beyond> {
+pub(crate) fn swap(field: &str, base: Baseline<'_>, m: &wit::LinuxMemory) -> Option<Beyond> {
     let new_total = m.swap?;
-    let own_memory =
-        own.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref()).and_then(|r| r.memory.as_ref());
+    let own_memory = base.memory();
     let own_total = own_memory.and_then(|o| o.swap.as_ref()).map(|s| s.value);
     let own_limit = own_memory.and_then(|o| o.limit.as_ref()).map(|s| s.value);
     let own_total = match own_total {
@@ -338,6 +368,41 @@ mod tests {
         c
     }
 
+    fn base(c: &pb::Container) -> Baseline<'_> {
+        Baseline { own: Some(c), requested: None }
+    }
+
+    #[test]
+    fn on_update_the_requested_resources_are_the_baseline() {
+        let shared = container(None, &[], "0-3", Some((100, 100)));
+        let mut requested = pb::LinuxResources::new();
+        requested.cpu.mut_or_insert_default().cpus = "4-7".into();
+        let asked = Baseline { own: Some(&shared), requested: Some(&requested) };
+        let cpu = |cpus: &str| wit::LinuxCpu {
+            shares: None,
+            quota: None,
+            period: None,
+            realtime_runtime: None,
+            realtime_period: None,
+            cpus: cpus.into(),
+            mems: String::new(),
+        };
+        assert!(cpuset("f", asked, &cpu("5")).is_none(), "within what the kubelet asks for now");
+        assert!(cpuset("f", asked, &cpu("1")).is_some(), "the old cpuset is no longer the container's");
+        // No memory asked for: the container's own swap is the baseline.
+        let more = wit::LinuxMemory {
+            limit: Some(100),
+            reservation: None,
+            swap: Some(200),
+            kernel: None,
+            kernel_tcp: None,
+            swappiness: None,
+            disable_oom_killer: None,
+            use_hierarchy: None,
+        };
+        assert!(swap("f", asked, &more).is_some());
+    }
+
     #[test]
     fn oom_scores_may_only_rise() {
         let burstable = container(Some(968), &[], "", None);
@@ -376,13 +441,13 @@ mod tests {
             cpus: cpus.into(),
             mems: String::new(),
         };
-        assert!(cpuset("f", Some(&shared), &cpu("1-2,6")).is_none());
-        assert!(cpuset("f", Some(&shared), &cpu("3,0,6")).is_none());
-        assert_eq!(cpuset("f", Some(&shared), &cpu("4")).map(|b| b.0), Some(Capability::CpusetAny));
-        assert!(cpuset("f", Some(&shared), &cpu("3-6")).is_some());
+        assert!(cpuset("f", base(&shared), &cpu("1-2,6")).is_none());
+        assert!(cpuset("f", base(&shared), &cpu("3,0,6")).is_none());
+        assert_eq!(cpuset("f", base(&shared), &cpu("4")).map(|b| b.0), Some(Capability::CpusetAny));
+        assert!(cpuset("f", base(&shared), &cpu("3-6")).is_some());
         // No cpuset of its own: every CPU is its own.
         let unset = container(None, &[], "", None);
-        assert!(cpuset("f", Some(&unset), &cpu("7")).is_none());
+        assert!(cpuset("f", base(&unset), &cpu("7")).is_none());
         assert!(cpu_realtime("f", &wit::LinuxCpu { realtime_runtime: Some(1000), ..cpu("") }).is_some());
     }
 
@@ -399,12 +464,12 @@ mod tests {
             use_hierarchy: None,
         };
         let no_swap = container(None, &[], "", Some((100, 100)));
-        assert!(swap("f", Some(&no_swap), &mem(Some(200), Some(200))).is_none(), "a bigger limit, still no swap");
-        assert_eq!(swap("f", Some(&no_swap), &mem(None, Some(-1))).map(|b| b.0), Some(Capability::SwapRaise));
-        assert!(swap("f", Some(&no_swap), &mem(Some(100), Some(150))).is_some());
-        assert!(swap("f", Some(&no_swap), &mem(None, None)).is_none());
+        assert!(swap("f", base(&no_swap), &mem(Some(200), Some(200))).is_none(), "a bigger limit, still no swap");
+        assert_eq!(swap("f", base(&no_swap), &mem(None, Some(-1))).map(|b| b.0), Some(Capability::SwapRaise));
+        assert!(swap("f", base(&no_swap), &mem(Some(100), Some(150))).is_some());
+        assert!(swap("f", base(&no_swap), &mem(None, None)).is_none());
         let unlimited = container(None, &[], "", Some((100, -1)));
-        assert!(swap("f", Some(&unlimited), &mem(None, Some(-1))).is_none());
+        assert!(swap("f", base(&unlimited), &mem(None, Some(-1))).is_none());
     }
 
     #[test]

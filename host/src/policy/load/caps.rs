@@ -36,8 +36,7 @@
 
 use std::fmt;
 
-use nri_wasm_api::api as pb;
-
+pub(crate) use super::bounds::Baseline;
 use super::bounds::{self, Beyond};
 use crate::wit::wit;
 
@@ -370,21 +369,23 @@ impl fmt::Display for Refusal {
     }
 }
 
-/// The capabilities a reply uses. `own` is the event's container, as the
-/// runtime sent it: an update of it is judged by the resources it changes
-/// (an update of any other container needs `updates`), and the default
-/// grant's bounds are measured against it.
-pub(crate) fn required(reply: &wit::Reply, own: Option<&pb::Container>) -> Needs {
+/// The capabilities a reply uses. `base.own` is the event's container, as
+/// the runtime sent it: an update of it is judged by the resources it
+/// changes (an update of any other container needs `updates`), and the
+/// default grant's bounds are measured against it (and, on UpdateContainer,
+/// against the resources asked for).
+pub(crate) fn required(reply: &wit::Reply, base: Baseline<'_>) -> Needs {
+    let own = base.own;
     let mut need = Needs::default();
     let wit::Reply { adjust, update, evict } = reply;
     if let Some(adjust) = adjust {
-        adjustment(adjust, own, &mut need);
+        adjustment(adjust, base, &mut need);
     }
     for (i, u) in update.iter().enumerate() {
         let wit::ContainerUpdate { container_id, resources, ignore_failure: _ } = u;
         if own.is_some_and(|c| c.id == *container_id) {
             if let Some(r) = resources {
-                linux_resources(&format!("update[{i}].resources"), r, own, &mut need);
+                linux_resources(&format!("update[{i}].resources"), r, base, &mut need);
             }
         } else {
             need.add(Capability::Updates);
@@ -396,14 +397,15 @@ pub(crate) fn required(reply: &wit::Reply, own: Option<&pb::Container>) -> Needs
 
 /// Checks a reply against what the policy may use: the first capability
 /// it lacks, if any, with the field that needs it.
-pub(crate) fn missing(reply: &wit::Reply, own: Option<&pb::Container>, effective: CapSet) -> Option<Refusal> {
-    let need = required(reply, own);
+pub(crate) fn missing(reply: &wit::Reply, base: Baseline<'_>, effective: CapSet) -> Option<Refusal> {
+    let need = required(reply, base);
     let capability = need.set.minus(effective).iter().next()?;
     let field = need.beyond.into_iter().find(|(c, _)| *c == capability).map(|(_, why)| why);
     Some(Refusal { capability, field })
 }
 
-fn adjustment(a: &wit::ContainerAdjustment, own: Option<&pb::Container>, need: &mut Needs) {
+fn adjustment(a: &wit::ContainerAdjustment, base: Baseline<'_>, need: &mut Needs) {
+    let own = base.own;
     let wit::ContainerAdjustment { annotations, mounts, env, hooks, linux, rlimits, cdi_devices, args } = a;
     need.when(!annotations.is_empty(), Capability::Annotations);
     for kv in annotations {
@@ -419,7 +421,7 @@ fn adjustment(a: &wit::ContainerAdjustment, own: Option<&pb::Container>, need: &
         need.when(any, Capability::Hooks);
     }
     if let Some(l) = linux {
-        linux_adjustment(l, own, need);
+        linux_adjustment(l, base, need);
     }
     need.when(!rlimits.is_empty(), Capability::Rlimits);
     for r in rlimits {
@@ -429,7 +431,8 @@ fn adjustment(a: &wit::ContainerAdjustment, own: Option<&pb::Container>, need: &
     need.when(!args.is_empty(), Capability::Args);
 }
 
-fn linux_adjustment(l: &wit::LinuxContainerAdjustment, own: Option<&pb::Container>, need: &mut Needs) {
+fn linux_adjustment(l: &wit::LinuxContainerAdjustment, base: Baseline<'_>, need: &mut Needs) {
+    let own = base.own;
     let wit::LinuxContainerAdjustment {
         devices,
         resources,
@@ -446,7 +449,7 @@ fn linux_adjustment(l: &wit::LinuxContainerAdjustment, own: Option<&pb::Containe
     } = l;
     need.when(!devices.is_empty(), Capability::Devices);
     if let Some(r) = resources {
-        linux_resources("adjust.linux.resources", r, own, need);
+        linux_resources("adjust.linux.resources", r, base, need);
     }
     need.when(!cgroups_path.is_empty(), Capability::CgroupsPath);
     if let Some(v) = oom_score_adj {
@@ -469,16 +472,16 @@ fn linux_adjustment(l: &wit::LinuxContainerAdjustment, own: Option<&pb::Containe
     need.when(memory_policy.is_some(), Capability::MemoryPolicy);
 }
 
-fn linux_resources(field: &str, r: &wit::LinuxResources, own: Option<&pb::Container>, need: &mut Needs) {
+fn linux_resources(field: &str, r: &wit::LinuxResources, base: Baseline<'_>, need: &mut Needs) {
     let wit::LinuxResources { memory, cpu, hugepage_limits, blockio_class, rdt_class, unified, devices, pids } = r;
     if let Some(m) = memory {
         need.add(Capability::Memory);
-        need.beyond(bounds::swap(field, own, m));
+        need.beyond(bounds::swap(field, base, m));
     }
     if let Some(c) = cpu {
         need.add(Capability::Cpu);
         need.beyond(bounds::cpu_realtime(field, c));
-        need.beyond(bounds::cpuset(field, own, c));
+        need.beyond(bounds::cpuset(field, base, c));
     }
     need.when(!hugepage_limits.is_empty(), Capability::Hugepages);
     need.when(blockio_class.is_some(), Capability::Blockio);
@@ -493,6 +496,8 @@ fn linux_resources(field: &str, r: &wit::LinuxResources, own: Option<&pb::Contai
 
 #[cfg(test)]
 mod tests {
+    use nri_wasm_api::api as pb;
+
     use super::*;
 
     fn kv(k: &str) -> wit::KeyValue {
@@ -556,9 +561,9 @@ mod tests {
     #[test]
     fn each_field_maps_to_its_capability() {
         let r = adjust(|a| a.env.push(kv("A")));
-        assert_eq!(required(&r, None).set.describe(), "env");
+        assert_eq!(required(&r, Baseline::default()).set.describe(), "env");
         let r = adjust(|a| a.cdi_devices.push("vendor.com/gpu=0".into()));
-        assert_eq!(required(&r, None).set.describe(), "cdi-devices");
+        assert_eq!(required(&r, Baseline::default()).set.describe(), "cdi-devices");
         // An empty hooks record changes nothing.
         let empty = wit::Hooks {
             prestart: vec![],
@@ -569,10 +574,10 @@ mod tests {
             poststop: vec![],
         };
         let r = adjust(|a| a.hooks = Some(empty.clone()));
-        assert!(required(&r, None).set.is_empty());
+        assert!(required(&r, Baseline::default()).set.is_empty());
         let hook = wit::Hook { path: "/bin/true".into(), args: vec![], env: vec![], timeout: None };
         let r = adjust(|a| a.hooks = Some(wit::Hooks { poststop: vec![hook], ..empty }));
-        assert_eq!(required(&r, None).set.describe(), "hooks");
+        assert_eq!(required(&r, Baseline::default()).set.describe(), "hooks");
     }
 
     #[test]
@@ -602,14 +607,20 @@ mod tests {
         };
         let r = wit::Reply { adjust: None, update: vec![update("me")], evict: vec![] };
         let container = |id: &str| pb::Container { id: id.into(), ..Default::default() };
-        assert_eq!(required(&r, Some(&container("me"))).set.describe(), "cpu");
-        assert_eq!(required(&r, Some(&container("other"))).set.describe(), "updates");
+        assert_eq!(required(&r, Baseline { own: Some(&container("me")), requested: None }).set.describe(), "cpu");
+        assert_eq!(
+            required(&r, Baseline { own: Some(&container("other")), requested: None }).set.describe(),
+            "updates"
+        );
         let r = wit::Reply {
             adjust: None,
             update: vec![],
             evict: vec![wit::ContainerEviction { container_id: "x".into(), reason: "r".into() }],
         };
-        assert_eq!(missing(&r, None, CapSet::default_grant()).map(|m| m.capability), Some(Capability::Evictions));
+        assert_eq!(
+            missing(&r, Baseline::default(), CapSet::default_grant()).map(|m| m.capability),
+            Some(Capability::Evictions)
+        );
     }
 
     #[test]
