@@ -1036,3 +1036,250 @@ fn check_and_eval_share_the_compile_cache() {
     let checked = check(other.path());
     assert!(checked.stdout.contains("compile   none: compiled earlier"), "eval compiled it:\n{}", checked.stdout);
 }
+
+// ------------------------------- eval --config loads as a node does (run)
+
+/// Debian's `docker-registry`, or `None` (and a message) when it is not
+/// installed (`tests/registry/install.sh` installs it; `.ci/run` does).
+fn registry_binary() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/docker-registry");
+    if path.exists() {
+        return Some(path);
+    }
+    let why = "/usr/bin/docker-registry is not installed (tests/registry/install.sh installs it; .ci/run does)";
+    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "in CI this test must run: {why}");
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// Runs `cmd`, which must succeed; its stdout.
+fn must(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A registry on loopback with TLS (a CA of the test's own and a leaf
+/// certificate for 127.0.0.1), no authentication, killed by its pid when
+/// dropped.
+struct LocalRegistry {
+    child: std::process::Child,
+    port: u16,
+    ca: PathBuf,
+}
+
+impl LocalRegistry {
+    fn start(binary: &Path, dir: &Path) -> Self {
+        let p = |n: &str| dir.join(n).display().to_string();
+        must(
+            Command::new("openssl")
+                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+                .args([
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=nri-wasm author test CA",
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                    "-keyout",
+                    &p("ca.key"),
+                    "-out",
+                    &p("ca.crt"),
+                ]),
+        );
+        must(
+            Command::new("openssl")
+                .args(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+                .args(["-subj", "/CN=127.0.0.1", "-keyout", &p("server.key"), "-out", &p("server.csr")]),
+        );
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n\
+             subjectAltName=IP:127.0.0.1\n",
+        )
+        .unwrap();
+        must(Command::new("openssl").args(["x509", "-req", "-days", "2", "-CAcreateserial"]).args([
+            "-in",
+            &p("server.csr"),
+            "-CA",
+            &p("ca.crt"),
+            "-CAkey",
+            &p("ca.key"),
+            "-extfile",
+            &p("ext.cnf"),
+            "-out",
+            &p("server.crt"),
+        ]));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::write(
+            dir.join("registry.yml"),
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {}\n    key: {}\n",
+                p("data"),
+                p("server.crt"),
+                p("server.key")
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(binary)
+            .arg("serve")
+            .arg(dir.join("registry.yml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("docker-registry exited at start: {status}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "docker-registry did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port, ca: dir.join("ca.crt") }
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A host's `/status`, as `nri-wasm status --json` prints it.
+fn status(port: u16) -> Option<Value> {
+    let ran = run(["status", "--address", &format!("127.0.0.1:{port}"), "--json"]);
+    (ran.code == 0).then(|| serde_json::from_str(&ran.stdout).ok()).flatten()
+}
+
+/// A policy a node's configuration names by reference, pushed and not
+/// signed, where the configuration requires a signature: `run` leaves it
+/// out, and so does `eval --config`, for the same reason, in the same
+/// words; a create then fails, as the policy is mandatory. Signed, both
+/// load it. `eval` builds its host with the configuration's `[registry]`
+/// (the CA, the keys, the cache) and `[policies.sources]`, as `run` does.
+#[test]
+fn an_unsigned_policy_is_refused_by_eval_with_a_nodes_configuration_as_by_run() {
+    let Some(binary) = registry_binary() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let registry = LocalRegistry::start(&binary, &tmp.path().join("registry"));
+    let ca = registry.ca.display().to_string();
+    let reference = format!("oci://127.0.0.1:{}/policies/ulimit:1", registry.port);
+    let pushed = run(["push", examples::ULIMIT_ADJUSTER, &reference, "--ca-file", &ca]);
+    assert_eq!(pushed.code, 0, "{pushed:?}");
+    let pinned = pushed
+        .stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("oci://") && w.contains("@sha256:"))
+        .unwrap_or_else(|| panic!("push prints the pinned reference: {pushed:?}"))
+        .to_string();
+    let key = tmp.path().join("signing.key");
+    let generated = run([OsStr::new("sign"), "--generate".as_ref(), key.as_os_str()]);
+    assert_eq!(generated.code, 0, "{generated:?}");
+
+    // The node: the policy by reference, its settings beside, a signature required.
+    let policies = tmp.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(
+        policies.join("30-ulimit.toml"),
+        format!(
+            "on-error = \"fail\"\nsettings = {}\n[limits]\ntimeout-ms = 5000\n",
+            toml::Value::String(ulimit_adjuster::SETTINGS.into())
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = tmp.path().join("node.toml");
+    let quoted = |p: &Path| toml::Value::String(p.display().to_string());
+    std::fs::write(
+        &config,
+        format!(
+            "[policies]\ndir = {dir}\n[policies.sources]\n\"30-ulimit\" = \"{pinned}\"\n\
+             [registry]\nca-file = {ca}\npublic-keys = [{key}]\ncache-dir = {oci}\n\
+             [engine]\ncache-dir = {cache}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n",
+            dir = quoted(&policies),
+            ca = quoted(&registry.ca),
+            key = quoted(&key.with_extension("key.pub")),
+            oci = quoted(&tmp.path().join("oci-cache")),
+            cache = toml::Value::String(nri_wasm_components::COMPONENT_CACHE.into()),
+        ),
+    )
+    .unwrap();
+    let checked = run([OsStr::new("config"), "check".as_ref(), config.as_os_str()]);
+    assert_eq!(checked.code, 0, "{checked:?}");
+
+    // `run`: what the node says of it.
+    let mut host = nri_wasm()
+        .args([OsStr::new("run"), "--config".as_ref(), config.as_os_str(), "--socket".as_ref()])
+        .arg(tmp.path().join("no-runtime.sock"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let refused_by_run = loop {
+        let found = status(port).filter(|s| s["chain_loaded"] == true).and_then(|s| {
+            let p = s["policies"].as_array()?.iter().find(|p| p["name"] == "30-ulimit")?.clone();
+            Some(p)
+        });
+        if let Some(policy) = found {
+            break policy;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the host reports its chain within 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    let _ = host.wait();
+    assert_eq!(refused_by_run["status"], "failed", "{refused_by_run}");
+    let why = refused_by_run["reason"].as_str().unwrap().to_string();
+    assert!(why.contains("signature"), "{why}");
+
+    // `eval --config`: the same policy left out for the same reason, and the
+    // create it would have run on fails, as on the node.
+    let input = fixture("CreateContainer");
+    let eval = |extra: &[&OsStr]| {
+        let mut args: Vec<&OsStr> = vec![
+            "eval".as_ref(),
+            policies.as_os_str(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--input".as_ref(),
+            input.as_os_str(),
+        ];
+        args.extend_from_slice(extra);
+        run(args)
+    };
+    let refused = eval(&["--json".as_ref()]);
+    assert_eq!(refused.code, 1, "a mandatory policy that did not load fails the create: {refused:?}");
+    let doc = refused.json();
+    assert_eq!(doc["problems"].as_array().map(|p| p.len()), Some(1), "{doc:#}");
+    assert_eq!(doc["problems"][0].as_str(), Some(why.as_str()), "eval and run say the same");
+    assert!(only_event(&doc)["error"].as_str().is_some_and(|e| e.contains("30-ulimit")), "{doc:#}");
+    // The text report says it too.
+    let text = eval(&[]);
+    assert!(text.stdout.contains("0 loaded, 1 left out") && text.stdout.contains(&why), "{text:?}");
+
+    // Signed with the key: both load it.
+    let signed = run([
+        OsStr::new("sign"),
+        pinned.as_ref(),
+        "--key".as_ref(),
+        key.as_os_str(),
+        "--ca-file".as_ref(),
+        ca.as_ref(),
+    ]);
+    assert_eq!(signed.code, 0, "{signed:?}");
+    let loaded = eval(&["--json".as_ref()]);
+    assert_eq!(loaded.code, 0, "{loaded:?}");
+    let doc = loaded.json();
+    assert_eq!(doc["policies"][0]["name"], "30-ulimit", "{doc:#}");
+}
