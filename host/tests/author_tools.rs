@@ -752,6 +752,58 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
+/// Runs `lines` (shell commands of a document: `nri-wasm`, `cargo` and
+/// `cd`) in order from `start`, offline, with the builds in `target`
+/// (paths into `./target` go there). Returns the directory the lines ended
+/// in and each line with its standard output.
+fn walk(lines: &[String], start: &Path, target: &Path) -> (PathBuf, Vec<(String, String)>) {
+    let mut cwd = start.to_path_buf();
+    let mut ran_lines = Vec::new();
+    for line in lines {
+        let words = words(line);
+        let (program, args) = words.split_first().unwrap();
+        // The build's own target directory: paths into ./target go there.
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| match a.strip_prefix("target/") {
+                Some(rest) => target.join(rest).display().to_string(),
+                None => a.clone(),
+            })
+            .collect();
+        match program.as_str() {
+            "cd" => cwd = cwd.join(&args[0]),
+            "nri-wasm" => {
+                let ran = run_in(Some(&cwd), &args);
+                assert_eq!(ran.code, 0, "{line}: {ran:?}");
+                ran_lines.push((line.to_string(), ran.stdout));
+            }
+            "cargo" => {
+                let out = Command::new("cargo")
+                    .args(&args)
+                    .current_dir(&cwd)
+                    .env("CARGO_TARGET_DIR", target)
+                    .env("CARGO_NET_OFFLINE", "true")
+                    // The project's rust-toolchain.toml decides, as for its author.
+                    .env_remove("RUSTUP_TOOLCHAIN")
+                    .env_remove("CARGO")
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{line}: {stderr}");
+                ran_lines.push((line.to_string(), String::from_utf8_lossy(&out.stdout).into_owned()));
+            }
+            other => panic!("the walkthrough runs nri-wasm, cargo and cd, not {other}: {line}"),
+        }
+    }
+    (cwd, ran_lines)
+}
+
+/// The command lines of a shell block (comments and blank lines left out).
+fn command_lines(body: &str) -> Vec<String> {
+    body.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect()
+}
+
 /// The guide's walkthrough, run: every line of the blocks marked
 /// `walkthrough`, in order, in a temporary directory, offline, with the
 /// builds sharing one target directory across runs of the suite.
@@ -759,51 +811,15 @@ fn words(line: &str) -> Vec<String> {
 fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
     let tmp = tempfile::tempdir().unwrap();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("author-tools-project");
-    let mut cwd = tmp.path().to_path_buf();
-    let mut ran_lines = Vec::new();
+    let mut lines = Vec::new();
     for (marker, lang, body) in blocks(GUIDE) {
         if marker != Some("walkthrough") {
             continue;
         }
         assert_eq!(lang, "sh");
-        for line in body.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            let words = words(line);
-            let (program, args) = words.split_first().unwrap();
-            // The build's own target directory: paths into ./target go there.
-            let args: Vec<String> = args
-                .iter()
-                .map(|a| match a.strip_prefix("target/") {
-                    Some(rest) => target.join(rest).display().to_string(),
-                    None => a.clone(),
-                })
-                .collect();
-            match program.as_str() {
-                "cd" => cwd = cwd.join(&args[0]),
-                "nri-wasm" => {
-                    let ran = run_in(Some(&cwd), &args);
-                    assert_eq!(ran.code, 0, "{line}: {ran:?}");
-                    ran_lines.push((line.to_string(), ran.stdout));
-                }
-                "cargo" => {
-                    let out = Command::new("cargo")
-                        .args(&args)
-                        .current_dir(&cwd)
-                        .env("CARGO_TARGET_DIR", &target)
-                        .env("CARGO_NET_OFFLINE", "true")
-                        // The project's rust-toolchain.toml decides, as for its author.
-                        .env_remove("RUSTUP_TOOLCHAIN")
-                        .env_remove("CARGO")
-                        .stdin(Stdio::null())
-                        .output()
-                        .unwrap();
-                    let stderr = String::from_utf8_lossy(&out.stderr);
-                    assert!(out.status.success(), "{line}: {stderr}");
-                    ran_lines.push((line.to_string(), String::from_utf8_lossy(&out.stdout).into_owned()));
-                }
-                other => panic!("the walkthrough runs nri-wasm, cargo and cd, not {other}: {line}"),
-            }
-        }
+        lines.extend(command_lines(&body));
     }
+    let (cwd, ran_lines) = walk(&lines, tmp.path(), &target);
     let ran = |prefix: &str| {
         ran_lines
             .iter()
@@ -866,6 +882,21 @@ fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
     let ran =
         run([OsStr::new("check"), wasm.as_os_str(), "--settings-file".as_ref(), clone.join("policy.toml").as_os_str()]);
     assert_eq!(ran.code, 0, "{ran:?}");
+
+    // The README's block, as written there, on the same build.
+    let readme = include_str!("../../README.md");
+    let block = readme
+        .split("## Writing policies")
+        .nth(1)
+        .and_then(|s| s.split("```sh\n").nth(1))
+        .and_then(|b| b.split("```").next())
+        .expect("the README's Writing policies block");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (_, ran_lines) = walk(&command_lines(block), elsewhere.path(), &target);
+    let ran = |prefix: &str| ran_lines.iter().find(|(l, _)| l.starts_with(prefix)).map(|(_, o)| o.as_str()).unwrap();
+    assert!(ran("cargo test").contains("test result: ok"));
+    assert!(ran("nri-wasm check").contains("result    loads"));
+    assert!(ran("nri-wasm eval").contains("env TEAM=payments"), "{}", ran("nri-wasm eval"));
 }
 
 /// The regular files under `dir`, links and the build's `target/` aside.
@@ -1070,6 +1101,7 @@ struct LocalRegistry {
 
 impl LocalRegistry {
     fn start(binary: &Path, dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
         let p = |n: &str| dir.join(n).display().to_string();
         must(
             Command::new("openssl")
@@ -1241,6 +1273,7 @@ fn an_unsigned_policy_is_refused_by_eval_with_a_nodes_configuration_as_by_run() 
     let _ = host.wait();
     assert_eq!(refused_by_run["status"], "failed", "{refused_by_run}");
     let why = refused_by_run["reason"].as_str().unwrap().to_string();
+    eprintln!("run leaves it out: {why}");
     assert!(why.contains("signature"), "{why}");
 
     // `eval --config`: the same policy left out for the same reason, and the
@@ -1282,4 +1315,126 @@ fn an_unsigned_policy_is_refused_by_eval_with_a_nodes_configuration_as_by_run() 
     assert_eq!(loaded.code, 0, "{loaded:?}");
     let doc = loaded.json();
     assert_eq!(doc["policies"][0]["name"], "30-ulimit", "{doc:#}");
+}
+
+// ------------------------------------------------ new: which SDK, which tools
+
+/// `new` links the SDK `NRI_WASM_SDK` names (the checkout whose tools the
+/// author installed), not the one the binary was built from; when that
+/// SDK's tools for the language are not installed, it says so with the
+/// command that installs them, and the project's scripts refuse to build
+/// with the same command, never taking another tool from PATH (a system's
+/// Go of another release) instead.
+#[test]
+fn new_links_the_sdk_nri_wasm_sdk_names_and_names_the_tools_it_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
+    // Another checkout, as far as `new` can tell.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::symlink(checkout.join("guest-sdk"), other.join("guest-sdk")).unwrap();
+    let no_tools = tmp.path().join("no-tools");
+    std::fs::create_dir(&no_tools).unwrap();
+    let new = |lang: &str, env: &[(&str, &OsStr)]| {
+        let dir = tmp.path().join(format!("project-{lang}"));
+        let mut cmd = nri_wasm();
+        cmd.args(["new", "--lang", lang, "tried-out", "--dir"]).arg(&dir).stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let ran = Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        (dir, ran)
+    };
+    let sdk_env = other.join("guest-sdk");
+    for lang in ["go", "js", "python", "c"] {
+        let env = [("NRI_WASM_SDK", sdk_env.as_os_str()), ("NRI_WASM_GUEST_TOOLS", no_tools.as_os_str())];
+        let (dir, ran) = new(lang, &env);
+        assert_eq!(ran.code, 0, "{lang}: {ran:?}");
+        assert_eq!(std::fs::read_link(dir.join(".sdk")).unwrap(), sdk_env.join(lang), "{lang}");
+        assert!(ran.stdout.contains("($NRI_WASM_SDK/<lang>)"), "{lang}: {}", ran.stdout);
+        let installer = format!("{}/install-tools.sh --lang {lang}", sdk_env.display());
+        assert!(
+            ran.stderr.contains(&format!("warning: the {lang} tools are not installed for this SDK"))
+                && ran.stderr.contains(&format!("run {installer}")),
+            "{lang}: {}",
+            ran.stderr
+        );
+        // The build names what is missing and how to install it.
+        let built =
+            Command::new(dir.join("build.sh")).current_dir(&dir).envs(env).stdin(Stdio::null()).output().unwrap();
+        let said = String::from_utf8_lossy(&built.stderr);
+        assert!(!built.status.success(), "{lang}: built without its tools: {said}");
+        assert!(said.contains("is not installed") && said.contains(&format!("--lang {lang}")), "{lang}: {said}");
+        if lang == "go" {
+            // Not the system's Go: the pinned one, or the command.
+            let tested =
+                Command::new(dir.join("test.sh")).current_dir(&dir).envs(env).stdin(Stdio::null()).output().unwrap();
+            let said = String::from_utf8_lossy(&tested.stderr);
+            assert!(!tested.status.success(), "{said}");
+            assert!(said.starts_with("go is not installed") && !said.contains("requires go"), "{said}");
+            assert!(said.contains("install-tools.sh' --lang go"), "{said}");
+        }
+    }
+    // A Rust project links the same way; without rustup, `new` says what to install.
+    let (dir, ran) = new("rust", &[("NRI_WASM_SDK", sdk_env.as_os_str()), ("PATH", no_tools.as_os_str())]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert_eq!(std::fs::read_link(dir.join(".sdk")).unwrap(), sdk_env.join("rust"));
+    assert!(ran.stderr.contains("warning: cargo and rustup are not both on PATH"), "{}", ran.stderr);
+    // An NRI_WASM_SDK with no SDK is refused, naming it.
+    let (_, ran) = new("go", &[("NRI_WASM_SDK", no_tools.as_os_str())]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("$NRI_WASM_SDK/<lang>") && ran.stderr.contains("set NRI_WASM_SDK"), "{}", ran.stderr);
+}
+
+/// The guide's table of the two CreateContainer requests it uses (the
+/// project's fixture and the one captured from containerd) says what each
+/// file holds: its pod, its `team` label, its image, and no
+/// `container.image`. Every template writes the same project fixture.
+#[test]
+fn the_guide_says_what_each_fixture_holds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let table: Vec<Vec<String>> = GUIDE
+        .split("<!-- fixtures -->\n")
+        .nth(1)
+        .expect("the guide's table of fixtures")
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| row.trim_matches('|').split('|').map(|c| c.trim().trim_matches('`').to_string()).collect())
+        .collect();
+    assert_eq!(table.len(), 2, "{table:?}");
+    let code = |cell: &str| cell.split('`').next().unwrap().trim().to_string();
+    for row in &table {
+        let file = code(&row[0]);
+        let paths: Vec<PathBuf> = if file == "fixtures/create-container.json" {
+            std::fs::read_dir(root.join("guest-sdk"))
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("template").join(&file))
+                .filter(|p| p.is_file())
+                .collect()
+        } else {
+            vec![root.join(&file)]
+        };
+        assert!(!paths.is_empty(), "{file}");
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(doc["event"], "CreateContainer", "{}", path.display());
+            let pod = &doc["request"]["pod"];
+            let name = format!("{}/{}", pod["namespace"].as_str().unwrap(), pod["name"].as_str().unwrap());
+            assert_eq!(name, row[2], "{}: the pod", path.display());
+            let team = pod["labels"]["team"].as_str().unwrap_or("none");
+            assert_eq!(team, row[3], "{}: the team label", path.display());
+            let container = &doc["request"]["container"];
+            let image = container["annotations"]["io.kubernetes.cri.image-name"].as_str().unwrap_or_default();
+            assert_eq!(image, row[4], "{}: the image", path.display());
+            assert!(container.get("image").is_none(), "{}: container.image is set", path.display());
+        }
+    }
 }
