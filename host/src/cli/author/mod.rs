@@ -3,12 +3,16 @@
 //! They answer, offline and in minutes, what an author otherwise learns on
 //! a node: does the host load this component, what does the chain do with
 //! this event, what does a policy cost. So they run nothing of their own:
-//! the production engine (pooling allocator, the compiling child process,
-//! the compile cache), the loader's steps, the chain with its limits, time
-//! shares, merge and validation, and the dispatcher that keeps the node
-//! view and the policies' state between events. What they add is only the
-//! input (a request in NRI's JSON, a recording) and a report of what each
-//! policy did.
+//! the host is put together by [`HostBuilder`](crate::cli::HostBuilder),
+//! the composition root `run` uses, from a node's configuration when
+//! `--config` names one (its engine and compile cache, the registry client
+//! of its `[registry]`, its `[policies.sources]`), with the loader's steps,
+//! the chain with its limits, time shares, merge and validation, and the
+//! dispatcher that keeps the node view and the policies' state between
+//! events. What they add is only the input (a request in NRI's JSON, a
+//! recording) and a report of what each policy did; what they do not do as
+//! a node does (state kept in memory, nothing served or watched) is said in
+//! `session.rs` and docs/writing-policies.md.
 //!
 //! - `check.rs`: one component through every load step, with its costs;
 //! - `eval.rs`: events through a chain, one or a recording (`replay.rs`),

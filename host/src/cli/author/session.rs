@@ -11,9 +11,9 @@
 //! [`PolicyDispatcher`] (the one the transport calls on a node) runs each
 //! event, within the answer budget the transport gives it, so every limit,
 //! time share, on-error, conflict rule, merge and validation applies, and
-//! the node view and the policies' state carry from one event to the next. An observer
-//! collects each policy's step; the reply is kept as the runtime would have
-//! received it, typed.
+//! the node view and the policies' state carry from one event to the next.
+//! An observer collects each policy's step; the reply is kept as the
+//! runtime would have received it, typed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
