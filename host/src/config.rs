@@ -489,6 +489,10 @@ impl Config {
                     None => out.push_str(&format!("# {key}: not set (no default)\n")),
                 }
             }
+            // A key the table list does not know yet is printed all the same.
+            for (key, value) in values.iter().filter(|(k, v)| !keys.contains(&k.as_str()) && !v.is_table()) {
+                out.push_str(&format!("{key} = {value}\n"));
+            }
             for (key, value) in values.iter().filter_map(|(k, v)| v.as_table().map(|t| (k, t))) {
                 if TABLES.iter().any(|(t, _)| *t == format!("{name}.{key}")) {
                     continue;

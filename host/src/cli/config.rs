@@ -410,8 +410,16 @@ mod tests {
         let back = Config::parse(printed, std::path::Path::new("printed")).unwrap();
         let want = Config::parse("[policies.limits]\nfuel = 5000\n", std::path::Path::new("x")).unwrap();
         assert_eq!(back.policies.limits(), want.policies.limits());
-        assert_eq!(back.engine, want.engine);
-        assert_eq!(back.runtime, want.runtime);
+        assert_eq!(Config { policies: want.policies.clone(), ..back.clone() }, want, "the rest reads back the same");
+        assert_eq!(back.effective_toml(), printed, "printed again, the same");
+        // A source is a table of its own, and reads back.
+        let digest = "a".repeat(64);
+        let text = format!("[policies.sources]\n\"30-u\" = \"oci://r.example/p/u:1@sha256:{digest}\"\n");
+        let (code, out, err) = run(&text, &[]);
+        assert_eq!(code, 0, "{err}");
+        let printed = out.split("# effective configuration (every default filled in)\n").nth(1).unwrap();
+        let back = Config::parse(printed, std::path::Path::new("printed")).unwrap();
+        assert_eq!(back.policies.sources.len(), 1, "{printed}");
     }
 
     /// Tables and keys every effective configuration shows (a sample).
