@@ -94,10 +94,19 @@ impl Registry {
     /// A client for `settings`; `max_blob` bounds a component's size.
     pub fn new(settings: &RegistrySettings, max_blob: u64) -> Result<Self, String> {
         let transport = Transport::new(settings)?;
-        let cache = match &settings.cache_dir {
-            Some(dir) => Some(BlobCache::open(dir)?),
-            None => None,
-        };
+        // A cache that cannot be made costs the start without the registry,
+        // not the pulls: said once, and the client works without it.
+        let cache = settings.cache_dir.as_ref().and_then(|dir| match BlobCache::open(dir) {
+            Ok(cache) => Some(cache),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "the registry cache cannot be used: policies named by reference are pulled every time, and \
+                     cannot load while their registry is unreachable"
+                );
+                None
+            }
+        });
         Ok(Self { settings: settings.clone(), transport, cache, max_blob })
     }
 
@@ -565,5 +574,17 @@ mod tests {
         assert!(a.parent() == Some(dir.path()) && a.file_name().unwrap().to_string_lossy().starts_with(".p.wasm.tmp-"));
         Sink::File { file: std::fs::File::open(&a).unwrap(), path: a.clone() }.discard();
         assert!(!a.exists());
+    }
+
+    /// A cache directory that cannot be made (a read-only root, a path
+    /// through a file) leaves the client working, without a cache.
+    #[test]
+    fn a_cache_that_cannot_be_made_leaves_the_client_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let settings = RegistrySettings { cache_dir: Some(file.join("oci")), ..RegistrySettings::default() };
+        let registry = Registry::new(&settings, 1 << 20).unwrap();
+        assert!(registry.cache.is_none());
     }
 }

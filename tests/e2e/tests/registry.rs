@@ -864,6 +864,8 @@ fn another_file_of(path: &str) -> Vec<u8> {
 // test's own.
 
 const SERVICE: &str = "nri-wasm-test-registry";
+/// The identity (refresh) token the token server takes for the test's user.
+const IDENTITY_TOKEN: &str = "refresh-for-alice";
 const ISSUER: &str = "nri-wasm-test-tokens";
 
 /// An ECDSA P-256 key and its self-signed certificate (openssl), for
@@ -980,15 +982,40 @@ async fn start_token_server(tls: &Tls, trusted: TokenSigner, stranger: TokenSign
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
-                let text = String::from_utf8_lossy(&head).to_string();
+                let split = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                let text = String::from_utf8_lossy(&head[..split]).to_string();
                 let target = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let query = target.split_once('?').map_or("", |(_, q)| q).to_string();
+                // A GET asks with its query (basic auth); a POST with a form
+                // (an OAuth2 refresh token, as docker uses an identity token).
+                let query = if text.starts_with("POST ") {
+                    let length = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                        })
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0)
+                        .min(64 << 10);
+                    let mut body = head[split..].to_vec();
+                    while body.len() < length {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => body.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    String::from_utf8_lossy(&body).to_string()
+                } else {
+                    target.split_once('?').map_or("", |(_, q)| q).to_string()
+                };
                 seen.lock().unwrap().push(percent_decode(&query));
-                let authorized = text.lines().any(|l| {
-                    let l = l.to_ascii_lowercase();
-                    l.starts_with("authorization: basic ")
-                        && l.ends_with(&base64_encode(&format!("{USER}:{PASSWORD}")).to_ascii_lowercase())
-                });
+                let refresh = query.split('&').any(|kv| kv == "grant_type=refresh_token")
+                    && query.split('&').any(|kv| kv == format!("refresh_token={IDENTITY_TOKEN}"));
+                let authorized = refresh
+                    || text.lines().any(|l| {
+                        let l = l.to_ascii_lowercase();
+                        l.starts_with("authorization: basic ")
+                            && l.ends_with(&base64_encode(&format!("{USER}:{PASSWORD}")).to_ascii_lowercase())
+                    });
                 let scopes: Vec<String> = query
                     .split('&')
                     .filter_map(|kv| kv.strip_prefix("scope="))
@@ -1068,6 +1095,31 @@ fn bearer_tokens_from_a_token_server_the_registry_trusts() {
         let refused = RegistrySettings { auth_file: Some(wrong), ..settings.clone() };
         let e = Registry::new(&refused, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
         assert!(e.contains(&format!("token from {realm}: HTTP 401")) && e.contains(&tag.to_string()), "{e}");
+
+        // An identity token (as `docker login` to such a registry, or a
+        // credential helper answering `<token>`, leaves): exchanged as an
+        // OAuth2 refresh token; a wrong one gets no token.
+        let identity = f.path("identity-auth.json");
+        let write_identity = |token: &str| {
+            std::fs::write(&identity, format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"identitytoken":"{token}"}}}}}}"#))
+                .unwrap()
+        };
+        write_identity(IDENTITY_TOKEN);
+        let with_identity = RegistrySettings { auth_file: Some(identity.clone()), ..settings.clone() };
+        let pulled = Registry::new(&with_identity, 64 << 20)
+            .unwrap()
+            .resolve(&pinned)
+            .await
+            .expect("pulled with an identity token");
+        assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+        let queries = tokens.queries.lock().unwrap().clone();
+        assert!(
+            queries.iter().any(|q| q.contains("grant_type=refresh_token") && q.contains(pull_scope)),
+            "{queries:?}"
+        );
+        write_identity("stolen");
+        let e = Registry::new(&with_identity, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("token from {realm}: HTTP 401")), "{e}");
 
         // A token the registry does not trust: refused by the registry.
         tokens.untrusted.store(true, Ordering::Relaxed);
