@@ -160,8 +160,13 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
         let (settings, max) = args.registry.settings_and_max()?;
         let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
         // No larger than a node loads ([engine] max-component-mib).
-        let bytes = crate::registry::read_limited(&args.file, max)
-            .map_err(|e| format!("{e} ([engine] max-component-mib: a node would not load it)"))?;
+        let bytes = crate::registry::read_limited(&args.file, max).map_err(|e| {
+            if e.ends_with(&format!("larger than {max} bytes")) {
+                format!("{e}, the most a node loads ([engine] max-component-mib)")
+            } else {
+                e
+            }
+        })?;
         // The component must be one a host loads: the same check `check` starts with.
         crate::policy::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
         let hex = runtime()?.block_on(push::push(&settings, bytes, &reference)).map_err(|e| e.to_string())?;

@@ -1679,6 +1679,14 @@ fn pull_streams_a_lying_layer_in_little_memory_and_refuses_an_oversized_one_befo
     assert_eq!(hostile.blob_requests.load(Ordering::Relaxed), 1);
     let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "neither the output nor a temporary file is left: {left:?}");
+    // `push` of a component no node would load: refused before anything is sent.
+    let small = host_config(&f, "small.toml", "max-component-mib = 1\n");
+    let big = f.path("big.wasm");
+    std::fs::write(&big, vec![0u8; 2 << 20]).unwrap();
+    let nowhere = format!("oci://127.0.0.1:{}/p/big:v1", free_port());
+    let pushed = run_cmd(Command::new(BINARY).args(["push"]).arg(&big).arg(&nowhere).arg("-c").arg(&small));
+    assert!(!pushed.ok && pushed.stderr.contains("larger than 1048576 bytes, the most a node loads"), "{pushed:?}");
+
     eprintln!("peak memory (VmHWM) of `nri-wasm pull` receiving {} MiB: {} KiB", LARGE_LIE >> 20, ran.peak_kib);
     assert!(ran.peak_kib > 0, "the process was sampled");
     assert!(
