@@ -315,7 +315,19 @@ const TABLES: &[(&str, &[&str])] = &[
             "compile-memory-mib",
         ],
     ),
-    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys", "tag-recheck-ms"]),
+    (
+        "registry",
+        &[
+            "cache-dir",
+            "auth-file",
+            "ca-file",
+            "timeout-ms",
+            "public-keys",
+            "tag-recheck-ms",
+            "plain-http",
+            "plain-http-signed",
+        ],
+    ),
     ("chain", &["budget-fraction", "breaker-failures", "breaker-backoff-ms", "min-call-ms"]),
     ("metrics", &["address"]),
     ("logging", &["level", "format"]),
@@ -887,7 +899,7 @@ mod tests {
                 let documented = row.split('|').nth(2).unwrap().trim().trim_matches('`');
                 // The cache's default depends on the user; the table shows root's.
                 let root_cache = toml::Value::from(crate::policy::engine::ROOT_CACHE_DIR);
-                let root_oci = toml::Value::from("/var/cache/nri-wasm-oci");
+                let root_oci = toml::Value::from("/var/cache/nri-wasm/oci");
                 let value = if (table, key) == ("engine", "cache-dir") {
                     Some(&root_cache)
                 } else if (table, key) == ("registry", "cache-dir") {

@@ -557,7 +557,7 @@ impl Reloader {
                 // not find the tag moved again; its compiled form stays.
                 Ok(policy) if moved.contains(&name) && old.is_some_and(|(p, _)| p.digest() == policy.digest()) => {
                     let (p, o) = old.expect("checked");
-                    let fresh = policy.spec.provenance.as_ref().filter(|n| !n.from_cache);
+                    let fresh = policy.spec.provenance.as_ref().filter(|n| n.from_cache.is_none());
                     let same = p.spec.provenance.as_ref().map(|v| &v.manifest) == fresh.map(|n| &n.manifest);
                     match fresh {
                         Some(now) if !same => {
