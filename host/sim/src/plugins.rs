@@ -419,7 +419,12 @@ async fn accept_loop(inner: Arc<Inner>) {
     }
 }
 
-async fn join(inner: &Inner, conn: u64, socket: tokio::net::UnixStream, profile: RuntimeProfile) -> Result<(), SimError> {
+async fn join(
+    inner: &Inner,
+    conn: u64,
+    socket: tokio::net::UnixStream,
+    profile: RuntimeProfile,
+) -> Result<(), SimError> {
     let mut plugin = PluginConn::establish(socket, profile).await?;
     plugin.configure().await?;
     let reg = plugin.registration().clone();

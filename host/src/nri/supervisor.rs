@@ -158,11 +158,8 @@ impl Supervisor {
     /// `stop` is cancelled.
     pub fn new(options: ConnectOptions, dispatcher: Arc<dyn Dispatcher>, stop: CancellationToken) -> Self {
         let (status, _) = watch::channel(Status::default());
-        let cx = SessionContext {
-            identity: options.identity.clone(),
-            register_timeout: options.register_timeout,
-            stop,
-        };
+        let cx =
+            SessionContext { identity: options.identity.clone(), register_timeout: options.register_timeout, stop };
         Self { options, cx, dispatcher, link: RuntimeLink::default(), status, conns: AtomicU64::new(0) }
     }
 
@@ -411,10 +408,8 @@ impl Supervisor {
         }
         // Retired connections close within their bounds (answer budget, a
         // second for the server); a stop ends them at once.
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            while c.retiring.join_next().await.is_some() {}
-        })
-        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), async { while c.retiring.join_next().await.is_some() {} })
+            .await;
         self.link.set(None);
         self.dispatcher.disconnected().await;
         self.status.send_modify(|s| s.phase = Phase::Disconnected);
@@ -457,7 +452,10 @@ impl Supervisor {
             let stale = wanted == subscribed || next.configured().is_some_and(|(_, m, _)| m != wanted);
             if stale && c.handover.abandon(next.id()) {
                 let next = c.next.take().expect("checked above");
-                tracing::info!(conn = next.id(), "giving up the connection registered for a subscription no longer wanted");
+                tracing::info!(
+                    conn = next.id(),
+                    "giving up the connection registered for a subscription no longer wanted"
+                );
                 c.sync_by = None;
                 self.link.set(c.live.link());
                 c.retire(next);

@@ -107,7 +107,6 @@ async fn update_containers_reaches_the_runtime_and_reports_failures() {
     h.shutdown().await;
 }
 
-
 /// The recorder's answer to every CreateContainer: one annotation, so that
 /// an answer that carries it twice (two connections' evaluations) is a
 /// conflict at the runtime, and one that lacks it shows.
@@ -355,8 +354,12 @@ async fn subscription_changes_under_load(rounds: usize, ties: Ties) {
     tokio::time::timeout(Duration::from_secs(120), host.dispatcher.loaded())
         .await
         .expect("the policies load within two minutes");
-    let supervisor = Supervisor::new(options(nri_wasm::nri::Endpoint::Socket(socket.clone())), host.dispatcher.clone(), stop.clone())
-        .with_link(host.dispatcher.link());
+    let supervisor = Supervisor::new(
+        options(nri_wasm::nri::Endpoint::Socket(socket.clone())),
+        host.dispatcher.clone(),
+        stop.clone(),
+    )
+    .with_link(host.dispatcher.link());
     let status = supervisor.handles().status;
     let task = tokio::spawn(supervisor.run());
     tokio::time::timeout(Duration::from_secs(120), runtime.joined(1)).await.expect("the host joins");
@@ -395,17 +398,25 @@ async fn subscription_changes_under_load(rounds: usize, ties: Ties) {
         }
         // The subscription really changes, and the connection registered
         // with it is the one left serving.
-        eventually(&format!("round {round}: a connection with the new subscription took over"), || async {
-            let joined = runtime.journal().joined;
-            let Some(last) = joined.last().cloned().filter(|_| joined.len() >= round + 2) else { return false };
-            let list = runtime.list().await;
-            let open: Vec<_> = list.iter().filter(|l| !l.closed).collect();
-            let serving = matches!(open.as_slice(), [only] if only.conn == last.conn);
-            serving && (last.events & POST_START != 0) == adding
-        }, || {
-            let j = runtime.journal();
-            format!("joined {:?}; refused {:?}", j.joined.iter().rev().take(3).collect::<Vec<_>>(), j.refused.iter().rev().take(5).collect::<Vec<_>>())
-        })
+        eventually(
+            &format!("round {round}: a connection with the new subscription took over"),
+            || async {
+                let joined = runtime.journal().joined;
+                let Some(last) = joined.last().cloned().filter(|_| joined.len() >= round + 2) else { return false };
+                let list = runtime.list().await;
+                let open: Vec<_> = list.iter().filter(|l| !l.closed).collect();
+                let serving = matches!(open.as_slice(), [only] if only.conn == last.conn);
+                serving && (last.events & POST_START != 0) == adding
+            },
+            || {
+                let j = runtime.journal();
+                format!(
+                    "joined {:?}; refused {:?}",
+                    j.joined.iter().rev().take(3).collect::<Vec<_>>(),
+                    j.refused.iter().rev().take(5).collect::<Vec<_>>()
+                )
+            },
+        )
         .await;
     }
     done.cancel();
@@ -421,9 +432,10 @@ async fn subscription_changes_under_load(rounds: usize, ties: Ties) {
     let mut counts = Vec::new();
     for (id, result) in &results {
         let adjust = result.as_ref().unwrap_or_else(|e| panic!("create {id} failed: {e}"));
-        let count = adjust.annotations.get("example.com/count").unwrap_or_else(|| {
-            panic!("create {id} went ahead without the policy: {:?}", adjust.annotations)
-        });
+        let count = adjust
+            .annotations
+            .get("example.com/count")
+            .unwrap_or_else(|| panic!("create {id} went ahead without the policy: {:?}", adjust.annotations));
         counts.push(count.parse::<usize>().unwrap());
     }
     counts.sort_unstable();
