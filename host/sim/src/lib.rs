@@ -16,10 +16,15 @@
 //!   `StateChange` when the plugin answers `Unimplemented`;
 //! - a plugin that does not answer within the request timeout is dropped
 //!   (the connection is closed), as a runtime does.
+//!
+//! [`plugins::Plugins`] is the runtime around several such connections: its
+//! list of plugins, called in order under one lock, a closed plugin skipped
+//! and removed as NRI does, every call journalled.
 
 pub mod fixtures;
 pub mod goio;
 pub mod node;
+pub mod plugins;
 pub mod populate;
 pub mod reference;
 pub mod wire;
@@ -293,7 +298,9 @@ pub struct PluginConn {
     record: Arc<RuntimeRecord>,
     stats: Arc<WireStats>,
     closed: CancellationToken,
-    server: ttrpc::r#async::Server,
+    /// In a mutex only so that a connection can be shared between tasks
+    /// (the server is `Send`, not `Sync`); nothing locks it but `close`.
+    server: Mutex<ttrpc::r#async::Server>,
     updates: mpsc::UnboundedReceiver<pb::UpdateContainersRequest>,
     fallbacks: AtomicU64,
 }
@@ -355,7 +362,7 @@ impl PluginConn {
             record,
             stats,
             closed,
-            server,
+            server: Mutex::new(server),
             updates,
             fallbacks: AtomicU64::new(0),
         })
@@ -417,7 +424,8 @@ impl PluginConn {
     /// Closes the connection, as a runtime that restarts or drops the plugin.
     pub async fn close(mut self) {
         self.closed.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.server.shutdown()).await;
+        let server = self.server.get_mut().unwrap_or_else(|p| p.into_inner());
+        let _ = tokio::time::timeout(Duration::from_secs(1), server.shutdown()).await;
     }
 
     fn ctx(&self) -> ttrpc::context::Context {

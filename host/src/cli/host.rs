@@ -337,7 +337,7 @@ impl Host {
 /// configuration keeps the wait below; a policy still unknown then is
 /// registered for what is known, plus CreateContainer if it is mandatory,
 /// so that it can refuse; if it needs more once loaded, the host
-/// reconnects (answering what is in flight first).
+/// registers a second connection with it, which takes over from the first.
 async fn wait_for_subscription(dispatcher: &PolicyDispatcher, limit: std::time::Duration) {
     let started = std::time::Instant::now();
     match tokio::time::timeout(limit, dispatcher.subscription_known()).await {

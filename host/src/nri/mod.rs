@@ -19,13 +19,17 @@
 //! `events.rs` is the one table of NRI events the rest is generated from.
 //! `session.rs` runs one connection (serve, register, wait for the end);
 //! `supervisor.rs` keeps reconnecting in external mode and exits in launched
-//! mode; `transport.rs` opens the socket either way; `version.rs` decides
-//! which events a runtime of a given NRI version accepts.
+//! mode, and changes the subscription by registering a second connection
+//! before it closes the first; `handover.rs` sees that the runtime's events
+//! are evaluated once while both are registered; `transport.rs` opens the
+//! socket either way; `version.rs` decides which events a runtime of a
+//! given NRI version accepts.
 
 pub mod clock;
 pub mod dispatch;
 pub mod events;
 pub mod frame;
+pub mod handover;
 pub mod mux;
 pub mod record;
 pub mod registration;

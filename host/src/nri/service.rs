@@ -83,12 +83,13 @@ pub struct SessionState {
     /// and the dispatcher's events version the mask was computed at.
     configured: tokio::sync::watch::Sender<Option<(version::NriVersion, EventMask, u64)>>,
     sync: tokio::sync::Mutex<SyncChunks>,
-    synchronized: Notify,
+    /// Complete Synchronizes answered on this connection.
+    synchronized: tokio::sync::watch::Sender<u64>,
     shutdown: Notify,
     /// Times each answer; the handlers tell it what the dispatcher took.
     clock: Arc<AnswerClock>,
     /// Dispatcher calls started and finished on this connection, so that a
-    /// session ending by choice answers what is in flight first.
+    /// connection being retired answers what is in flight first.
     calls: tokio::sync::watch::Sender<(u64, u64)>,
 }
 
@@ -131,19 +132,15 @@ impl SessionState {
         }
     }
 
-    /// Resolves once the last Synchronize chunk has been answered.
+    /// Resolves once the last chunk of a Synchronize has been answered
+    /// (at once if one was).
     pub async fn synchronized(&self) {
-        self.synchronized.notified().await
+        let _ = self.synchronized.subscribe().wait_for(|n| *n > 0).await;
     }
 
     /// Resolves when the runtime called Shutdown.
     pub async fn shutdown_requested(&self) {
         self.shutdown.notified().await
-    }
-
-    /// Dispatcher calls started on this connection so far.
-    pub fn calls_started(&self) -> u64 {
-        self.calls.borrow().0
     }
 
     /// Resolves once no dispatcher call is under way.
@@ -264,7 +261,7 @@ impl PluginService {
         let (np, nc) = (pods.len(), containers.len());
         let update = self.answer(ctx, "Synchronize", self.dispatcher.synchronize(pods, containers)).await?;
         tracing::info!(pods = np, containers = nc, chunks = n, updates = update.len(), "synchronized with runtime");
-        self.state.synchronized.notify_waiters();
+        self.state.synchronized.send_modify(|n| *n += 1);
         Ok(pb::SynchronizeResponse { update, more: false, ..Default::default() })
     }
 

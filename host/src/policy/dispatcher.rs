@@ -27,8 +27,9 @@
 //! subscribed to (for a policy still loading, what it subscribed to at its
 //! last load, `known.rs`), and, only if some policy reads the node view,
 //! the events that keep the view current ([`VIEW_EVENTS`]). When a new
-//! chain changes that, the session reconnects with the new subscription,
-//! after answering what is in flight (`nri/session.rs`).
+//! chain changes that, the supervisor registers a second connection with
+//! the new subscription, which takes over from the first
+//! (`nri/handover.rs`).
 //!
 //! # The start-up contract
 //!

@@ -63,6 +63,8 @@ pub struct Recorder {
     pub answers: Mutex<Vec<nri_wasm::nri::mux::AnswerTime>>,
     /// What the last `Configure` said about the runtime.
     pub runtime: Mutex<Option<RuntimeInfo>>,
+    /// The dispatcher's events version, bumped by [`Recorder::set_events`].
+    pub events_version: tokio::sync::watch::Sender<u64>,
 }
 
 impl Recorder {
@@ -72,7 +74,15 @@ impl Recorder {
             replies: Mutex::new(replies),
             answers: Mutex::default(),
             runtime: Mutex::default(),
+            events_version: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Wants `events` from now on, as a reload that changes the policies'
+    /// subscription does: the host registers again with them.
+    pub fn set_events(&self, events: EventMask) {
+        self.replies.lock().unwrap().events = Some(events);
+        self.events_version.send_modify(|v| *v += 1);
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -104,6 +114,14 @@ impl Recorder {
 impl Dispatcher for Recorder {
     fn events(&self) -> EventMask {
         self.replies.lock().unwrap().events.unwrap_or_else(EventMask::all)
+    }
+
+    fn events_version(&self) -> u64 {
+        *self.events_version.borrow()
+    }
+
+    async fn events_changed(&self, since: u64) {
+        let _ = self.events_version.subscribe().wait_for(|v| *v > since).await;
     }
 
     async fn configure(&self, runtime: &RuntimeInfo) -> Result<(), DispatchError> {

@@ -287,9 +287,10 @@ async fn a_policy_that_needs_more_events_makes_the_host_resubscribe() {
     let events = again.configure().await.unwrap().events;
     assert_eq!(events & start, start, "new mask {events:#x} lacks StartContainer");
     assert_eq!(events & create, create);
-    tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("the old connection is closed");
     again.synchronize(&w.pods, &w.containers, 0).await.expect("synchronized again");
     again.start_container(&w.pods[0], &w.containers[0]).await.expect("StartContainer now served");
+    // Make before break: the old connection goes once the new one serves.
+    tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("the old connection is closed");
     let (_, text) = host.get("/metrics").await;
     let s = samples(&text);
     assert!(value(&s, "nri_wasm_reconnects_total", &[]) >= 1.0, "{text}");
