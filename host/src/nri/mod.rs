@@ -18,6 +18,7 @@
 //! answer, `mux.rs` the loops that move frames between socket and conns.
 //! `events.rs` is the one table of NRI events the rest is generated from.
 //! `session.rs` runs one connection (serve, register, wait for the end);
+//! `farewell.rs` leaves so that the runtime drops the plugin at once;
 //! `supervisor.rs` keeps reconnecting in external mode and exits in launched
 //! mode; `transport.rs` opens the socket either way; `version.rs` decides
 //! which events a runtime of a given NRI version accepts.
@@ -25,6 +26,7 @@
 pub mod clock;
 pub mod dispatch;
 pub mod events;
+pub mod farewell;
 pub mod frame;
 pub mod mux;
 pub mod record;

@@ -161,6 +161,9 @@ pub struct SessionContext {
     /// Whether a changed subscription may end the session to reconnect (a
     /// launched plugin cannot reconnect).
     pub can_resubscribe: bool,
+    /// The runtime's socket, to leave through a farewell registration when
+    /// stopped (`farewell.rs`); `None` closes the connection directly.
+    pub farewell: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for SessionContext {
@@ -234,6 +237,11 @@ where
     };
     if matches!(end, SessionEnd::Resubscribe { .. }) {
         drain(&state, &answered).await;
+    }
+    if let (SessionEnd::Stopped, Some(socket)) = (&end, &cx.farewell) {
+        // Serving on meanwhile: the main connection closes inside the
+        // farewell's Synchronize.
+        super::farewell::leave(socket, &cx.identity, &handle, cx.register_timeout).await;
     }
     finish(&mut server, &handle, cx).await;
     end

@@ -80,6 +80,10 @@ impl Supervisor {
             register_timeout: options.register_timeout,
             stop,
             can_resubscribe: !matches!(options.endpoint, Endpoint::Inherited(_)),
+            farewell: match &options.endpoint {
+                Endpoint::Socket(path) => Some(path.clone()),
+                Endpoint::Inherited(_) => None,
+            },
         };
         Self { options, cx }
     }
