@@ -167,6 +167,25 @@ impl Cluster {
         std::fs::read_to_string(self.log(name)).unwrap_or_default()
     }
 
+    /// Starts `program` inside the node (its namespaces), its output in the
+    /// cluster's `logs/<name>.log`; stopped by pid when dropped.
+    pub fn spawn_in_node(&self, name: &str, program: &Path, args: &[String]) -> Result<Process, Error> {
+        self.spawn(name, program, args)
+    }
+
+    /// crictl against the node's containerd, for what the kubelet would not
+    /// do (pods of its own, under the cluster's cgroup root). Stop the
+    /// kubelet first: it removes the sandboxes it does not know.
+    pub fn crictl(&self) -> Result<nri_wasm_runtimes::crictl::Crictl, Error> {
+        let endpoint = format!("unix://{}", self.containerd_socket().display());
+        Ok(nri_wasm_runtimes::crictl::Crictl::new(
+            &nri_wasm_runtimes::runtimes_dir(),
+            self.dir.path(),
+            &endpoint,
+            &self.cgroup_root,
+        )?)
+    }
+
     fn spawn(&self, name: &str, program: &Path, args: &[String]) -> Result<Process, Error> {
         let mut cmd = self.ns.command(program);
         cmd.args(args);
@@ -512,6 +531,28 @@ imageGCLowThresholdPercent: 99
         if let Some(mut p) = self.kubelet.take() {
             p.stop(Duration::from_secs(30));
         }
+    }
+
+    /// The node goes down hard, as in a power cut: the kubelet and
+    /// containerd stop, and every container with them (shims and the pods'
+    /// processes killed by pid). [`Cluster::start_node`] brings it back.
+    pub fn crash_node(&mut self) {
+        self.stop_kubelet();
+        self.stop_containerd();
+        let socket = self.containerd_socket().display().to_string();
+        for pid in process::pids_with_cmdline(&socket) {
+            process::signal(pid, libc::SIGKILL);
+        }
+        nri_wasm_runtimes::runtime::kill_cgroup_tree(&self.cgroup_root);
+        reap_zombie_children();
+    }
+
+    /// Starts containerd and the kubelet again and waits until the node is
+    /// Ready.
+    pub fn start_node(&mut self) -> Result<(), Error> {
+        self.start_containerd()?;
+        self.start_kubelet()?;
+        self.wait_node_ready()
     }
 
     /// Whether the kubelet and containerd run.

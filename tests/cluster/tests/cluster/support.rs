@@ -291,3 +291,95 @@ pub fn events_of(c: &Cluster, namespace: &str, name: &str) -> Vec<Value> {
 pub fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
 }
+
+/// A host run as a process inside the node (not as a pod), for what a pod
+/// cannot show: a SIGKILL at a chosen moment, with the kubelet stopped.
+#[derive(Debug)]
+pub struct NodeHost {
+    process: Option<nri_wasm_runtimes::process::Process>,
+    addr: SocketAddr,
+    name: String,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl NodeHost {
+    /// Starts a host registered as `10-nri-wasm` on the node's NRI socket,
+    /// with `policies`, directories of its own under the cluster's.
+    pub fn start(c: &Cluster, name: &str, port: u16, policies: &[Policy]) -> NodeHost {
+        let dir = c.dir().join(name);
+        let pdir = dir.join("policies");
+        std::fs::create_dir_all(&pdir).unwrap();
+        for p in policies {
+            std::fs::write(pdir.join(format!("{}.wasm", p.name)), &p.wasm).unwrap();
+            std::fs::write(pdir.join(format!("{}.toml", p.name)), &p.toml).unwrap();
+        }
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[plugin]\nname = \"nri-wasm\"\nindex = \"10\"\n\n\
+                 [runtime]\nsocket = \"/var/run/nri/nri.sock\"\nreconnect-initial-ms = 100\nreconnect-max-ms = 1000\n\n\
+                 [policies]\ndir = {pdir:?}\n\n[engine]\ncache-dir = {:?}\n\n[registry]\ncache-dir = {:?}\n\n\
+                 [metrics]\naddress = \"{addr}\"\n\n[logging]\nformat = \"json\"\n",
+                dir.join("cache"),
+                dir.join("registry"),
+            ),
+        )
+        .unwrap();
+        let args = vec!["run".to_string(), "--config".into(), config.display().to_string()];
+        let mut host =
+            NodeHost { process: None, addr, name: name.into(), log: c.dir().join(format!("logs/{name}.log")), args };
+        host.spawn(c);
+        host
+    }
+
+    fn spawn(&mut self, c: &Cluster) {
+        self.process = Some(c.spawn_in_node(&self.name, host_bin(), &self.args).unwrap_or_else(|e| panic!("{e}")));
+    }
+
+    /// Starts it again (same configuration and cache).
+    pub fn restart(&mut self, c: &Cluster) {
+        self.terminate();
+        self.spawn(c);
+    }
+
+    pub fn status(&self, c: &Cluster) -> Option<Value> {
+        let addr = self.addr;
+        let (code, body) = c.ns().in_net(move || http::get(addr, "/status")).ok()??;
+        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    }
+
+    /// Waits until it is registered with every policy loaded.
+    pub fn wait_ready(&mut self, c: &Cluster, policies: usize) {
+        let log = self.log.clone();
+        wait_for("the node's host registered and loaded", Duration::from_secs(120), || {
+            let s = self.status(c)?;
+            if s["registered"] == true && all_loaded(&s, policies) {
+                return Some(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            None
+        })
+        .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+    }
+
+    /// SIGKILL, as the OOM killer or a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill9();
+        }
+    }
+
+    /// SIGTERM, and waits for it to exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.stop(Duration::from_secs(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
