@@ -40,22 +40,33 @@ done
 
 step_start=0
 cpu_start=0
-cpu_now() { # user+sys seconds of this shell's finished children
-    times | tail -n1 | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
+# User and system seconds of this shell's finished children (the builds),
+# from the builtin `times` run in this shell (not in a subshell, whose
+# children are not these).
+cpu=0
+cpu_seconds() { # sets cpu
+    times >"$times_file"
+    cpu=$(awk 'NR == 2 { n = split($0, f, /[ ms]+/); t = 0; for (i = 1; i + 1 <= n; i += 2) t += f[i] * 60 + f[i + 1]; printf "%d", t }' "$times_file")
 }
 begin() {
     step_start=$SECONDS
-    cpu_start=$(cpu_now)
+    cpu_seconds
+    cpu_start=$cpu
     echo "cluster/install.sh: $*"
 }
 done_step() {
-    echo "cluster/install.sh:   done in $((SECONDS - step_start)) s wall, $(($(cpu_now) - cpu_start)) s CPU"
+    cpu_seconds
+    echo "cluster/install.sh:   done in $((SECONDS - step_start)) s wall, $((cpu - cpu_start)) s CPU"
 }
 
 mkdir -p "$dest"
 
-# containerd 2.3.4, crictl, runc, busybox and the pause program.
+# containerd 2.3.4, crictl, runc, busybox and the pause program; Debian's
+# docker-registry for the registry test.
 bash "$repo/tests/runtimes/install.sh"
+bash "$repo/tests/registry/install.sh"
 
 missing=()
 for p in "${DEBIAN_PACKAGES[@]}"; do

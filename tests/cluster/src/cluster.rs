@@ -142,6 +142,16 @@ impl Cluster {
         self.dir.path()
     }
 
+    /// The cluster's certificates (its CA signs others: a registry's).
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// The cgroup under which the kubelet puts the pods (`cgroupRoot`).
+    pub fn cgroup_root(&self) -> &str {
+        &self.cgroup_root
+    }
+
     /// The node's namespaces.
     pub fn ns(&self) -> &Namespaces {
         &self.ns

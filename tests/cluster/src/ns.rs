@@ -1,7 +1,9 @@
 //! The node's namespaces: a network namespace (its own loopback, a bridge
 //! with the node's address, the pod bridge the CNI plugin makes) and a mount
 //! namespace in which `/run`, `/var/lib`, `/var/cache` and `/var/log` are
-//! directories of the test.
+//! directories of the test, and `/etc` an overlay whose changes (a hostPath
+//! the kubelet creates there, the policies of the hostPath overlay) go to a
+//! directory of the test.
 //!
 //! A holder process (`unshare`, then `sleep`) keeps them alive; every other
 //! process of the node enters them before it runs ([`Namespaces::command`]).
@@ -47,6 +49,15 @@ impl Namespaces {
             std::fs::create_dir_all(&own).map_err(|e| Error::io(format!("creating {}", own.display()), e))?;
             script += &format!("mount --bind '{}' '{dir}'\n", own.display());
         }
+        let (upper, work) = (root.join("etc-upper"), root.join("etc-work"));
+        for dir in [&upper, &work] {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        }
+        script += &format!(
+            "mount -t overlay overlay -o lowerdir=/etc,upperdir='{}',workdir='{}' /etc\n",
+            upper.display(),
+            work.display()
+        );
         let ready = root.join("namespaces-ready");
         script += &format!(
             "ip link set lo up\n\
@@ -128,6 +139,13 @@ impl Namespaces {
             return self.host_path(&format!("/run/{rest}"));
         }
         PathBuf::from(path)
+    }
+
+    /// `path` as the node sees it, reachable from the machine (through the
+    /// holder's `/proc/<pid>/root`): to read and write the node's files.
+    pub fn node_file(&self, path: &str) -> PathBuf {
+        let pid = self.pid().expect("the namespaces' holder runs");
+        PathBuf::from(format!("/proc/{pid}/root")).join(path.trim_start_matches('/'))
     }
 
     /// The holder's pid (its `/proc/<pid>/root` is the node's view).

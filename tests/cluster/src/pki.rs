@@ -49,7 +49,56 @@ fn new_key(path: &Path) -> Result<(), Error> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io("installing a key", e))
 }
 
+/// A certificate for `subject` signed by `ca`, written to `dir/<name>.crt`
+/// and `.key`.
+fn issue(dir: &Path, ca: &Pair, name: &str, subject: &str, usage: &str, san: Option<String>) -> Result<Pair, Error> {
+    let p = |n: &str| dir.join(n);
+    let pair = Pair { cert: p(&format!("{name}.crt")), key: p(&format!("{name}.key")) };
+    new_key(&pair.key)?;
+    let csr = p(&format!("{name}.csr"));
+    openssl(
+        &["req", "-new", "-key", &pair.key.to_string_lossy(), "-out", &csr.to_string_lossy(), "-subj", subject],
+        name,
+    )?;
+    let ext = p(&format!("{name}.ext"));
+    let mut text = format!(
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage={usage}\n\
+         authorityKeyIdentifier=keyid\n"
+    );
+    if let Some(san) = san {
+        text += &format!("subjectAltName={san}\n");
+    }
+    std::fs::write(&ext, text).map_err(|e| Error::io("writing a certificate's extensions", e))?;
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr.to_string_lossy(),
+            "-CA",
+            &ca.cert.to_string_lossy(),
+            "-CAkey",
+            &ca.key.to_string_lossy(),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &pair.cert.to_string_lossy(),
+            "-extfile",
+            &ext.to_string_lossy(),
+        ],
+        name,
+    )?;
+    Ok(pair)
+}
+
 impl Pki {
+    /// A serving certificate from the cluster's CA for `san` (e.g.
+    /// `IP:192.168.250.1`): a registry on the node, say.
+    pub fn server_cert(&self, name: &str, san: &str) -> Result<Pair, Error> {
+        issue(&self.dir, &self.ca, name, &format!("/CN={name}"), "serverAuth", Some(san.to_string()))
+    }
+
     /// Makes everything in `dir` for a node named `node` at `node_ip`.
     pub fn create(dir: &Path, node: &str, node_ip: &str) -> Result<Pki, Error> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating the PKI directory", e))?;
@@ -75,45 +124,8 @@ impl Pki {
             ],
             "the CA",
         )?;
-        let leaf = |name: &str, subject: &str, usage: &str, san: Option<String>| -> Result<Pair, Error> {
-            let pair = Pair { cert: p(&format!("{name}.crt")), key: p(&format!("{name}.key")) };
-            new_key(&pair.key)?;
-            let csr = p(&format!("{name}.csr"));
-            openssl(
-                &["req", "-new", "-key", &pair.key.to_string_lossy(), "-out", &csr.to_string_lossy(), "-subj", subject],
-                name,
-            )?;
-            let ext = p(&format!("{name}.ext"));
-            let mut text = format!(
-                "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage={usage}\n\
-                 authorityKeyIdentifier=keyid\n"
-            );
-            if let Some(san) = san {
-                text += &format!("subjectAltName={san}\n");
-            }
-            std::fs::write(&ext, text).map_err(|e| Error::io("writing a certificate's extensions", e))?;
-            openssl(
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &csr.to_string_lossy(),
-                    "-CA",
-                    &ca.cert.to_string_lossy(),
-                    "-CAkey",
-                    &ca.key.to_string_lossy(),
-                    "-CAcreateserial",
-                    "-days",
-                    "2",
-                    "-out",
-                    &pair.cert.to_string_lossy(),
-                    "-extfile",
-                    &ext.to_string_lossy(),
-                ],
-                name,
-            )?;
-            Ok(pair)
-        };
+        let leaf =
+            |name: &str, subject: &str, usage: &str, san: Option<String>| issue(dir, &ca, name, subject, usage, san);
         let server_san = format!(
             "IP:127.0.0.1,IP:{node_ip},IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,\
              DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
