@@ -80,10 +80,7 @@ impl Supervisor {
             register_timeout: options.register_timeout,
             stop,
             can_resubscribe: !matches!(options.endpoint, Endpoint::Inherited(_)),
-            farewell: match &options.endpoint {
-                Endpoint::Socket(path) => Some(path.clone()),
-                Endpoint::Inherited(_) => None,
-            },
+            farewell: None,
         };
         Self { options, cx }
     }
@@ -92,6 +89,17 @@ impl Supervisor {
     /// UpdateContainers holds a clone of it).
     pub fn with_link(mut self, link: RuntimeLink) -> Self {
         self.cx.link = link;
+        self
+    }
+
+    /// On a requested stop, leave through a farewell registration so that
+    /// the runtime drops the plugin before its next event (`farewell.rs`):
+    /// what the binary does. External mode only (a launched plugin's socket
+    /// is its one connection); without it the connection just closes.
+    pub fn with_farewell(mut self) -> Self {
+        if let Endpoint::Socket(path) = &self.options.endpoint {
+            self.cx.farewell = Some(path.clone());
+        }
         self
     }
 

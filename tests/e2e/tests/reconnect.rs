@@ -175,6 +175,8 @@ async fn a_subscription_change_answers_the_request_in_flight_before_reconnecting
     let slow = "settings = \"sleep\"\non-error = \"ignore\"\n[limits]\ntimeout-ms = 5000\n";
     std::fs::write(policies.join("10-slow.toml"), slow).unwrap();
     let mut config = Config::default();
+    // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+    config.registry.cache_dir = None;
     config.policies.dir = Some(policies.clone());
     config.policies.reload_debounce_ms = 50;
     // The build's shared cache: compiled once for all the tests.

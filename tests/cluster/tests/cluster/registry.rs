@@ -109,7 +109,8 @@ patches:
                 configMap:
                   name: nri-wasm-registry-trust
 "#,
-            base = repo.join("docs/deploy/kustomize/overlays/configmap-policies").display()
+            // Relative: kustomize takes no absolute path.
+            base = relative_to(&dir, &repo.join("docs/deploy/kustomize/overlays/configmap-policies")).display()
         ),
     )
     .unwrap();
@@ -128,7 +129,7 @@ fn a_signed_policy_by_tag_rolls_out_when_the_tag_moves() {
     std::fs::create_dir_all(&keys).unwrap();
     let key = keys.join("author.key");
     tool(&c, &["sign", "--generate", &key.display().to_string()]);
-    let public = keys.join("author.pub");
+    let public = keys.join("author.key.pub");
     assert!(public.exists());
     let ca = c.pki().ca.cert.display().to_string();
     let tag = format!("oci://{NODE_IP}:{PORT}/policies/annotate:stable");
@@ -189,6 +190,16 @@ fn a_signed_policy_by_tag_rolls_out_when_the_tag_moves() {
     });
     let p = policy(&status, "50-remote");
     assert!(p["manifest"].as_str().is_some_and(|m| m.contains(&second)), "the signed version keeps running: {p}");
+}
+
+/// `to` as a path relative to the directory `from` (both absolute).
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let from = from.canonicalize().unwrap();
+    let mut up = PathBuf::new();
+    for _ in from.components().skip(1) {
+        up.push("..");
+    }
+    up.join(to.strip_prefix("/").unwrap())
 }
 
 /// The policies ConfigMap with one settings file and no component.
