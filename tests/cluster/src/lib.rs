@@ -112,3 +112,21 @@ pub fn kube_bin(name: &str) -> Result<PathBuf, Error> {
 pub fn etcd_bin() -> Result<PathBuf, Error> {
     require(&format!("etcd {ETCD_VERSION}"), cluster_dir().join(format!("etcd-{ETCD_VERSION}/etcd")))
 }
+
+#[cfg(test)]
+mod tests {
+    /// The versions the harness looks for are the ones install.sh builds.
+    #[test]
+    fn install_sh_pins_the_versions_the_harness_expects() {
+        let script = std::fs::read_to_string(super::repo().join("tests/cluster/install.sh")).unwrap();
+        let pinned = |var: &str| {
+            script
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{var}=")))
+                .unwrap_or_else(|| panic!("install.sh sets {var}"))
+                .to_string()
+        };
+        assert_eq!(pinned("KUBERNETES_VERSION"), super::KUBERNETES_VERSION);
+        assert_eq!(pinned("ETCD_VERSION"), super::ETCD_VERSION);
+    }
+}

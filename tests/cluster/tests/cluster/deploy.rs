@@ -163,7 +163,7 @@ fn a_configmap_edit_reaches_the_host_and_a_broken_one_never_displaces_the_good()
         "on-error = \"ignore\"\n\n[settings.labels]\napp = \"APPLICATION\"\n\n[settings.annotations]\n\"example.com/owner\" = \"TEAM\"\n",
     );
     let edit = Instant::now();
-    set_policies(&c, &[edited.clone()]);
+    set_policies(&c, std::slice::from_ref(&edited));
     wait_for(
         "the host reloading the edited policy",
         Duration::from_secs(c.options.sync_frequency_secs * 3 + 120),

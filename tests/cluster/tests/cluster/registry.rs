@@ -151,9 +151,8 @@ fn a_signed_policy_by_tag_rolls_out_when_the_tag_moves() {
         .unwrap();
     let first = publish(&v1, true);
 
-    let remote = Policy { name: "50-remote".into(), wasm: Vec::new(), toml: String::new() };
     let settings = format!("source = \"{tag}\"\non-error = \"fail\"\nsettings = \"remote\"\n");
-    set_settings_only(&c, &remote.name, &settings);
+    set_settings_only(&c, "50-remote", &settings);
     let dir = overlay(&c, Path::new(&ca), &public);
     c.kubectl.run(&["apply", "-k", &dir.display().to_string()]).unwrap_or_else(|e| panic!("{e}"));
     rollout(&c);
