@@ -559,7 +559,8 @@ async fn a_recording_replays_to_the_outcomes_of_the_live_run() {
         &config,
         format!(
             "[engine]\ncache-dir = {cache}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n\
-             [runtime]\nregister-timeout-ms = 600000\n"
+             [runtime]\nregister-timeout-ms = 600000\n[registry]\ncache-dir = {:?}\n",
+            dir.path().join("registry")
         ),
     )
     .unwrap();

@@ -135,7 +135,16 @@ fn demo_plays_a_pods_file_with_a_config_and_judges_only_its_own_scenarios() {
     std::fs::create_dir(&policies).unwrap();
     install_pod_metadata_env(&policies);
     let config = dir.path().join("node.toml");
-    std::fs::write(&config, "[engine]\ncompile-timeout-ms = 600000\n").unwrap();
+    // Caches of its own: root's defaults are the node's (/var/cache).
+    std::fs::write(
+        &config,
+        format!(
+            "[engine]\ncompile-timeout-ms = 600000\ncache-dir = {:?}\n[registry]\ncache-dir = {:?}\n",
+            dir.path().join("cache"),
+            dir.path().join("registry")
+        ),
+    )
+    .unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/containerd-2.3.4/CreateContainer.json");
     let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
         .args(["demo", "--colour", "never", "--config"])

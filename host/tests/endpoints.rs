@@ -126,7 +126,9 @@ fn config(dir: &Path, socket: &Path) -> PathBuf {
     let text = format!(
         "[runtime]\nsocket = {socket:?}\nreconnect-initial-ms = 50\nreconnect-max-ms = 200\n\
          [metrics]\naddress = \"127.0.0.1:0\"\n[policies]\ndir = {policies:?}\nwatch = false\n\
-         [engine]\ncache-dir = \"\"\n"
+         [engine]\ncache-dir = \"\"\n[registry]\ncache-dir = {:?}\n",
+        // Root's default registry cache is the node's /var/cache.
+        dir.join("registry")
     );
     std::fs::write(&path, text).unwrap();
     path

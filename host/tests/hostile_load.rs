@@ -100,8 +100,11 @@ fn config(dir: &Path, socket: &Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("config.toml");
     let text = format!(
         "[runtime]\nsocket = {socket:?}\nreconnect-initial-ms = 50\nreconnect-max-ms = 200\n\
-         [metrics]\naddress = \"\"\n[policies]\ndir = {:?}\n[engine]\ncache-dir = \"\"\n{extra}",
-        dir.join("policies")
+         [metrics]\naddress = \"\"\n[policies]\ndir = {:?}\n[registry]\ncache-dir = {:?}\n\
+         [engine]\ncache-dir = \"\"\n{extra}",
+        dir.join("policies"),
+        // Root's default registry cache is the node's /var/cache.
+        dir.join("registry")
     );
     std::fs::write(&path, text).unwrap();
     path

@@ -13,7 +13,9 @@ use nri_sim::{PluginConn, RuntimeProfile};
 /// machine's default cache directory alone (the only key it sets).
 fn no_cache_config(dir: &tempfile::TempDir) -> std::path::PathBuf {
     let path = dir.path().join("config.toml");
-    std::fs::write(&path, "[engine]\ncache-dir = \"\"\n").unwrap();
+    // Nor the registry's cache, whose default as root is the node's too.
+    let registry = dir.path().join("registry");
+    std::fs::write(&path, format!("[engine]\ncache-dir = \"\"\n[registry]\ncache-dir = {registry:?}\n")).unwrap();
     path
 }
 

@@ -89,9 +89,11 @@ fn config(dir: &Path, socket: &Path) -> PathBuf {
     let text = format!(
         "[runtime]\nsocket = {socket:?}\nreconnect-initial-ms = 50\nreconnect-max-ms = 200\n\
          [metrics]\naddress = \"\"\n[policies]\ndir = {policies:?}\nwatch = false\n\
-         [engine]\ncache-dir = {:?}\n",
+         [engine]\ncache-dir = {:?}\n[registry]\ncache-dir = {:?}\n",
         // The build's shared cache: the policy is compiled once for all tests.
-        nri_wasm_components::COMPONENT_CACHE
+        nri_wasm_components::COMPONENT_CACHE,
+        // Root's default registry cache is the node's /var/cache.
+        dir.join("registry")
     );
     std::fs::write(&path, text).unwrap();
     path

@@ -302,7 +302,7 @@ impl Host {
             Some(recorder) => Arc::new(RecordingDispatcher::new(dispatcher, recorder.clone())),
             None => dispatcher,
         };
-        let supervisor = Supervisor::new(options, dispatcher, stop).with_link(link);
+        let supervisor = Supervisor::new(options, dispatcher, stop).with_link(link).with_farewell();
         let mut status = supervisor.handles().status;
         let wanted = policies.clone();
         tokio::spawn(async move {

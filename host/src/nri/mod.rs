@@ -18,6 +18,7 @@
 //! answer, `mux.rs` the loops that move frames between socket and conns.
 //! `events.rs` is the one table of NRI events the rest is generated from.
 //! `session.rs` runs one connection (serve, register, wait for the end);
+//! `farewell.rs` leaves so that the runtime drops the plugin at once;
 //! `supervisor.rs` keeps reconnecting in external mode and exits in launched
 //! mode, and changes the subscription by registering a second connection
 //! before it closes the first; `handover.rs` sees that the runtime's events
@@ -28,6 +29,7 @@
 pub mod clock;
 pub mod dispatch;
 pub mod events;
+pub mod farewell;
 pub mod frame;
 pub mod handover;
 pub mod mux;

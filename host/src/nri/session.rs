@@ -206,6 +206,9 @@ pub struct SessionContext {
     pub register_timeout: Duration,
     /// Cancelled to end every session (a signal): each closes cleanly.
     pub stop: CancellationToken,
+    /// The runtime's socket, to leave through a farewell registration when
+    /// stopped (`farewell.rs`); `None` closes the connection directly.
+    pub farewell: Option<std::path::PathBuf>,
 }
 
 /// How far the registration of a session got.
@@ -442,6 +445,11 @@ impl Run {
         };
         if matches!(end, SessionEnd::Retired) {
             self.quiesce(&link, &handle).await;
+        }
+        if let (SessionEnd::Stopped, Some(socket)) = (&end, &cx.farewell) {
+            // Serving on meanwhile: the connection closes inside the
+            // farewell's Synchronize.
+            super::farewell::leave(socket, &cx.identity, &handle, cx.register_timeout).await;
         }
         finish(&mut server, &handle).await;
         end

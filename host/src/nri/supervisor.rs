@@ -158,8 +158,12 @@ impl Supervisor {
     /// `stop` is cancelled.
     pub fn new(options: ConnectOptions, dispatcher: Arc<dyn Dispatcher>, stop: CancellationToken) -> Self {
         let (status, _) = watch::channel(Status::default());
-        let cx =
-            SessionContext { identity: options.identity.clone(), register_timeout: options.register_timeout, stop };
+        let cx = SessionContext {
+            identity: options.identity.clone(),
+            register_timeout: options.register_timeout,
+            stop,
+            farewell: None,
+        };
         Self { options, cx, dispatcher, link: RuntimeLink::default(), status, conns: AtomicU64::new(0) }
     }
 
@@ -167,6 +171,17 @@ impl Supervisor {
     /// UpdateContainers holds a clone of it).
     pub fn with_link(mut self, link: RuntimeLink) -> Self {
         self.link = link;
+        self
+    }
+
+    /// On a requested stop, leave through a farewell registration so that
+    /// the runtime drops the plugin before its next event (`farewell.rs`):
+    /// what the binary does. External mode only (a launched plugin's socket
+    /// is its one connection); without it the connection just closes.
+    pub fn with_farewell(mut self) -> Self {
+        if let Endpoint::Socket(path) = &self.options.endpoint {
+            self.cx.farewell = Some(path.clone());
+        }
         self
     }
 

@@ -860,7 +860,9 @@ mod tests {
         use crate::node::topology::Topology;
         use crate::policy::chain::{ChainSettings, Pending};
         use crate::policy::engine::EngineSettings;
-        let engine = PolicyEngine::new(&EngineSettings { pooling: false, ..Default::default() }).expect("engine");
+        // No compile cache: root's default is the node's /var/cache/nri-wasm.
+        let engine = PolicyEngine::new(&EngineSettings { pooling: false, cache_dir: None, ..Default::default() })
+            .expect("engine");
         let pending = Pending { name: "10-loading".into(), mandatory, since: Instant::now(), expected: None };
         let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(vec![pending]);
         let node = wit::NodeInfo { hostname: "node-1".into(), arch: "x86_64".into(), cpus: 1, memory_bytes: 1 << 30 };

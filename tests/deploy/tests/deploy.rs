@@ -26,7 +26,7 @@ const SOCKET_DIR: &str = "/var/run/nri";
 /// The host's default compile cache as root (the container's uid).
 const CACHE_DIR: &str = nri_wasm::policy::engine::ROOT_CACHE_DIR;
 const STATE_DIR: &str = "/var/lib/nri-wasm/state";
-const CONFIG_TABLES: &[&str] = &["plugin", "runtime", "policies", "engine", "chain", "metrics", "logging"];
+const CONFIG_TABLES: &[&str] = &["plugin", "runtime", "policies", "engine", "registry", "chain", "metrics", "logging"];
 
 fn kustomize_dir() -> PathBuf {
     deploy_dir().join("kustomize")
@@ -340,6 +340,10 @@ fn the_daemonset_runs_the_host_in_external_mode_with_its_endpoint_and_paths() {
     let policies = conf.policies.dir.clone().expect("a policy directory");
     assert_eq!(mounts["policies"].mount_path, policies.to_str().unwrap());
     assert_eq!(conf.engine.cache_dir.as_deref(), Some(Path::new(CACHE_DIR)));
+    // The root file system is read-only: whatever the host writes is in a
+    // mounted directory, the registry's cache too (issue #32).
+    let registry_cache = conf.registry.cache_dir.clone().expect("a registry cache");
+    assert!(registry_cache.starts_with(CACHE_DIR), "{}", registry_cache.display());
     assert_eq!(conf.policies.state_dir.as_deref(), Some(Path::new(STATE_DIR)));
     assert_eq!(conf.runtime.socket.parent(), Some(Path::new(SOCKET_DIR)));
     // Every mount has its volume (the policies' comes from an overlay).
@@ -634,10 +638,17 @@ fn the_containerfile_builds_the_host_without_demo_and_runs_it() {
     let runtime = file.stages.last().unwrap();
     assert!(runtime.name.as_deref() != Some("builder"));
     let copies: Vec<_> = runtime.all("COPY").map(|c| containerfile::copy_args(&c.args)).collect();
-    assert_eq!(copies.len(), 1, "the runtime stage gets one thing: the binary");
+    assert_eq!(copies.len(), 2, "the runtime stage gets two things: the binary and a CA bundle");
     let (from, sources, dest) = &copies[0];
     assert_eq!(from.as_deref(), Some("builder"));
     assert_eq!(sources, &[out]);
+    // The registry client needs roots (issue #32: "builder error" without).
+    let bundle = "/etc/ssl/certs/ca-certificates.crt";
+    let (ca_from, ca_sources, ca_dest) = &copies[1];
+    assert_eq!(
+        (ca_from.as_deref(), ca_sources.as_slice(), ca_dest.as_str()),
+        (Some("builder"), &[bundle.to_string()][..], bundle)
+    );
     assert!(runtime.all("RUN").next().is_none(), "nothing runs in the runtime stage (it has no shell)");
 
     // It runs `nri-wasm run`, with flags the binary has.
@@ -793,7 +804,7 @@ fn the_metric_list_is_the_hosts() {
 
 #[test]
 fn helpers_read_quantities_and_containerfiles() {
-    assert_eq!(quantity_mib("3584Mi").unwrap(), 3584);
+    assert_eq!(quantity_mib("4608Mi").unwrap(), 4608);
     assert_eq!(quantity_mib("2Gi").unwrap(), 2048);
     assert_eq!(quantity_mib("1048576").unwrap(), 1);
     assert!(quantity_mib("lots").is_err());
@@ -814,4 +825,60 @@ fn helpers_read_quantities_and_containerfiles() {
     assert_eq!(bad.problems.len(), 2, "{:?}", bad.problems);
     assert!(!dashboard::check("rate(nri_wasm_unknown_total[5m])").problems.is_empty());
     assert!(!dashboard::check("sum(rate(nri_wasm_events_total[5m])").problems.is_empty());
+}
+
+/// `build-image.sh` makes, from any binary, an OCI archive whose image has
+/// the name the kustomization gives the DaemonSet, the binary where the
+/// Containerfile puts it with the libraries it links, and a CA bundle; the
+/// same inputs give the same bytes. (The cluster suite runs the image.)
+#[test]
+fn build_image_packs_the_binary_its_libraries_and_a_ca_bundle_reproducibly() {
+    let script = deploy_dir().join("build-image.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+    // A dynamically linked program of the machine stands in for the host.
+    let binary = Path::new("/bin/true");
+    let build = |out: &Path| {
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .args(["--binary", binary.to_str().unwrap(), "--ca-bundle", ca.to_str().unwrap(), "--output"])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        std::fs::read(out).unwrap()
+    };
+    let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
+    assert_eq!(build(&a), build(&b), "reproducible");
+
+    let tar = |args: &[&str], dir: &Path| {
+        let out = std::process::Command::new("tar").args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let layout = dir.path().join("layout");
+    std::fs::create_dir(&layout).unwrap();
+    tar(&["xf", a.to_str().unwrap()], &layout);
+    let index: serde_json::Value = serde_json::from_str(&read(&layout.join("index.json")).unwrap()).unwrap();
+    let base = kustomization(&kustomize_dir().join("base"));
+    let image = &base.images[0];
+    let expected = format!("{}:{}", image.new_name.as_deref().unwrap(), image.new_tag.as_deref().unwrap());
+    let manifest = &index["manifests"][0];
+    assert_eq!(manifest["annotations"]["io.containerd.image.name"], expected.as_str());
+    let blob = |digest: &str| layout.join("blobs/sha256").join(digest.trim_start_matches("sha256:"));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob(manifest["digest"].as_str().unwrap())).unwrap()).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob(manifest["config"]["digest"].as_str().unwrap())).unwrap()).unwrap();
+    let file = Containerfile::parse(&read(&deploy_dir().join("Containerfile")).unwrap()).unwrap();
+    let runtime = file.stages.last().unwrap();
+    let entry = containerfile::exec_form(&runtime.last("ENTRYPOINT").unwrap().args).unwrap();
+    assert_eq!(config["config"]["Entrypoint"], serde_json::json!(entry), "the Containerfile's entry point");
+    let layer = blob(manifest["layers"][0]["digest"].as_str().unwrap());
+    let files = tar(&["tf", layer.to_str().unwrap()], dir.path());
+    let files: BTreeSet<&str> = files.lines().map(|l| l.trim_start_matches("./")).collect();
+    assert!(files.contains(entry[0].trim_start_matches('/')), "{files:?}");
+    assert!(files.contains("etc/ssl/certs/ca-certificates.crt"), "{files:?}");
+    assert!(files.iter().any(|f| f.contains("libc.so")), "the libraries the binary links: {files:?}");
 }

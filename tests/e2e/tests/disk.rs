@@ -388,6 +388,8 @@ fn records_and_compiled_forms_of_versions_gone_from_the_directory_are_pruned() {
         install("10-a", guests::ANNOTATE, "one");
         install("20-b", guests::REALISTIC, "1");
         let mut config = nri_wasm::config::Config::default();
+        // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+        config.registry.cache_dir = None;
         config.policies.dir = Some(policies.clone());
         config.policies.watch = false;
         config.engine = settings(&cache);

@@ -78,6 +78,8 @@ fn ordinary_policies_load_while_two_others_are_still_in_configure() {
         drop(warm);
 
         let mut config = Config::default();
+        // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+        config.registry.cache_dir = None;
         config.policies.dir = Some(policies.clone());
         config.policies.watch = false;
         config.engine = engine;

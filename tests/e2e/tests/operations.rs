@@ -40,6 +40,8 @@ impl Host {
     fn start(policies: &Path, socket: &Path, watch: bool, backoff: (Duration, Duration)) -> Self {
         init_logging();
         let mut config = Config::default();
+        // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+        config.registry.cache_dir = None;
         config.policies.dir = Some(policies.to_path_buf());
         config.policies.watch = watch;
         config.policies.reload_debounce_ms = 100;

@@ -329,6 +329,8 @@ async fn subscription_changes_under_load(rounds: usize, ties: Ties) {
     let count = "settings = \"count\"\non-error = \"fail\"\n[limits]\ntimeout-ms = 5000\n";
     std::fs::write(policies.join("10-count.toml"), count).unwrap();
     let mut config = Config::default();
+    // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+    config.registry.cache_dir = None;
     config.policies.dir = Some(policies.clone());
     config.policies.reload_debounce_ms = 20;
     // The build's shared cache: compiled once for all the tests.

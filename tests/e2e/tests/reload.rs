@@ -80,6 +80,8 @@ fn five_hundred_reload_cycles_under_load_keep_every_answer_consistent() {
         install(&policies, "10-steady", &plain, "steady");
 
         let mut config = Config::default();
+        // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+        config.registry.cache_dir = None;
         config.policies.dir = Some(policies.clone());
         config.policies.watch = false;
         config.engine = engine_settings();

@@ -85,6 +85,8 @@ impl Host {
     fn start_with(policies: &Path, cache: &Path, socket: &Path, edit: impl FnOnce(&mut Config)) -> Self {
         init_logging();
         let mut config = Config::default();
+        // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
+        config.registry.cache_dir = None;
         config.policies.dir = Some(policies.to_path_buf());
         config.policies.watch = false;
         config.engine.cache_dir = Some(cache.to_path_buf());

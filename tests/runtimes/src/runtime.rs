@@ -174,7 +174,7 @@ impl Drop for Node {
 /// shims (and CRI-O's conmon) detach from the runtime by forking twice; on
 /// a machine whose PID 1 does not reap, they would stay as zombies after
 /// they end. As their subreaper, the test process reaps them itself.
-fn become_subreaper() {
+pub fn become_subreaper() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: prctl with integer arguments only.
@@ -228,7 +228,7 @@ fn cgroup_dirs(parent: &str) -> Vec<PathBuf> {
 
 /// SIGKILLs every process left in the node's cgroups (by pid), then removes
 /// the cgroups, deepest first.
-fn kill_cgroup_tree(parent: &str) {
+pub fn kill_cgroup_tree(parent: &str) {
     for _ in 0..50 {
         let mut any = false;
         for dir in cgroup_dirs(parent) {

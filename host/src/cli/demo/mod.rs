@@ -104,6 +104,9 @@ pub(super) async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         None => {
             let mut config = Config::default();
             config.engine.cache_dir = Some(cache_dir()?);
+            // The demo pulls nothing; the default registry cache (root's is
+            // the node's /var/cache/nri-wasm-oci) is not the demo's to make.
+            config.registry.cache_dir = Some(work.path.join("registry"));
             config
         }
     };

@@ -12,17 +12,28 @@
 //!   symlinks and without blocking, regular files only, size-capped;
 //! - every entry starts with a header that binds it to the SHA-256 of the
 //!   component it was compiled from and to the engine's compatibility hash,
-//!   and carries an HMAC-SHA256 of the header and the code under a
-//!   host-private key (32 random bytes, mode 0600, in a file beside the
-//!   directory, `<cache-dir>.key`, created exclusively);
+//!   and carries an HMAC-SHA256 of the header and the code under a key
+//!   derived from the host-private key (32 random bytes, mode 0600, in the
+//!   file `key` inside the directory, created exclusively) and the
+//!   directory's identity (its device and inode numbers);
 //! - the MAC is checked, in constant time, before a byte of the entry
 //!   reaches wasmtime. A swapped entry, a flipped byte, a truncated or
-//!   extended file, another key: the entry is removed with a warning naming
-//!   the policy and the file, and the component is compiled again.
+//!   extended file, another key, another directory: the entry is removed with
+//!   a warning naming the policy and the file, and the component is compiled
+//!   again.
 //!
-//! The key lives outside the directory so that the directory holds only
-//! entries, and so that copying a cache directory from elsewhere (a backup,
-//! another node) never makes its entries trusted. Entries are keyed by the
+//! The key lives inside the directory because the directory is the one
+//! place the host must be able to write: in the DaemonSet the root file
+//! system is read-only and only the cache directory is mounted from the node,
+//! so a key beside it could never be created and every restart compiled
+//! every policy again. Binding the MAC to the directory's identity keeps what
+//! a key outside gave: copying a cache directory from elsewhere (a backup,
+//! another node), key included, never makes its entries trusted, since the
+//! copy is another inode. A key at the earlier place, `<cache-dir>.key`, is
+//! no longer read (its entries were authenticated without the identity, so
+//! they would not verify anyway); a new key removes the entries written
+//! under another, and the first start after the upgrade compiles once.
+//! Entries are keyed by the
 //! SHA-256 of both digests, written under a unique temporary name and renamed
 //! into place, and pruned: entries no loaded policy uses are removed once they
 //! are a day old or the directory is over its size cap.
@@ -163,7 +174,8 @@ pub struct Cache {
     dir: PathBuf,
     max_bytes: u64,
     uid: u32,
-    key: [u8; KEY_BYTES],
+    /// The host's key bound to the directory ([`bound_key`]).
+    key: [u8; 32],
 }
 
 impl std::fmt::Debug for Cache {
@@ -189,18 +201,40 @@ fn temp_name(base: &str) -> String {
     format!(".{base}.tmp.{}.{}", std::process::id(), unique_suffix())
 }
 
-/// Where the key of the cache in `dir` is kept: beside it.
+/// The file name of the key, inside the cache directory. Not an entry's
+/// name (`<hex>.cwasm`), a subscription record's (`<hex>.sub`) or a
+/// temporary file's (`.<name>.tmp.<pid>.<n>`), so pruning never touches it.
+const KEY_FILE: &str = "key";
+
+/// Where the key of the cache in `dir` is kept: inside it.
 pub fn key_path(dir: &Path) -> PathBuf {
-    match (dir.parent(), dir.file_name()) {
-        (Some(parent), Some(name)) => parent.join(format!("{}.key", name.to_string_lossy())),
-        _ => dir.join(".key"),
-    }
+    dir.join(KEY_FILE)
 }
 
-/// Reads the host's key, creating it first if there is none. Two hosts
-/// starting together agree on one key: each writes a complete candidate
-/// and links it into place, and the one that finds a key there uses it.
-fn load_or_create_key(path: &Path, uid: u32) -> Result<[u8; KEY_BYTES], String> {
+/// Where earlier versions kept the key: beside the directory (on a
+/// read-only root it could not be created). Only looked at to tell the
+/// operator that it is no longer used.
+fn old_key_path(dir: &Path) -> Option<PathBuf> {
+    Some(dir.parent()?.join(format!("{}.key", dir.file_name()?.to_string_lossy())))
+}
+
+/// The key entries are authenticated with: the host's key bound to the
+/// directory's identity, so that a copy of the directory (another inode,
+/// perhaps another device) with its key is not trusted.
+fn bound_key(key: &[u8; KEY_BYTES], dir_meta: &std::fs::Metadata) -> [u8; 32] {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(b"nri-wasm compile cache directory\0");
+    mac.update(&dir_meta.dev().to_le_bytes());
+    mac.update(&dir_meta.ino().to_le_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+/// Reads the host's key, creating it first if there is none; `true` with
+/// it if this call created it. Two hosts starting together agree on one
+/// key: each writes a complete candidate and links it into place, and the
+/// one that finds a key there uses it.
+fn load_or_create_key(path: &Path, uid: u32) -> Result<([u8; KEY_BYTES], bool), String> {
+    let mut created = false;
     for _ in 0..2 {
         match open_regular(path) {
             Ok(Ok((file, meta))) => {
@@ -223,7 +257,7 @@ fn load_or_create_key(path: &Path, uid: u32) -> Result<[u8; KEY_BYTES], String> 
                 }
                 let mut key = [0u8; KEY_BYTES];
                 (&file).read_exact(&mut key).map_err(|e| format!("key {}: {e}", path.display()))?;
-                return Ok(key);
+                return Ok((key, created));
             }
             Ok(Err(what)) => return Err(format!("key {}: {what}, not a regular file", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -237,11 +271,12 @@ fn load_or_create_key(path: &Path, uid: u32) -> Result<[u8; KEY_BYTES], String> 
             file.sync_all()?;
             match std::fs::hard_link(&tmp, path) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
-                _ => Ok(()),
+                Err(_) => Ok(false),
+                Ok(()) => Ok(true),
             }
         })();
         let _ = std::fs::remove_file(&tmp);
-        written.map_err(|e| format!("key {}: cannot create it: {e}", path.display()))?;
+        created = written.map_err(|e| format!("key {}: cannot create it: {e}", path.display()))?;
     }
     Err(format!("key {}: created, then gone", path.display()))
 }
@@ -261,9 +296,42 @@ impl Cache {
         if let Some(reason) = distrust(&meta, uid) {
             return Err(CacheError::Untrusted { dir: dir.into(), reason });
         }
-        let key = load_or_create_key(&key_path(dir), uid)
+        let (key, created) = load_or_create_key(&key_path(dir), uid)
             .map_err(|reason| CacheError::Untrusted { dir: dir.into(), reason })?;
-        Ok(Self { dir: dir.to_path_buf(), max_bytes, uid, key })
+        let cache = Self { dir: dir.to_path_buf(), max_bytes, uid, key: bound_key(&key, &meta) };
+        if created {
+            // Whatever entries are here were written under another key (a
+            // lost key, an earlier version's beside the directory): none
+            // would verify. Removed now, with one line, rather than each
+            // with a warning when a policy loads.
+            let removed = cache.remove_entries();
+            if removed > 0 {
+                tracing::info!(
+                    dir = %dir.display(),
+                    removed,
+                    "compile cache: a new key; the entries written under another key were removed"
+                );
+            }
+            if let Some(old) = old_key_path(dir).filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+                tracing::info!(
+                    dir = %dir.display(),
+                    old_key = %old.display(),
+                    "compile cache: the key is now inside the directory; the one beside it is no longer used \
+                     and may be deleted"
+                );
+            }
+        }
+        Ok(cache)
+    }
+
+    /// Removes every entry (`*.cwasm`); the number removed.
+    fn remove_entries(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return 0 };
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(&format!(".{EXTENSION}")))
+            .filter(|e| std::fs::remove_file(e.path()).is_ok())
+            .count()
     }
 
     /// The cache's directory.
@@ -444,14 +512,18 @@ mod tests {
     }
 
     #[test]
-    fn the_key_is_private_beside_the_directory_and_checked() {
+    fn the_key_is_private_inside_the_directory_and_checked() {
         let dir = tempfile::tempdir().unwrap();
         let cache_dir = dir.path().join("cache");
         Cache::open(&cache_dir, 1 << 30).unwrap();
-        let key = dir.path().join("cache.key");
+        let key = cache_dir.join("key");
+        assert_eq!(key_path(&cache_dir), key);
         let meta = std::fs::symlink_metadata(&key).unwrap();
         assert!(meta.is_file() && meta.len() == 32 && meta.mode() & 0o777 == 0o600, "{meta:?}");
-        assert_eq!(std::fs::read_dir(&cache_dir).unwrap().count(), 0, "the directory holds only entries");
+        // Nothing is written beside the directory: its parent may be a
+        // read-only root with only the directory mounted writable.
+        let beside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(beside, ["cache"]);
         // The same key on the next start.
         let first = std::fs::read(&key).unwrap();
         Cache::open(&cache_dir, 1 << 30).unwrap();
@@ -459,7 +531,7 @@ mod tests {
 
         set_mode(&key, 0o644);
         let e = Cache::open(&cache_dir, 1 << 30).unwrap_err().to_string();
-        assert!(e.contains("cache.key") && e.contains("readable or writable by group or others"), "{e}");
+        assert!(e.contains("cache/key") && e.contains("readable or writable by group or others"), "{e}");
         std::fs::remove_file(&key).unwrap();
         std::fs::write(dir.path().join("elsewhere"), [7u8; 32]).unwrap();
         set_mode(&dir.path().join("elsewhere"), 0o600);
@@ -471,6 +543,61 @@ mod tests {
         set_mode(&key, 0o600);
         let e = Cache::open(&cache_dir, 1 << 30).unwrap_err().to_string();
         assert!(e.contains("5 bytes, not 32"), "{e}");
+    }
+
+    #[test]
+    fn pruning_never_removes_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("c");
+        let cache = Cache::open(&cache_dir, 0).unwrap();
+        cache.put(&A, b"artifact").unwrap();
+        let past = SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
+        std::fs::File::options().append(true).open(key_path(&cache_dir)).unwrap().set_modified(past).unwrap();
+        assert_eq!(cache.prune(&HashSet::new()), 1, "the entry, over the cap of 0 bytes");
+        assert!(key_path(&cache_dir).exists());
+        assert!(Cache::open(&cache_dir, 0).is_ok());
+    }
+
+    #[test]
+    fn a_copy_of_the_directory_with_its_key_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (original, copy) = (dir.path().join("c"), dir.path().join("copy"));
+        Cache::open(&original, 1 << 30).unwrap().put(&A, b"artifact").unwrap();
+        std::fs::DirBuilder::new().mode(0o700).create(&copy).unwrap();
+        for e in std::fs::read_dir(&original).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+        }
+        // The key is the same file content, the directory another inode.
+        assert_eq!(std::fs::read(key_path(&copy)).unwrap(), std::fs::read(key_path(&original)).unwrap());
+        let copied = Cache::open(&copy, 1 << 30).unwrap();
+        assert_eq!(copied.lookup(&A).unwrap_err(), Rejected::Mac);
+        // Moved (the same inode), it is still the host's.
+        let moved = dir.path().join("moved");
+        std::fs::rename(&original, &moved).unwrap();
+        assert_eq!(Cache::open(&moved, 1 << 30).unwrap().lookup(&A).unwrap().unwrap().code(), b"artifact");
+    }
+
+    #[test]
+    fn a_key_beside_the_directory_from_an_earlier_version_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let old = dir.path().join("cache.key");
+        std::fs::write(&old, [5u8; 32]).unwrap();
+        set_mode(&old, 0o600);
+        // An entry an earlier version wrote (under the old key, unbound).
+        std::fs::DirBuilder::new().mode(0o700).create(&cache_dir).unwrap();
+        let stale = cache_dir.join(format!("{}.cwasm", A.key()));
+        std::fs::write(&stale, b"an entry under the old key").unwrap();
+        set_mode(&stale, 0o600);
+        let cache = Cache::open(&cache_dir, 1 << 30).unwrap();
+        assert!(!stale.exists(), "an entry of another key is removed when the key is created");
+        assert!(cache.lookup(&A).unwrap().is_none());
+        assert_ne!(std::fs::read(key_path(&cache_dir)).unwrap(), [5u8; 32], "the old key is not adopted");
+        assert_eq!(std::fs::read(&old).unwrap(), [5u8; 32], "nor changed");
+        // Entries written now survive the next start (the key exists).
+        cache.put(&A, b"artifact").unwrap();
+        assert!(Cache::open(&cache_dir, 1 << 30).unwrap().lookup(&A).unwrap().is_some());
     }
 
     #[test]
@@ -554,9 +681,14 @@ mod tests {
     fn a_new_key_invalidates_every_entry() {
         let dir = tempfile::tempdir().unwrap();
         let cache_dir = dir.path().join("c");
-        Cache::open(&cache_dir, 1 << 30).unwrap().put(&A, b"artifact").unwrap();
+        let cache = Cache::open(&cache_dir, 1 << 30).unwrap();
+        cache.put(&A, b"artifact").unwrap();
+        let entry = std::fs::read(cache.path(&A.key())).unwrap();
         std::fs::remove_file(key_path(&cache_dir)).unwrap();
         let again = Cache::open(&cache_dir, 1 << 30).unwrap();
+        assert!(!again.path(&A.key()).exists(), "removed when the new key is made");
+        // Put back (or planted while the key exists): it does not verify.
+        plant(&again, &A, &entry);
         assert_eq!(again.lookup(&A).unwrap_err(), Rejected::Mac);
     }
 
