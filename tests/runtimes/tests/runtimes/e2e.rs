@@ -444,6 +444,78 @@ fn a_reload_under_load_never_leaves_a_container_without_the_policy() {
     no_plugin_dropped(&node);
 }
 
+/// Whether `/status` says the host is subscribed to `event`.
+fn subscribed_to(status: &Value, event: &str) -> bool {
+    status["subscribed"].as_str().is_some_and(|s| s.split(',').any(|e| e.trim() == event))
+}
+
+#[test]
+fn subscription_changes_under_creates_lose_no_create() {
+    // A mandatory policy annotates every container while creates arrive
+    // on two threads, and a policy that needs StartContainer is dropped in
+    // and taken out again six times: each change is a new registration
+    // with the runtime (the subscription is fixed at Configure). The
+    // runtime treats a call on a closing connection as "go on without the
+    // plugin", so a lost request would show as a container without the
+    // annotation, and a dropped plugin in the runtime's log.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    let node = node();
+    let mut host = host_with(&node, &[annotate("50-annotate", "seen", "fail")]);
+    let pod = node.crictl.run_pod(&Pod::new("resubscribing")).unwrap();
+    let policies = host.config().policy_dir();
+    let squeeze = wasm(nri_wasm_test_support::guests::SQUEEZE);
+    let done = AtomicBool::new(false);
+    let created = Mutex::new(Vec::new());
+    let rounds = 6;
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (done, created, node, pod) = (&done, &created, &node, &pod);
+            s.spawn(move || {
+                let mut n = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let name = format!("r-{t}-{n}");
+                    n += 1;
+                    let outcome = node.crictl.create(pod, &Container::sleeper(&name)).map(|id| {
+                        spec_annotation(&node.crictl.spec(&id).unwrap(), "example.com/seen")
+                    });
+                    created.lock().unwrap().push((name, outcome));
+                }
+            });
+        }
+        for round in 0..rounds {
+            let adding = round % 2 == 0;
+            if adding {
+                policies.install("40-squeeze", &squeeze, "grant = [\"updates\"]\nsettings = \"30000\"\n").unwrap();
+            } else {
+                for ext in ["wasm", "toml"] {
+                    std::fs::remove_file(policies.dir().join(format!("40-squeeze.{ext}"))).unwrap();
+                }
+            }
+            let what = format!("round {round}: subscribed to StartContainer: {adding}, registered anew");
+            let waited = host.wait_status(&what, |s| {
+                subscribed_to(s, "StartContainer") == adding
+                    && s["reconnects"].as_u64().is_some_and(|r| r > round as u64)
+                    && s["registered"] == true
+            });
+            if let Err(e) = waited {
+                done.store(true, Ordering::SeqCst);
+                panic!("{e}");
+            }
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    let created = created.into_inner().unwrap();
+    let broken: Vec<_> = created.iter().filter(|(name, outcome)| !matches!(outcome, Ok(Some(v)) if v == name)).collect();
+    eprintln!("{} creates across {rounds} subscription changes", created.len());
+    assert!(broken.is_empty(), "creates failed or went ahead without the policy: {broken:#?}\nhost log:\n{}", host.log().tail(30));
+    assert!(created.len() >= rounds, "too few creates to tell: {}", created.len());
+    // A retired connection may still be in the runtime's list when the next
+    // event comes (it drops closed plugins lazily): that call fails and is
+    // logged as a closed plugin, after its successor has served the event.
+    eprintln!("runtime log lines about closed plugins: {}", node.runtime_log().count(CLOSING_PLUGIN));
+}
+
 /// A file of a container's cgroup (v1 controller `controller`, or the v2
 /// unified hierarchy), from the cgroup path in its spec.
 fn cgroup_file(node: &Node, id: &str, controller: &str, file: &str) -> String {
