@@ -187,7 +187,15 @@ fn five_hundred_pods_of_churn_under_ten_policies() {
     assert!(created >= Some((ROUNDS * BATCH) as f64), "every create answered: {created:?}");
     for bad in ["failed", "deadline"] {
         let n = sample(&metrics, "nri_wasm_events_total", &[("event", "CreateContainer"), ("result", bad)]);
-        assert_eq!(n, None, "no {bad} create");
+        if n.is_some() {
+            let lines: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("nri_wasm_") && !l.contains("result=\"ok\"") && !l.contains("outcome=\"ok\""))
+                .filter(|l| l.contains("events_total") || l.contains("calls_total"))
+                .collect();
+            let log = c.kubectl.run(&["-n", NS, "logs", &name(&now), "--tail=40"]).unwrap_or_default();
+            panic!("{n:?} {bad} create(s); the host's counts:\n{}\nits log:\n{log}", lines.join("\n"));
+        }
     }
     let s = host_status(&c, &now).unwrap();
     assert_eq!(s["reconnects"].as_u64(), reconnects, "the runtime never dropped the host: {s}");

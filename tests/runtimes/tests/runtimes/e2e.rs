@@ -476,9 +476,10 @@ fn subscription_changes_under_creates_lose_no_create() {
                 while !done.load(Ordering::SeqCst) {
                     let name = format!("r-{t}-{n}");
                     n += 1;
-                    let outcome = node.crictl.create(pod, &Container::sleeper(&name)).map(|id| {
-                        spec_annotation(&node.crictl.spec(&id).unwrap(), "example.com/seen")
-                    });
+                    let outcome = node
+                        .crictl
+                        .create(pod, &Container::sleeper(&name))
+                        .map(|id| spec_annotation(&node.crictl.spec(&id).unwrap(), "example.com/seen"));
                     created.lock().unwrap().push((name, outcome));
                 }
             });
@@ -506,9 +507,14 @@ fn subscription_changes_under_creates_lose_no_create() {
         done.store(true, Ordering::SeqCst);
     });
     let created = created.into_inner().unwrap();
-    let broken: Vec<_> = created.iter().filter(|(name, outcome)| !matches!(outcome, Ok(Some(v)) if v == name)).collect();
+    let broken: Vec<_> =
+        created.iter().filter(|(name, outcome)| !matches!(outcome, Ok(Some(v)) if v == name)).collect();
     eprintln!("{} creates across {rounds} subscription changes", created.len());
-    assert!(broken.is_empty(), "creates failed or went ahead without the policy: {broken:#?}\nhost log:\n{}", host.log().tail(30));
+    assert!(
+        broken.is_empty(),
+        "creates failed or went ahead without the policy: {broken:#?}\nhost log:\n{}",
+        host.log().tail(30)
+    );
     assert!(created.len() >= rounds, "too few creates to tell: {}", created.len());
     // A retired connection may still be in the runtime's list when the next
     // event comes (it drops closed plugins lazily): that call fails and is
