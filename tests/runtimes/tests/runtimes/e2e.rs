@@ -453,7 +453,7 @@ fn subscribed_to(status: &Value, event: &str) -> bool {
 fn subscription_changes_under_creates_lose_no_create() {
     // A mandatory policy annotates every container while creates arrive
     // on two threads, and a policy that needs StartContainer is dropped in
-    // and taken out again six times: each change is a new registration
+    // and taken out again ten times: each change is a new registration
     // with the runtime (the subscription is fixed at Configure). The
     // runtime treats a call on a closing connection as "go on without the
     // plugin", so a lost request would show as a container without the
@@ -467,7 +467,7 @@ fn subscription_changes_under_creates_lose_no_create() {
     let squeeze = wasm(nri_wasm_test_support::guests::SQUEEZE);
     let done = AtomicBool::new(false);
     let created = Mutex::new(Vec::new());
-    let rounds = 6;
+    let rounds = 10;
     std::thread::scope(|s| {
         for t in 0..2 {
             let (done, created, node, pod) = (&done, &created, &node, &pod);
