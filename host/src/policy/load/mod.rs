@@ -1,6 +1,7 @@
 //! What a policy file is and what it becomes, before any engine is
 //! involved: its settings file (`manifest`), its limits and capabilities
-//! (`limits`, `caps`), the cheap checks before compiling (`inspect`),
+//! (`limits`, `caps`), the events it declares (`declared`), the cheap
+//! checks before compiling (`inspect`),
 //! compiling within bounds (`compile`), the compiled forms kept on disk
 //! (`cache`), and the errors of these steps (`errors`).
 //!
@@ -12,6 +13,7 @@
 pub(crate) mod cache;
 pub(crate) mod caps;
 pub(crate) mod compile;
+pub(crate) mod declared;
 pub(crate) mod errors;
 pub(crate) mod inspect;
 pub(crate) mod limits;
