@@ -42,6 +42,6 @@ clang --target=wasm32-wasi -mexec-model=reactor -O2 -std=c11 -Wall -Wextra -Wno-
     "${sources[@]}" "$here"/src/*.c "$work/gen/policy.c" "$work/gen/policy_component_type.o" \
     -Wl,--strip-debug -o "$work/core.wasm"
 wasm-tools component new "$work/core.wasm" --adapt "wasi_snapshot_preview1=$adapter" -o "$work/component.wasm"
-"$here/../declare-capabilities.sh" "$work/component.wasm" "$src"
+"$here/../declare.sh" "$work/component.wasm" "$src"
 mv "$work/component.wasm" "$out"
 echo "$out"
