@@ -66,15 +66,19 @@ fn run(port: &Port, wasm: &str, case: &Case) -> Result<pb::CreateContainerRespon
 fn check(port: &Port) {
     assert!(!port.cases.is_empty());
     let mut problems = Vec::new();
-    // The SDK records the same capability declaration as the Rust example's
-    // (from the example's `capabilities` file, `guest-sdk/declare-capabilities.sh`).
+    // The SDK records the same capability and event declarations as the
+    // Rust example's (from the example's `capabilities` and `events` files,
+    // `guest-sdk/declare.sh`).
     let declared = |wasm: &str| {
         let policy = load(port.policy, wasm, port.cases[0].settings).unwrap_or_else(|e| panic!("{e}"));
-        policy.allowed().declared
+        (policy.allowed().declared, policy.inspection().events)
     };
-    let (ours, rust) = (declared(port.wasm), declared(port.rust));
+    let ((ours, our_events), (rust, rust_events)) = (declared(port.wasm), declared(port.rust));
     if ours.is_none() || ours != rust {
         problems.push(format!("{}: declares {ours:?}, the Rust example {rust:?}", port.lang));
+    }
+    if our_events.is_none() || our_events != rust_events {
+        problems.push(format!("{}: declares the events {our_events:?}, the Rust example {rust_events:?}", port.lang));
     }
     for case in port.cases {
         let what = format!("{} case {:?}", port.lang, case.name);
