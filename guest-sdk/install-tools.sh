@@ -79,10 +79,27 @@ export NRI_WASM_GUEST_TOOLS='$TOOLS'
 export PATH='$TOOLS/npm/node_modules/.bin:$TOOLS/venv/bin:$TOOLS/cargo/bin':"\$PATH"
 export GOTOOLCHAIN=local GOPROXY=off GOSUMDB=off GOTELEMETRY=off
 export GOCACHE='$TOOLS/go-cache' GOPATH='$TOOLS/go-path'
+# A tool this script installs counts only in its pinned place: another on
+# PATH (a system's Go of another release) is never taken instead.
 need() {
+    local tool pinned lang
     for tool in "\$@"; do
-        command -v "\$tool" >/dev/null 2>&1 && continue
-        echo "\$tool is not installed (looked in $TOOLS and on PATH): run guest-sdk/install-tools.sh (--lang js, python, go or c for one language)" >&2
+        case "\$tool" in
+            go | wasm-tools | componentize-py) pinned='$TOOLS/venv/bin/'"\$tool" ;;
+            tsc | componentize-js | componentize-qjs | jco | rolldown) pinned='$TOOLS/npm/node_modules/.bin/'"\$tool" ;;
+            wit-bindgen) pinned='$TOOLS/cargo/bin/'"\$tool" ;;
+            *) pinned= ;;
+        esac
+        if [ -n "\$pinned" ]; then
+            [ -x "\$pinned" ] && continue
+        elif command -v "\$tool" >/dev/null 2>&1; then
+            continue
+        fi
+        case "\$(basename "\${here:-}")" in
+            js | python | go | c) lang=\$(basename "\$here") ;;
+            *) lang="js, python, go or c" ;;
+        esac
+        echo "\$tool is not installed (\${pinned:-not on PATH}): run '$ROOT/guest-sdk/install-tools.sh' --lang \$lang (it installs it, or says how)" >&2
         exit 1
     done
 }

@@ -149,17 +149,34 @@ impl PoliciesConfig {
     /// `[policies.sources]`, checked: each name is a policy's (`NN-name`),
     /// each reference parses.
     pub fn sources(&self) -> Result<Vec<(String, crate::registry::OciRef)>, String> {
-        self.sources
-            .iter()
-            .map(|(name, text)| {
-                if crate::policy::manifest::policy_stem(&format!("{name}.toml"), "toml").as_deref() != Some(name) {
-                    return Err(format!("[policies.sources] {name:?} is not a policy name (NN-name, e.g. 30-ulimit)"));
-                }
-                let reference =
-                    crate::registry::OciRef::parse(text).map_err(|e| format!("[policies.sources] {name}: {e}"))?;
-                Ok((name.clone(), reference))
-            })
-            .collect()
+        self.sources.iter().map(|(name, text)| source(name, text)).collect()
+    }
+}
+
+/// One entry of `[policies.sources]`, checked.
+fn source(name: &str, text: &str) -> Result<(String, crate::registry::OciRef), String> {
+    if crate::policy::manifest::policy_stem(&format!("{name}.toml"), "toml").as_deref() != Some(name) {
+        return Err(format!("[policies.sources] {name:?} is not a policy name (NN-name, e.g. 30-ulimit)"));
+    }
+    let reference = crate::registry::OciRef::parse(text).map_err(|e| format!("[policies.sources] {name}: {e}"))?;
+    Ok((name.to_string(), reference))
+}
+
+impl PoliciesConfig {
+    /// `[policies.limits]` as the host applies it: every limit, the
+    /// overrides of this file over the defaults.
+    pub fn effective_limits(&self) -> LimitOverrides {
+        let l = self.limits();
+        LimitOverrides {
+            fuel: Some(l.fuel),
+            timeout_ms: Some(l.timeout_ms),
+            memory_mib: Some(l.memory_mib),
+            table_elements: Some(l.table_elements),
+            instances: Some(l.instances),
+            tables: Some(l.tables),
+            memories: Some(l.memories),
+            state_kib: Some(l.state_kib),
+        }
     }
 }
 
@@ -298,32 +315,23 @@ const TABLES: &[(&str, &[&str])] = &[
             "compile-memory-mib",
         ],
     ),
-    ("registry", &["cache-dir", "auth-file", "ca-file", "timeout-ms", "public-keys", "tag-recheck-ms"]),
+    (
+        "registry",
+        &[
+            "cache-dir",
+            "auth-file",
+            "ca-file",
+            "timeout-ms",
+            "public-keys",
+            "tag-recheck-ms",
+            "plain-http",
+            "plain-http-signed",
+        ],
+    ),
     ("chain", &["budget-fraction", "breaker-failures", "breaker-backoff-ms", "min-call-ms"]),
     ("metrics", &["address"]),
     ("logging", &["level", "format"]),
 ];
-
-/// The line (1-based) of the key an error message names, in its table.
-fn line_of(text: &str, message: &str) -> Option<usize> {
-    let (table, keys) = TABLES.iter().rev().find(|(t, _)| message.contains(&format!("[{t}]")))?;
-    let key = keys.iter().find(|k| message.contains(&format!(" {k}")))?;
-    let mut in_table = false;
-    for (i, line) in text.lines().enumerate() {
-        let l = line.trim();
-        if l.starts_with('[') {
-            in_table = l.trim_matches(|c| c == '[' || c == ']').trim() == *table;
-            continue;
-        }
-        if in_table {
-            let name = l.split('=').next().unwrap_or("").trim().replace('_', "-");
-            if name == *key {
-                return Some(i + 1);
-            }
-        }
-    }
-    None
-}
 
 /// A log filter: levels, or `target=level` directives, comma separated. A
 /// bare word that is not a level would be taken as a target name and
@@ -345,77 +353,107 @@ fn config_keys() -> Vec<&'static str> {
 }
 
 impl Config {
-    /// Reads, parses and validates a configuration file.
+    /// Reads, parses and validates a configuration file: its first error
+    /// (in file order), if it has any.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Self::parse(&text, path)
+        Self::load_all(path).map_err(first)
     }
 
-    /// Parses and validates configuration text; `origin` names it in errors.
+    /// Reads, parses and validates a configuration file: every error, in
+    /// file order (see [`Config::parse_all`]).
+    pub fn load_all(path: &Path) -> Result<Self, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| vec![ConfigError::Read { path: path.to_path_buf(), source }])?;
+        Self::parse_all(&text, path)
+    }
+
+    /// Parses and validates configuration text; `origin` names it in
+    /// errors. The first error in file order, if there is one.
     pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_path_buf(),
-            message: toml_error(text, &e, &config_keys()),
-        })?;
-        config.check().map_err(|message| ConfigError::Invalid {
-            path: origin.to_path_buf(),
-            line: line_of(text, &message),
-            message,
-        })?;
-        Ok(config)
+        Self::parse_all(text, origin).map_err(first)
+    }
+
+    /// Parses and validates configuration text, and returns every error it
+    /// finds, in file order, each with its line (`config check` prints them
+    /// all, so that an operator fixes a file in one pass).
+    ///
+    /// serde stops at the first error of a document, so the errors past it
+    /// are found key by key (`every_error`): syntax errors (all of them, as
+    /// the parser recovers; nothing else is reported then, since what
+    /// follows a syntax error may not read as it was meant), then each key
+    /// whose type or name is wrong, then the rules on the values of
+    /// the keys that did read (each value alone, and the file as a whole for
+    /// rules that tie several keys).
+    pub fn parse_all(text: &str, origin: &Path) -> Result<Self, Vec<ConfigError>> {
+        // The common case, a file without errors, in one pass.
+        if let Ok(config) = toml::from_str::<Config>(text) {
+            if config.problems().is_empty() {
+                return Ok(config);
+            }
+        }
+        every_error::find(text, origin)
     }
 
     /// Checks what the types cannot (for a configuration built in code or
     /// changed by flags).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.check().map_err(|message| ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, message })
+        match self.problems().into_iter().next() {
+            Some(message) => Err(ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, message }),
+            None => Ok(()),
+        }
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.identity().map_err(|e| format!("[plugin] {e}"))?;
+    /// Every rule the values break, one message each, naming the table and
+    /// the key. A rule that returns only its first finding (the limits', the
+    /// engine's) is one message here; `every_error` asks again key by key.
+    fn problems(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut rule = |result: Result<(), String>| found.extend(result.err());
+        rule(self.identity().map(drop).map_err(|e| format!("[plugin] {e}")));
         let rt = &self.runtime;
         if rt.socket.as_os_str().is_empty() {
-            return Err("[runtime] socket must not be empty".into());
+            rule(Err("[runtime] socket must not be empty".into()));
         }
         if rt.register_timeout_ms == 0 {
-            return Err("[runtime] register-timeout-ms must be positive".into());
+            rule(Err("[runtime] register-timeout-ms must be positive".into()));
         }
         if rt.reconnect_initial_ms == 0 || rt.reconnect_max_ms < rt.reconnect_initial_ms {
-            return Err(format!(
+            rule(Err(format!(
                 "[runtime] reconnect-initial-ms ({}) must be positive and at most reconnect-max-ms ({})",
                 rt.reconnect_initial_ms, rt.reconnect_max_ms
-            ));
+            )));
         }
         let registration_ms = RUNTIME_REGISTRATION_TIMEOUT.as_millis() as u64;
         if rt.start_wait_ms >= registration_ms {
-            return Err(format!(
+            rule(Err(format!(
                 "[runtime] start-wait-ms {} must be below {registration_ms}, the runtime's registration timeout \
                  (containerd's default): a plugin the runtime launched is dropped if it has not registered by then",
                 rt.start_wait_ms
-            ));
+            )));
         }
         if self.policies.reload_debounce_ms > 60_000 {
-            return Err(format!(
+            rule(Err(format!(
                 "[policies] reload-debounce-ms {} must be at most 60000",
                 self.policies.reload_debounce_ms
-            ));
+            )));
         }
-        self.policies.sources()?;
+        for (name, text) in &self.policies.sources {
+            rule(source(name, text).map(drop));
+        }
         let limits = self.policies.limits();
-        limits.validate("[policies.limits]")?;
-        self.chain.validate()?;
-        self.engine.validate(&limits)?;
-        self.registry.validate()?;
-        self.metrics.socket_addr()?;
-        check_log_filter(&self.logging.level).map_err(|why| {
+        rule(limits.validate("[policies.limits]"));
+        rule(self.chain.validate());
+        rule(self.engine.validate(&limits));
+        rule(self.registry.validate());
+        rule(self.metrics.socket_addr().map(drop));
+        rule(check_log_filter(&self.logging.level).map_err(|why| {
             format!(
                 "[logging] level {:?}: {why}; allowed: off, error, warn, info, debug, trace, or a filter such as \
                  \"info,nri_wasm::nri=debug\"",
                 self.logging.level
             )
-        })?;
-        Ok(())
+        }));
+        found
     }
 
     /// The identity the plugin registers with.
@@ -423,9 +461,291 @@ impl Config {
         PluginIdentity::new(&self.plugin.name, &self.plugin.index)
     }
 
-    /// The configuration as TOML (every key, defaults included).
+    /// The configuration as TOML (the keys set, and every default).
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
+    }
+
+    /// The configuration as the host applies it, as TOML that reads back to
+    /// the same configuration: every key of every table with its value,
+    /// default or not (`[policies.limits]` with every limit, not only those
+    /// the file overrides), and a comment for each key that has no value
+    /// (a key whose default is "not set", such as `[policies] dir`).
+    pub fn effective_toml(&self) -> String {
+        let mut effective = self.clone();
+        effective.policies.limits = self.policies.effective_limits();
+        let table = match toml::Table::try_from(&effective) {
+            Ok(t) => t,
+            Err(e) => return format!("# cannot print the configuration: {e}\n"),
+        };
+        let mut out = String::new();
+        for (name, keys) in TABLES {
+            let mut at = Some(&table);
+            for part in name.split('.') {
+                at = at.and_then(|t| t.get(part)).and_then(toml::Value::as_table);
+            }
+            let empty = toml::Table::new();
+            let values = at.unwrap_or(&empty);
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!("[{name}]\n"));
+            for key in *keys {
+                match values.get(*key) {
+                    // A map (`[policies] sources`) is a table of its own, below.
+                    Some(toml::Value::Table(_)) => {}
+                    Some(value) => out.push_str(&format!("{key} = {value}\n")),
+                    None if *name == "policies" && *key == "sources" => {
+                        out.push_str("# sources: none (no policy is named by reference here)\n")
+                    }
+                    None => out.push_str(&format!("# {key}: not set (no default)\n")),
+                }
+            }
+            // A key the table list does not know yet is printed all the same.
+            for (key, value) in values.iter().filter(|(k, v)| !keys.contains(&k.as_str()) && !v.is_table()) {
+                out.push_str(&format!("{key} = {value}\n"));
+            }
+            for (key, value) in values.iter().filter_map(|(k, v)| v.as_table().map(|t| (k, t))) {
+                if TABLES.iter().any(|(t, _)| *t == format!("{name}.{key}")) {
+                    continue;
+                }
+                out.push_str(&format!("\n[{name}.{key}]\n"));
+                for (k, v) in value {
+                    out.push_str(&format!("{} = {v}\n", toml::Value::String(k.clone())));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The first of several errors (there is always one).
+fn first(mut errors: Vec<ConfigError>) -> ConfigError {
+    errors.swap_remove(0)
+}
+
+/// Every error of a configuration text, past serde's first: see
+/// [`Config::parse_all`].
+mod every_error {
+    use std::ops::Range;
+    use std::path::Path;
+
+    use serde::Deserialize as _;
+    use toml::de::{DeTable, DeValue};
+    use toml::Spanned;
+
+    use super::{config_keys, toml_error, Config, ConfigError};
+
+    /// A key's place: the names from the top, each with its span (the key's
+    /// own), and the span of the value it holds.
+    type KeyPath<'i> = Vec<(Spanned<toml::de::DeString<'i>>, Range<usize>)>;
+
+    /// One error and where it is (a byte offset; `usize::MAX`: nowhere).
+    struct Found {
+        at: usize,
+        error: ConfigError,
+    }
+
+    pub(super) fn find(text: &str, origin: &Path) -> Result<Config, Vec<ConfigError>> {
+        let parse_error = |e: &toml::de::Error| Found {
+            at: e.span().map_or(usize::MAX, |s| s.start),
+            error: ConfigError::Parse { path: origin.to_path_buf(), message: toml_error(text, e, &config_keys()) },
+        };
+        let (root, syntax) = DeTable::parse_recoverable(text);
+        if !syntax.is_empty() {
+            return Err(in_order(syntax.iter().map(parse_error).collect()));
+        }
+        let span = root.span();
+        let root = root.into_inner();
+        let mut found = Vec::new();
+
+        // Keys of the wrong name or type: each key alone, the keys of a
+        // table that does not read one by one (the deepest key at fault).
+        let mut bad: Vec<(Vec<String>, toml::de::Error)> = Vec::new();
+        if let Err(whole) = from_doc(&span, root.clone()) {
+            for (key, value) in root.iter() {
+                wrong_keys(&span, &mut vec![(key.clone(), value.span())], value, &mut bad);
+            }
+            if bad.is_empty() {
+                bad.push((Vec::new(), whole));
+            }
+        }
+        found.extend(bad.iter().map(|(_, e)| parse_error(e)));
+        let kept = without(&root, &bad.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(), &mut Vec::new());
+        let config = match from_doc(&span, kept.clone()) {
+            Ok(config) => config,
+            Err(e) => {
+                found.push(parse_error(&e));
+                return Err(in_order(found));
+            }
+        };
+
+        // The rules on values: the file as a whole, then each key alone,
+        // for the rules that say only their first finding.
+        let invalid = |message: String, at: Option<usize>| Found {
+            at: at.unwrap_or(usize::MAX),
+            error: ConfigError::Invalid { path: origin.to_path_buf(), line: at.map(|at| line(text, at)), message },
+        };
+        let mut blamed: Vec<Vec<String>> = Vec::new();
+        for message in config.problems() {
+            let key = blame(&root, &message);
+            if let Some((path, _)) = &key {
+                blamed.push(path.clone());
+            }
+            found.push(invalid(message, key.map(|(_, at)| at)));
+        }
+        let mut leaves = Vec::new();
+        collect_leaves(&kept, &mut Vec::new(), &mut leaves);
+        for (leaf, value) in leaves {
+            let names = names(&leaf);
+            if blamed.contains(&names) {
+                continue;
+            }
+            let Ok(alone) = from_doc(&span, nest(&leaf, &value)) else { continue };
+            for message in alone.problems() {
+                if let Some((path, at)) = blame(&root, &message).filter(|(path, _)| *path == names) {
+                    blamed.push(path);
+                    found.push(invalid(message, Some(at)));
+                }
+            }
+        }
+        match found.is_empty() {
+            true => Ok(config),
+            false => Err(in_order(found)),
+        }
+    }
+
+    fn in_order(mut found: Vec<Found>) -> Vec<ConfigError> {
+        found.sort_by_key(|f| f.at);
+        found.into_iter().map(|f| f.error).collect()
+    }
+
+    fn from_doc(span: &Range<usize>, doc: DeTable<'_>) -> Result<Config, toml::de::Error> {
+        Config::deserialize(toml::de::Deserializer::from(Spanned::new(span.clone(), doc)))
+    }
+
+    fn names(path: &KeyPath<'_>) -> Vec<String> {
+        path.iter().map(|(k, _)| k.get_ref().to_string()).collect()
+    }
+
+    /// A document holding `value` alone, under the tables of `path`.
+    fn nest<'i>(path: &KeyPath<'i>, value: &Spanned<DeValue<'i>>) -> DeTable<'i> {
+        let mut below: Option<DeTable<'i>> = None;
+        for (key, span) in path.iter().rev() {
+            let held = match below.take() {
+                Some(table) => Spanned::new(span.clone(), DeValue::Table(table)),
+                None => value.clone(),
+            };
+            let mut table = DeTable::new();
+            table.insert(key.clone(), held);
+            below = Some(table);
+        }
+        below.unwrap_or_default()
+    }
+
+    /// Finds the keys under `path` that do not read (`value` is the value
+    /// of its last key): the key itself when its value is not a table, or
+    /// no key of its table is at fault alone.
+    fn wrong_keys<'i>(
+        span: &Range<usize>,
+        path: &mut KeyPath<'i>,
+        value: &Spanned<DeValue<'i>>,
+        bad: &mut Vec<(Vec<String>, toml::de::Error)>,
+    ) {
+        let Err(error) = from_doc(span, nest(path, value)) else { return };
+        let before = bad.len();
+        if let DeValue::Table(table) = value.get_ref() {
+            for (key, inner) in table.iter() {
+                path.push((key.clone(), inner.span()));
+                wrong_keys(span, path, inner, bad);
+                path.pop();
+            }
+        }
+        if bad.len() == before {
+            bad.push((names(path), error));
+        }
+    }
+
+    /// `table` without the keys at `paths` (relative to the document).
+    fn without<'i>(table: &DeTable<'i>, paths: &[Vec<String>], prefix: &mut Vec<String>) -> DeTable<'i> {
+        let mut kept = DeTable::new();
+        for (key, value) in table.iter() {
+            prefix.push(key.get_ref().to_string());
+            if !paths.contains(prefix) {
+                let value = match value.get_ref() {
+                    DeValue::Table(inner) => Spanned::new(value.span(), DeValue::Table(without(inner, paths, prefix))),
+                    _ => value.clone(),
+                };
+                kept.insert(key.clone(), value);
+            }
+            prefix.pop();
+        }
+        kept
+    }
+
+    /// Every key holding a value that is not a table, with its path.
+    fn collect_leaves<'i>(
+        table: &DeTable<'i>,
+        path: &mut KeyPath<'i>,
+        out: &mut Vec<(KeyPath<'i>, Spanned<DeValue<'i>>)>,
+    ) {
+        for (key, value) in table.iter() {
+            path.push((key.clone(), value.span()));
+            match value.get_ref() {
+                DeValue::Table(inner) => collect_leaves(inner, path, out),
+                _ => out.push((path.clone(), value.clone())),
+            }
+            path.pop();
+        }
+    }
+
+    /// The key a rule's message is about, and where it is: the tables the
+    /// message names (`[runtime]`), in the order it names them, and of the
+    /// keys the file has in the first of them that has any in the message,
+    /// the one the message names first.
+    fn blame(root: &DeTable<'_>, message: &str) -> Option<(Vec<String>, usize)> {
+        let mut rest = message;
+        while let Some(open) = rest.find('[') {
+            let after = &rest[open + 1..];
+            let Some(close) = after.find(']') else { break };
+            let name = &after[..close];
+            rest = &after[close + 1..];
+            let mut table = Some(root);
+            for part in name.split('.') {
+                table = table.and_then(|t| {
+                    t.iter().find(|(k, _)| k.get_ref() == part).and_then(|(_, v)| match v.get_ref() {
+                        DeValue::Table(inner) => Some(inner),
+                        _ => None,
+                    })
+                });
+            }
+            let Some(table) = table else { continue };
+            let named = table
+                .iter()
+                .filter_map(|(key, _)| Some((mentioned(message, &key.get_ref().replace('_', "-"))?, key)))
+                .min_by_key(|(at, _)| *at);
+            if let Some((_, key)) = named {
+                let mut path: Vec<String> = name.split('.').map(str::to_string).collect();
+                path.push(key.get_ref().to_string());
+                return Some((path, key.span().start));
+            }
+        }
+        None
+    }
+
+    /// Where `word` is in `message` as a word of its own.
+    fn mentioned(message: &str, word: &str) -> Option<usize> {
+        let is_name = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        message.match_indices(word).map(|(at, _)| at).find(|&at| {
+            let before = message[..at].chars().next_back();
+            let after = message[at + word.len()..].chars().next();
+            matches!(before, Some(' ' | '"')) && !after.is_some_and(is_name)
+        })
+    }
+
+    /// The line (1-based) of a byte offset.
+    fn line(text: &str, at: usize) -> usize {
+        text.as_bytes()[..at.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
     }
 }
 
@@ -579,7 +899,7 @@ mod tests {
                 let documented = row.split('|').nth(2).unwrap().trim().trim_matches('`');
                 // The cache's default depends on the user; the table shows root's.
                 let root_cache = toml::Value::from(crate::policy::engine::ROOT_CACHE_DIR);
-                let root_oci = toml::Value::from("/var/cache/nri-wasm-oci");
+                let root_oci = toml::Value::from("/var/cache/nri-wasm/oci");
                 let value = if (table, key) == ("engine", "cache-dir") {
                     Some(&root_cache)
                 } else if (table, key) == ("registry", "cache-dir") {

@@ -99,7 +99,8 @@ const LOOSE: &str = "[limits]\ntimeout-ms = 5000\n";
 /// policies that add hooks, devices or mounts or update other containers
 /// (what each may use is still narrowed by what its component declares).
 const GRANTED_LOOSE: &str = "grant = [\"mounts\", \"hooks\", \"devices\", \"cdi-devices\", \"namespaces\", \"seccomp\", \
-                             \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\"]\n[limits]\ntimeout-ms = 5000\n";
+                             \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\", \"cgroup-files\", \"oom-protect\", \
+                             \"rlimits-raise\", \"realtime\", \"runtime-annotations\", \"resctrl\", \"swap-raise\", \"cpuset-any\"]\n[limits]\ntimeout-ms = 5000\n";
 
 /// The single event's report of `eval --json`.
 fn only_event(doc: &Value) -> &Value {
@@ -124,7 +125,8 @@ fn check_tells_what_a_good_policy_costs() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
     let settings = toml::Value::String(ulimit_adjuster::SETTINGS.into());
-    std::fs::write(&policy, format!("settings = {settings}\n{LOOSE}")).unwrap();
+    // Its policy.toml grants what it declares beyond the default grant.
+    std::fs::write(&policy, format!("grant = [\"rlimits-raise\"]\nsettings = {settings}\n{LOOSE}")).unwrap();
     let ran =
         run([OsStr::new("check"), examples::ULIMIT_ADJUSTER.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
     assert_eq!(ran.code, 0, "{ran:?}");
@@ -133,7 +135,7 @@ fn check_tells_what_a_good_policy_costs() {
         "  allowed  nri-wasm:policy/event@0.3.",
         "settings  accepted: {\"max\"",
         "events    CreateContainer\n",
-        "asks      rlimits, deny (declared)\n",
+        "asks      rlimits, deny, rlimits-raise (declared)\n",
         "limits    fuel 100,000,000, timeout-ms 5000,",
         "compile   ",
         "cached    ",
@@ -752,6 +754,58 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
+/// Runs `lines` (shell commands of a document: `nri-wasm`, `cargo` and
+/// `cd`) in order from `start`, offline, with the builds in `target`
+/// (paths into `./target` go there). Returns the directory the lines ended
+/// in and each line with its standard output.
+fn walk(lines: &[String], start: &Path, target: &Path) -> (PathBuf, Vec<(String, String)>) {
+    let mut cwd = start.to_path_buf();
+    let mut ran_lines = Vec::new();
+    for line in lines {
+        let words = words(line);
+        let (program, args) = words.split_first().unwrap();
+        // The build's own target directory: paths into ./target go there.
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| match a.strip_prefix("target/") {
+                Some(rest) => target.join(rest).display().to_string(),
+                None => a.clone(),
+            })
+            .collect();
+        match program.as_str() {
+            "cd" => cwd = cwd.join(&args[0]),
+            "nri-wasm" => {
+                let ran = run_in(Some(&cwd), &args);
+                assert_eq!(ran.code, 0, "{line}: {ran:?}");
+                ran_lines.push((line.to_string(), ran.stdout));
+            }
+            "cargo" => {
+                let out = Command::new("cargo")
+                    .args(&args)
+                    .current_dir(&cwd)
+                    .env("CARGO_TARGET_DIR", target)
+                    .env("CARGO_NET_OFFLINE", "true")
+                    // The project's rust-toolchain.toml decides, as for its author.
+                    .env_remove("RUSTUP_TOOLCHAIN")
+                    .env_remove("CARGO")
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{line}: {stderr}");
+                ran_lines.push((line.to_string(), String::from_utf8_lossy(&out.stdout).into_owned()));
+            }
+            other => panic!("the walkthrough runs nri-wasm, cargo and cd, not {other}: {line}"),
+        }
+    }
+    (cwd, ran_lines)
+}
+
+/// The command lines of a shell block (comments and blank lines left out).
+fn command_lines(body: &str) -> Vec<String> {
+    body.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect()
+}
+
 /// The guide's walkthrough, run: every line of the blocks marked
 /// `walkthrough`, in order, in a temporary directory, offline, with the
 /// builds sharing one target directory across runs of the suite.
@@ -759,51 +813,15 @@ fn words(line: &str) -> Vec<String> {
 fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
     let tmp = tempfile::tempdir().unwrap();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("author-tools-project");
-    let mut cwd = tmp.path().to_path_buf();
-    let mut ran_lines = Vec::new();
+    let mut lines = Vec::new();
     for (marker, lang, body) in blocks(GUIDE) {
         if marker != Some("walkthrough") {
             continue;
         }
         assert_eq!(lang, "sh");
-        for line in body.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            let words = words(line);
-            let (program, args) = words.split_first().unwrap();
-            // The build's own target directory: paths into ./target go there.
-            let args: Vec<String> = args
-                .iter()
-                .map(|a| match a.strip_prefix("target/") {
-                    Some(rest) => target.join(rest).display().to_string(),
-                    None => a.clone(),
-                })
-                .collect();
-            match program.as_str() {
-                "cd" => cwd = cwd.join(&args[0]),
-                "nri-wasm" => {
-                    let ran = run_in(Some(&cwd), &args);
-                    assert_eq!(ran.code, 0, "{line}: {ran:?}");
-                    ran_lines.push((line.to_string(), ran.stdout));
-                }
-                "cargo" => {
-                    let out = Command::new("cargo")
-                        .args(&args)
-                        .current_dir(&cwd)
-                        .env("CARGO_TARGET_DIR", &target)
-                        .env("CARGO_NET_OFFLINE", "true")
-                        // The project's rust-toolchain.toml decides, as for its author.
-                        .env_remove("RUSTUP_TOOLCHAIN")
-                        .env_remove("CARGO")
-                        .stdin(Stdio::null())
-                        .output()
-                        .unwrap();
-                    let stderr = String::from_utf8_lossy(&out.stderr);
-                    assert!(out.status.success(), "{line}: {stderr}");
-                    ran_lines.push((line.to_string(), String::from_utf8_lossy(&out.stdout).into_owned()));
-                }
-                other => panic!("the walkthrough runs nri-wasm, cargo and cd, not {other}: {line}"),
-            }
-        }
+        lines.extend(command_lines(&body));
     }
+    let (cwd, ran_lines) = walk(&lines, tmp.path(), &target);
     let ran = |prefix: &str| {
         ran_lines
             .iter()
@@ -866,6 +884,21 @@ fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
     let ran =
         run([OsStr::new("check"), wasm.as_os_str(), "--settings-file".as_ref(), clone.join("policy.toml").as_os_str()]);
     assert_eq!(ran.code, 0, "{ran:?}");
+
+    // The README's block, as written there, on the same build.
+    let readme = include_str!("../../README.md");
+    let block = readme
+        .split("## Writing policies")
+        .nth(1)
+        .and_then(|s| s.split("```sh\n").nth(1))
+        .and_then(|b| b.split("```").next())
+        .expect("the README's Writing policies block");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (_, ran_lines) = walk(&command_lines(block), elsewhere.path(), &target);
+    let ran = |prefix: &str| ran_lines.iter().find(|(l, _)| l.starts_with(prefix)).map(|(_, o)| o.as_str()).unwrap();
+    assert!(ran("cargo test").contains("test result: ok"));
+    assert!(ran("nri-wasm check").contains("result    loads"));
+    assert!(ran("nri-wasm eval").contains("env TEAM=payments"), "{}", ran("nri-wasm eval"));
 }
 
 /// The regular files under `dir`, links and the build's `target/` aside.
@@ -1035,4 +1068,375 @@ fn check_and_eval_share_the_compile_cache() {
     assert!(ran.code <= 1, "{ran:?}");
     let checked = check(other.path());
     assert!(checked.stdout.contains("compile   none: compiled earlier"), "eval compiled it:\n{}", checked.stdout);
+}
+
+// ------------------------------- eval --config loads as a node does (run)
+
+/// Debian's `docker-registry`, or `None` (and a message) when it is not
+/// installed (`tests/registry/install.sh` installs it; `.ci/run` does).
+fn registry_binary() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/docker-registry");
+    if path.exists() {
+        return Some(path);
+    }
+    let why = "/usr/bin/docker-registry is not installed (tests/registry/install.sh installs it; .ci/run does)";
+    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "in CI this test must run: {why}");
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// Runs `cmd`, which must succeed; its stdout.
+fn must(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A registry on loopback with TLS (a CA of the test's own and a leaf
+/// certificate for 127.0.0.1), no authentication, killed by its pid when
+/// dropped.
+struct LocalRegistry {
+    child: std::process::Child,
+    port: u16,
+    ca: PathBuf,
+}
+
+impl LocalRegistry {
+    fn start(binary: &Path, dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let p = |n: &str| dir.join(n).display().to_string();
+        must(
+            Command::new("openssl")
+                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+                .args([
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=nri-wasm author test CA",
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                    "-keyout",
+                    &p("ca.key"),
+                    "-out",
+                    &p("ca.crt"),
+                ]),
+        );
+        must(
+            Command::new("openssl")
+                .args(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+                .args(["-subj", "/CN=127.0.0.1", "-keyout", &p("server.key"), "-out", &p("server.csr")]),
+        );
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n\
+             subjectAltName=IP:127.0.0.1\n",
+        )
+        .unwrap();
+        must(Command::new("openssl").args(["x509", "-req", "-days", "2", "-CAcreateserial"]).args([
+            "-in",
+            &p("server.csr"),
+            "-CA",
+            &p("ca.crt"),
+            "-CAkey",
+            &p("ca.key"),
+            "-extfile",
+            &p("ext.cnf"),
+            "-out",
+            &p("server.crt"),
+        ]));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::write(
+            dir.join("registry.yml"),
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {}\n    key: {}\n",
+                p("data"),
+                p("server.crt"),
+                p("server.key")
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(binary)
+            .arg("serve")
+            .arg(dir.join("registry.yml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("docker-registry exited at start: {status}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "docker-registry did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port, ca: dir.join("ca.crt") }
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A host's `/status`, as `nri-wasm status --json` prints it.
+fn status(port: u16) -> Option<Value> {
+    let ran = run(["status", "--address", &format!("127.0.0.1:{port}"), "--json"]);
+    (ran.code == 0).then(|| serde_json::from_str(&ran.stdout).ok()).flatten()
+}
+
+/// A policy a node's configuration names by reference, pushed and not
+/// signed, where the configuration requires a signature: `run` leaves it
+/// out, and so does `eval --config`, for the same reason, in the same
+/// words; a create then fails, as the policy is mandatory. Signed, both
+/// load it. `eval` builds its host with the configuration's `[registry]`
+/// (the CA, the keys, the cache) and `[policies.sources]`, as `run` does.
+#[test]
+fn an_unsigned_policy_is_refused_by_eval_with_a_nodes_configuration_as_by_run() {
+    let Some(binary) = registry_binary() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let registry = LocalRegistry::start(&binary, &tmp.path().join("registry"));
+    let ca = registry.ca.display().to_string();
+    let reference = format!("oci://127.0.0.1:{}/policies/ulimit:1", registry.port);
+    let pushed = run(["push", examples::ULIMIT_ADJUSTER, &reference, "--ca-file", &ca]);
+    assert_eq!(pushed.code, 0, "{pushed:?}");
+    let pinned = pushed
+        .stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("oci://") && w.contains("@sha256:"))
+        .unwrap_or_else(|| panic!("push prints the pinned reference: {pushed:?}"))
+        .to_string();
+    let key = tmp.path().join("signing.key");
+    let generated = run([OsStr::new("sign"), "--generate".as_ref(), key.as_os_str()]);
+    assert_eq!(generated.code, 0, "{generated:?}");
+
+    // The node: the policy by reference, its settings beside, a signature required.
+    let policies = tmp.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(
+        policies.join("30-ulimit.toml"),
+        format!(
+            "on-error = \"fail\"\nsettings = {}\n[limits]\ntimeout-ms = 5000\n",
+            toml::Value::String(ulimit_adjuster::SETTINGS.into())
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = tmp.path().join("node.toml");
+    let quoted = |p: &Path| toml::Value::String(p.display().to_string());
+    std::fs::write(
+        &config,
+        format!(
+            "[policies]\ndir = {dir}\n[policies.sources]\n\"30-ulimit\" = \"{pinned}\"\n\
+             [registry]\nca-file = {ca}\npublic-keys = [{key}]\ncache-dir = {oci}\n\
+             [engine]\ncache-dir = {cache}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n",
+            dir = quoted(&policies),
+            ca = quoted(&registry.ca),
+            key = quoted(&key.with_extension("key.pub")),
+            oci = quoted(&tmp.path().join("oci-cache")),
+            cache = toml::Value::String(nri_wasm_components::COMPONENT_CACHE.into()),
+        ),
+    )
+    .unwrap();
+    let checked = run([OsStr::new("config"), "check".as_ref(), config.as_os_str()]);
+    assert_eq!(checked.code, 0, "{checked:?}");
+
+    // `run`: what the node says of it.
+    let mut host = nri_wasm()
+        .args([OsStr::new("run"), "--config".as_ref(), config.as_os_str(), "--socket".as_ref()])
+        .arg(tmp.path().join("no-runtime.sock"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let refused_by_run = loop {
+        let found = status(port).filter(|s| s["chain_loaded"] == true).and_then(|s| {
+            let p = s["policies"].as_array()?.iter().find(|p| p["name"] == "30-ulimit")?.clone();
+            Some(p)
+        });
+        if let Some(policy) = found {
+            break policy;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the host reports its chain within 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    unsafe { libc::kill(host.id() as i32, libc::SIGTERM) };
+    let _ = host.wait();
+    assert_eq!(refused_by_run["status"], "failed", "{refused_by_run}");
+    let why = refused_by_run["reason"].as_str().unwrap().to_string();
+    eprintln!("run leaves it out: {why}");
+    assert!(why.contains("signature"), "{why}");
+
+    // `eval --config`: the same policy left out for the same reason, and the
+    // create it would have run on fails, as on the node.
+    let input = fixture("CreateContainer");
+    let eval = |extra: &[&OsStr]| {
+        let mut args: Vec<&OsStr> = vec![
+            "eval".as_ref(),
+            policies.as_os_str(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--input".as_ref(),
+            input.as_os_str(),
+        ];
+        args.extend_from_slice(extra);
+        run(args)
+    };
+    let refused = eval(&["--json".as_ref()]);
+    assert_eq!(refused.code, 1, "a mandatory policy that did not load fails the create: {refused:?}");
+    let doc = refused.json();
+    assert_eq!(doc["problems"].as_array().map(|p| p.len()), Some(1), "{doc:#}");
+    assert_eq!(doc["problems"][0].as_str(), Some(why.as_str()), "eval and run say the same");
+    assert!(only_event(&doc)["error"].as_str().is_some_and(|e| e.contains("30-ulimit")), "{doc:#}");
+    // The text report says it too.
+    let text = eval(&[]);
+    assert!(text.stdout.contains("0 loaded, 1 left out") && text.stdout.contains(&why), "{text:?}");
+
+    // Signed with the key: both load it.
+    let signed = run([
+        OsStr::new("sign"),
+        pinned.as_ref(),
+        "--key".as_ref(),
+        key.as_os_str(),
+        "--ca-file".as_ref(),
+        ca.as_ref(),
+    ]);
+    assert_eq!(signed.code, 0, "{signed:?}");
+    let loaded = eval(&["--json".as_ref()]);
+    assert_eq!(loaded.code, 0, "{loaded:?}");
+    let doc = loaded.json();
+    assert_eq!(doc["policies"][0]["name"], "30-ulimit", "{doc:#}");
+}
+
+// ------------------------------------------------ new: which SDK, which tools
+
+/// `new` links the SDK `NRI_WASM_SDK` names (the checkout whose tools the
+/// author installed), not the one the binary was built from; when that
+/// SDK's tools for the language are not installed, it says so with the
+/// command that installs them, and the project's scripts refuse to build
+/// with the same command, never taking another tool from PATH (a system's
+/// Go of another release) instead.
+#[test]
+fn new_links_the_sdk_nri_wasm_sdk_names_and_names_the_tools_it_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
+    // Another checkout, as far as `new` can tell.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::symlink(checkout.join("guest-sdk"), other.join("guest-sdk")).unwrap();
+    let no_tools = tmp.path().join("no-tools");
+    std::fs::create_dir(&no_tools).unwrap();
+    let new = |lang: &str, env: &[(&str, &OsStr)]| {
+        let dir = tmp.path().join(format!("project-{lang}"));
+        let mut cmd = nri_wasm();
+        cmd.args(["new", "--lang", lang, "tried-out", "--dir"]).arg(&dir).stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let ran = Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        (dir, ran)
+    };
+    let sdk_env = other.join("guest-sdk");
+    for lang in ["go", "js", "python", "c"] {
+        let env = [("NRI_WASM_SDK", sdk_env.as_os_str()), ("NRI_WASM_GUEST_TOOLS", no_tools.as_os_str())];
+        let (dir, ran) = new(lang, &env);
+        assert_eq!(ran.code, 0, "{lang}: {ran:?}");
+        assert_eq!(std::fs::read_link(dir.join(".sdk")).unwrap(), sdk_env.join(lang), "{lang}");
+        assert!(ran.stdout.contains("($NRI_WASM_SDK/<lang>)"), "{lang}: {}", ran.stdout);
+        let installer = format!("{}/install-tools.sh --lang {lang}", sdk_env.display());
+        assert!(
+            ran.stderr.contains(&format!("warning: the {lang} tools are not installed for this SDK"))
+                && ran.stderr.contains(&format!("run {installer}")),
+            "{lang}: {}",
+            ran.stderr
+        );
+        // The build names what is missing and how to install it.
+        let built =
+            Command::new(dir.join("build.sh")).current_dir(&dir).envs(env).stdin(Stdio::null()).output().unwrap();
+        let said = String::from_utf8_lossy(&built.stderr);
+        assert!(!built.status.success(), "{lang}: built without its tools: {said}");
+        assert!(said.contains("is not installed") && said.contains(&format!("--lang {lang}")), "{lang}: {said}");
+        if lang == "go" {
+            // Not the system's Go: the pinned one, or the command.
+            let tested =
+                Command::new(dir.join("test.sh")).current_dir(&dir).envs(env).stdin(Stdio::null()).output().unwrap();
+            let said = String::from_utf8_lossy(&tested.stderr);
+            assert!(!tested.status.success(), "{said}");
+            assert!(said.starts_with("go is not installed") && !said.contains("requires go"), "{said}");
+            assert!(said.contains("install-tools.sh' --lang go"), "{said}");
+        }
+    }
+    // A Rust project links the same way; without rustup, `new` says what to install.
+    let (dir, ran) = new("rust", &[("NRI_WASM_SDK", sdk_env.as_os_str()), ("PATH", no_tools.as_os_str())]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert_eq!(std::fs::read_link(dir.join(".sdk")).unwrap(), sdk_env.join("rust"));
+    assert!(ran.stderr.contains("warning: cargo and rustup are not both on PATH"), "{}", ran.stderr);
+    // An NRI_WASM_SDK with no SDK is refused, naming it.
+    let (_, ran) = new("go", &[("NRI_WASM_SDK", no_tools.as_os_str())]);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert!(ran.stderr.contains("$NRI_WASM_SDK/<lang>") && ran.stderr.contains("set NRI_WASM_SDK"), "{}", ran.stderr);
+}
+
+/// The guide's table of the two CreateContainer requests it uses (the
+/// project's fixture and the one captured from containerd) says what each
+/// file holds: its pod, its `team` label, its image, and no
+/// `container.image`. Every template writes the same project fixture.
+#[test]
+fn the_guide_says_what_each_fixture_holds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let table: Vec<Vec<String>> = GUIDE
+        .split("<!-- fixtures -->\n")
+        .nth(1)
+        .expect("the guide's table of fixtures")
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| row.trim_matches('|').split('|').map(|c| c.trim().trim_matches('`').to_string()).collect())
+        .collect();
+    assert_eq!(table.len(), 2, "{table:?}");
+    let code = |cell: &str| cell.split('`').next().unwrap().trim().to_string();
+    for row in &table {
+        let file = code(&row[0]);
+        let paths: Vec<PathBuf> = if file == "fixtures/create-container.json" {
+            std::fs::read_dir(root.join("guest-sdk"))
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("template").join(&file))
+                .filter(|p| p.is_file())
+                .collect()
+        } else {
+            vec![root.join(&file)]
+        };
+        assert!(!paths.is_empty(), "{file}");
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(doc["event"], "CreateContainer", "{}", path.display());
+            let pod = &doc["request"]["pod"];
+            let name = format!("{}/{}", pod["namespace"].as_str().unwrap(), pod["name"].as_str().unwrap());
+            assert_eq!(name, row[2], "{}: the pod", path.display());
+            let team = pod["labels"]["team"].as_str().unwrap_or("none");
+            assert_eq!(team, row[3], "{}: the team label", path.display());
+            let container = &doc["request"]["container"];
+            let image = container["annotations"]["io.kubernetes.cri.image-name"].as_str().unwrap_or_default();
+            assert_eq!(image, row[4], "{}: the image", path.display());
+            assert!(container.get("image").is_none(), "{}: container.image is set", path.display());
+        }
+    }
 }

@@ -53,24 +53,75 @@ fn bad_config_names_the_file_and_the_key() {
     assert!(stderr.contains("bad.toml") && stderr.contains("sokcet"), "{stderr}");
 }
 
+/// A directory of policies of your own: the demo reports what they did,
+/// judges nothing, and fails (saying so last) unless every one of them
+/// loaded: a directory where none loads is no demonstration.
 #[cfg(feature = "demo")]
 #[test]
-fn demo_reports_policies_it_cannot_load_and_runs_the_rest() {
+fn demo_with_policies_of_your_own_fails_unless_every_one_loads() {
+    let demo = |dir: &Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
+            .args(["demo", "--pods", "1", "--colour", "never", "--policies"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let last = stdout.lines().last().unwrap_or_default().trim().to_string();
+        (output.status.code(), stdout, stderr, last)
+    };
+    // Nothing loads: a junk file and a settings file alone.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("10-junk.wasm"), b"not a component").unwrap();
     std::fs::write(dir.path().join("20-lonely.toml"), "mode = \"audit\"\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
-        .args(["demo", "--pods", "1", "--colour", "never", "--policies"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (code, stdout, stderr, last) = demo(dir.path());
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
     assert!(stdout.contains("0 policies loaded"), "{stdout}");
     assert!(stdout.contains("10-junk") && stdout.contains("not a WebAssembly file"), "{stdout}");
     assert!(stdout.contains("20-lonely.toml") && stdout.contains("no policy"), "{stdout}");
-    assert!(stdout.contains("1 containers created, 0 refused"), "{stdout}");
+    assert!(stdout.contains("1 containers created, 0 refused"), "the pods still ran: {stdout}");
+    assert_eq!(last, "no policy loaded (2 left out, listed at the top): the pods ran through an empty chain");
+    assert!(!stdout.contains("every pod was handled as its scenario describes"), "{stdout}");
+
+    // One loads beside the junk: still a failure, said as it is.
+    install_pod_metadata_env(dir.path());
+    std::fs::remove_file(dir.path().join("20-lonely.toml")).unwrap();
+    let (code, stdout, stderr, last) = demo(dir.path());
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 policies loaded"), "{stdout}");
+    assert_eq!(last, "1 policies loaded, 1 left out (listed at the top): the pods ran without them");
+
+    // Every one loads: success, reported and not judged.
+    std::fs::remove_file(dir.path().join("10-junk.wasm")).unwrap();
+    let (code, stdout, stderr, last) = demo(dir.path());
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("env APP_NAME="), "{stdout}");
+    assert!(last.starts_with("the pods ran through the 1 policies given (reported, not judged"), "{last}");
+
+    // An empty directory is no demonstration either.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, stdout, _, last) = demo(empty.path());
+    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(last, "no policy found: the pods ran through an empty chain");
+
+    // The JSON summary says the same.
+    let output = Command::new(env!("CARGO_BIN_EXE_nri-wasm"))
+        .args(["demo", "--pods", "1", "--json", "--policies"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let summary: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&output.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!((summary["succeeded"].as_bool(), summary["loaded"].as_u64()), (Some(false), Some(0)), "{summary}");
+}
+
+/// `10-pod-metadata-env`, an example, installed in `dir` with its policy file.
+#[cfg(feature = "demo")]
+fn install_pod_metadata_env(dir: &Path) {
+    std::fs::copy(nri_wasm_components::examples::POD_METADATA_ENV, dir.join("10-pod-metadata-env.wasm")).unwrap();
+    let toml = Path::new(env!("CARGO_MANIFEST_DIR")).join("../example-policies/pod-metadata-env/policy.toml");
+    std::fs::copy(toml, dir.join("10-pod-metadata-env.toml")).unwrap();
 }
 
 /// With a directory of someone else's policies, the demo plays the pods of
@@ -82,7 +133,7 @@ fn demo_plays_a_pods_file_with_a_config_and_judges_only_its_own_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("10-junk.wasm"), b"not a component").unwrap();
+    install_pod_metadata_env(&policies);
     let config = dir.path().join("node.toml");
     std::fs::write(&config, "[engine]\ncompile-timeout-ms = 600000\n").unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/containerd-2.3.4/CreateContainer.json");

@@ -276,6 +276,6 @@ impl Policy for ExclusiveCpus {
 
 // What it may change and read; the dangerous ones need a `grant` in its
 // settings file (policy.toml).
-nri_wasm_sdk::capabilities!("cpu", "annotations", "updates", "node", "deny");
+nri_wasm_sdk::capabilities!("cpu", "cpuset-any", "annotations", "updates", "node", "deny");
 
 export_policy!(ExclusiveCpus);

@@ -188,6 +188,6 @@ impl Policy for QosClass {
 }
 
 // What it may change and read (docs/wit.md); nothing dangerous.
-nri_wasm_sdk::capabilities!("cpu", "memory", "unified", "oom-score-adj", "deny");
+nri_wasm_sdk::capabilities!("cpu", "cpuset-any", "memory", "unified", "oom-score-adj", "oom-protect", "deny");
 
 export_policy!(QosClass);

@@ -182,6 +182,6 @@ impl Policy for UlimitAdjuster {
 }
 
 // What it may change and read (docs/wit.md); nothing dangerous.
-nri_wasm_sdk::capabilities!("rlimits", "deny");
+nri_wasm_sdk::capabilities!("rlimits", "rlimits-raise", "deny");
 
 export_policy!(UlimitAdjuster);

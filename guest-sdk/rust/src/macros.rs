@@ -16,7 +16,9 @@
 /// `oom-score-adj`, `io-priority`, `scheduler`, `memory-policy`, `deny`,
 /// `node`, and the dangerous `mounts`, `hooks`, `devices`, `cdi-devices`,
 /// `namespaces`, `seccomp`, `sysctl`, `net-devices`, `cgroups-path`,
-/// `updates`, `evictions`). The list is recorded in the component, in the
+/// `updates`, `evictions`, and past the default grant's bounds
+/// `cgroup-files`, `oom-protect`, `rlimits-raise`, `realtime`,
+/// `runtime-annotations`, `resctrl`, `swap-raise`, `cpuset-any`). The list is recorded in the component, in the
 /// custom section `nri-wasm:capabilities`, where `nri-wasm check` shows it
 /// and the host enforces it. Use it once per component; a component
 /// without it is taken to declare nothing dangerous.

@@ -27,10 +27,12 @@ pub(super) fn check(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn W
 }
 
 fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> std::io::Result<bool> {
-    let config = match Config::load(&args.file) {
+    let config = match Config::load_all(&args.file) {
         Ok(c) => c,
-        Err(e) => {
-            writeln!(err, "error: {}", crate::text::chain(&e))?;
+        Err(errors) => {
+            for e in &errors {
+                writeln!(err, "error: {}", crate::text::chain(e))?;
+            }
             return Ok(false);
         }
     };
@@ -87,9 +89,21 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                 writeln!(out, "  (none)")?;
             }
         }
+        // A file's name may hold a newline: each error is one line.
         for e in &errors {
-            writeln!(err, "error: {e}")?;
+            writeln!(err, "error: {}", crate::text::guest_text(&e.to_string(), crate::text::MAX_REASON_BYTES))?;
             ok = false;
+        }
+        if let Some(dir) = readable {
+            for name in unread_settings(dir) {
+                writeln!(
+                    err,
+                    "error: {}/{name}: not read by the host, which reads settings files named NN-name.toml \
+                     (two digits, a dash, then letters, digits and _.+-)",
+                    crate::text::guest_text(&dir.display().to_string(), 1024)
+                )?;
+                ok = false;
+            }
         }
         // Limits a settings file asks for must fit the engine as well;
         // a reference must be usable with the keys that apply to it.
@@ -110,9 +124,34 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
     }
     if !args.quiet {
         writeln!(out, "\n# effective configuration (every default filled in)")?;
-        write!(out, "{}", config.to_toml())?;
+        write!(out, "{}", config.effective_toml())?;
     }
     Ok(ok)
+}
+
+/// The entries of a policy directory the host passes over without a word
+/// that look meant as settings: a name ending in `.toml` that is not
+/// `NN-name.toml`, or any name with a control character (a newline in a
+/// name would otherwise end a line of this report). Named escaped, each on
+/// one line. Hidden entries are the host's to skip (a ConfigMap's `..data`).
+fn unread_settings(dir: &std::path::Path) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|name| !name.as_bytes().starts_with(b"."))
+        .filter_map(|name| name.into_string().ok())
+        .filter(|name| {
+            let control = name.chars().any(char::is_control);
+            let toml = name.ends_with(".toml") && crate::policy::manifest::policy_stem(name, "toml").is_none();
+            let wasm = name.ends_with(".wasm");
+            (control && !wasm) || toml
+        })
+        .map(|name| crate::text::guest_text(&name, 256))
+        .collect();
+    names.sort();
+    names
 }
 
 /// What a settings file grants, beside what the component declares (read
@@ -274,6 +313,123 @@ mod tests {
         assert!(err.contains("10-a.toml") && err.contains("line 2, column"), "{err}");
         assert!(!err.contains("hunter2") && !out.contains("hunter2"), "{err}{out}");
     }
+
+    /// Every error of the file, each with its line, in file order: wrong
+    /// names and types (serde stops at the first), values that break a
+    /// rule, two in one table.
+    #[test]
+    fn every_error_is_reported_with_its_line_in_file_order() {
+        let text = "[plugin]\nindex = \"7\"\nnmae = \"x\"\n\
+                    [runtime]\nregister-timeout-ms = \"5s\"\nreconnect-initial-ms = 10\nreconnect-max-ms = 5\n\
+                    [policies.limits]\nfuel = 0\ntimeout-ms = 0\n\
+                    [chain]\nbudget-fraction = 1.5\nbreaker-failures = 0\n\
+                    [logging]\nformat = \"xml\"\n";
+        let (code, out, err) = run(text, &[]);
+        assert_eq!(code, 1);
+        assert!(!out.contains("effective configuration"), "{out}");
+        let lines: Vec<&str> = err.lines().collect();
+        let want: &[(&str, &[&str])] = &[
+            ("line 2", &["index", "two digits"]),
+            ("line 3", &["nmae", "expected `name` or `index`"]),
+            ("line 5", &["register-timeout-ms", "integer"]),
+            ("line 6", &["reconnect-initial-ms (10)", "reconnect-max-ms (5)"]),
+            ("line 9", &["fuel must be positive"]),
+            ("line 10", &["timeout-ms must be positive"]),
+            ("line 12", &["budget-fraction"]),
+            ("line 13", &["breaker-failures"]),
+            ("line 15", &["format", "`text`"]),
+        ];
+        assert_eq!(lines.len(), want.len(), "{err}");
+        for (line, (at, words)) in lines.iter().zip(want) {
+            assert!(line.starts_with("error: config file ") && line.contains("config.toml"), "{line}");
+            assert!(line.contains(&format!("{at}:")) || line.contains(&format!("{at},")), "{at}: {line}");
+            for w in *words {
+                assert!(line.contains(w), "{w:?} missing from {line}");
+            }
+        }
+        // The first of them is what `run` says, alone.
+        let e = Config::parse(text, std::path::Path::new("config.toml")).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("two digits"), "{e}");
+    }
+
+    /// A syntax error is reported alone, with any other the parser finds
+    /// past it: what follows one may not read as meant.
+    #[test]
+    fn syntax_errors_are_reported_without_what_follows_them() {
+        let (code, _out, err) = run("[plugin]\nname = \"x\n[runtime]\nregister-timeout-ms = 0\n", &[]);
+        assert_eq!(code, 1);
+        assert!(err.lines().all(|l| l.contains("line 2")), "{err}");
+    }
+
+    /// A settings file the host would pass over without a word (its name is
+    /// not NN-name.toml; one holds a newline) is named, escaped, on one line.
+    #[test]
+    fn settings_files_the_host_does_not_read_are_reported_escaped() {
+        let (code, _out, err) = run(
+            "[policies]\ndir = \"$POLICIES\"\n",
+            &[("20-b\nc.toml", "mode = \"audit\"\n"), ("policy.toml", ""), ("notes.txt", ""), ("10-a.wasm", "x")],
+        );
+        assert_eq!(code, 1, "{err}");
+        let unread: Vec<&str> = err.lines().filter(|l| l.contains("not read by the host")).collect();
+        assert_eq!(unread.len(), 2, "{err}");
+        assert!(unread[0].contains("/20-b\\nc.toml: "), "{}", unread[0]);
+        assert!(unread[1].contains("/policy.toml: "), "{}", unread[1]);
+        assert!(!err.contains("notes.txt"), "{err}");
+        // A policy file whose name holds a newline is one line too.
+        let (code, _out, err) = run("[policies]\ndir = \"$POLICIES\"\n", &[("10-a\nb.wasm", "x")]);
+        assert_eq!(code, 1);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("10-a\\nb.wasm"), "{err}");
+    }
+
+    /// The effective configuration has every key: every limit of
+    /// `[policies.limits]`, a comment for a key with no value, and reads
+    /// back to the same configuration.
+    #[test]
+    fn the_effective_configuration_has_every_key() {
+        let (code, out, err) = run("[policies.limits]\nfuel = 5000\n", &[]);
+        assert_eq!(code, 0, "{err}");
+        let printed = out.split("# effective configuration (every default filled in)\n").nth(1).unwrap();
+        let limits = printed.split("[policies.limits]\n").nth(1).unwrap().split("\n\n").next().unwrap();
+        for key in ["fuel = 5000", "timeout-ms = 100", "memory-mib = 64", "table-elements = ", "instances = "] {
+            assert!(limits.contains(key), "{key} missing from [policies.limits]:\n{limits}");
+        }
+        for (table, keys) in TABLES_FOR_TESTS {
+            let section = printed.split(&format!("[{table}]\n")).nth(1).unwrap_or_else(|| panic!("no [{table}]"));
+            let section = section.split("\n[").next().unwrap();
+            for key in *keys {
+                assert!(
+                    section
+                        .lines()
+                        .any(|l| l.starts_with(&format!("{key} = ")) || l.starts_with(&format!("# {key}: "))),
+                    "[{table}] {key} missing:\n{section}"
+                );
+            }
+        }
+        assert!(printed.contains("# dir: not set"), "{printed}");
+        let back = Config::parse(printed, std::path::Path::new("printed")).unwrap();
+        let want = Config::parse("[policies.limits]\nfuel = 5000\n", std::path::Path::new("x")).unwrap();
+        assert_eq!(back.policies.limits(), want.policies.limits());
+        assert_eq!(Config { policies: want.policies.clone(), ..back.clone() }, want, "the rest reads back the same");
+        assert_eq!(back.effective_toml(), printed, "printed again, the same");
+        // A source is a table of its own, and reads back.
+        let digest = "a".repeat(64);
+        let text = format!("[policies.sources]\n\"30-u\" = \"oci://r.example/p/u:1@sha256:{digest}\"\n");
+        let (code, out, err) = run(&text, &[]);
+        assert_eq!(code, 0, "{err}");
+        let printed = out.split("# effective configuration (every default filled in)\n").nth(1).unwrap();
+        let back = Config::parse(printed, std::path::Path::new("printed")).unwrap();
+        assert_eq!(back.policies.sources.len(), 1, "{printed}");
+    }
+
+    /// Tables and keys every effective configuration shows (a sample).
+    const TABLES_FOR_TESTS: &[(&str, &[&str])] = &[
+        ("plugin", &["name", "index"]),
+        ("runtime", &["socket", "start-wait-ms"]),
+        ("policies", &["dir", "state-dir", "watch"]),
+        ("engine", &["cache-dir", "pooling"]),
+        ("chain", &["budget-fraction"]),
+    ];
 
     #[test]
     fn a_missing_file_is_an_error_that_names_it() {

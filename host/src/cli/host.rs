@@ -1,12 +1,20 @@
 //! The composition root: one place that puts a host together.
 //!
-//! The binary (`run`, launched mode), the demo and the tests all need the
-//! same host, differing only in a few knobs: which compiler, whose metrics,
-//! who watches the chain's steps, whether requests are recorded. Those knobs
-//! are the fields of [`HostBuilder`], each defaulted in [`HostBuilder::new`]
-//! and nowhere else; [`HostBuilder::build`] gives the policy side
-//! ([`Host`]), and [`Host::serve`] adds the metrics endpoint, the directory
-//! watch and the supervised connection to the runtime.
+//! The binary (`run`, launched mode), the demo, the author tools (`check`,
+//! `eval`, `eval --replay`) and the tests all need the same host, differing
+//! only in a few knobs: which compiler, whose metrics, who watches the
+//! chain's steps, whether requests are recorded, where the policies' state
+//! lives, and which policies (a directory, or a component given with its
+//! settings). Those knobs are the fields of [`HostBuilder`], each defaulted
+//! in [`HostBuilder::new`] and nowhere else; everything else (the engine
+//! with its compile cache, the registry client with the configuration's
+//! `[registry]`, the node's facts, the loader and the chain's settings) is
+//! made here, from the configuration, the same way for all of them, so that
+//! an author's `eval --config` loads what a node with that configuration
+//! loads. [`HostBuilder::build`] gives the policy side ([`Host`]), and
+//! [`Host::serve`] adds the metrics endpoint, the directory watch and the
+//! supervised connection to the runtime; [`HostBuilder::engine`] gives the
+//! engine alone, for `check`, which loads one component step by step.
 //!
 //! Order matters for a node's pods: the host loads its policies in the
 //! background and registers with the runtime as soon as it knows what they
@@ -28,8 +36,9 @@ use crate::nri::{ConnectOptions, Dispatcher, Supervisor};
 use crate::policy::chain::{Chain, Observer, Pending, Unloadable};
 use crate::policy::compile::Compiler;
 use crate::policy::dispatcher::PolicyDispatcher;
-use crate::policy::engine::{Allocator, Facts, PolicyEngine};
+use crate::policy::engine::{Allocator, EngineError, Facts, PolicyEngine};
 use crate::policy::loader::{self, DirOptions};
+use crate::policy::manifest::PolicySpec;
 use crate::policy::reload::{PolicySource, Reloader};
 use crate::policy::state::StateStore;
 
@@ -50,11 +59,33 @@ pub struct HostBuilder {
     /// a fresh set; a test passes its own to read them.
     metrics: Arc<Metrics>,
     /// Who sees each step of every event, with every change described.
-    /// Default: nobody (the metrics count them); the demo passes its report.
+    /// Default: nobody (the metrics count them); the demo and `eval` pass
+    /// their reports.
     observer: Option<Arc<dyn Observer>>,
     /// Record every request the runtime sends to a file, for
     /// `nri-wasm eval --replay` (`nri/record/`). Default: off.
     record: Option<RecordOptions>,
+    /// Where the policies' state is kept. Default: `[policies] state-dir`,
+    /// else memory. The demo and `eval` pass a store in memory of their own
+    /// (`eval` preloaded with `--state`): a tool run beside a node never
+    /// writes the node's state.
+    states: Option<Arc<StateStore>>,
+    /// Policies given one by one rather than found in `[policies] dir`:
+    /// `eval`'s component with the settings of its command line. Each joins
+    /// the chain as if its files were in the directory. Default: none.
+    given: Vec<PolicySpec>,
+}
+
+/// What keeps a host from being built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The WebAssembly engine could not be made.
+    #[error("cannot start the engine")]
+    Engine(#[from] EngineError),
+    /// `[policies.sources]` names a policy or a reference that cannot be
+    /// used (a configuration built in code; a file's is checked when read).
+    #[error("{0}")]
+    Sources(String),
 }
 
 impl HostBuilder {
@@ -66,6 +97,8 @@ impl HostBuilder {
             metrics: Arc::new(Metrics::new()),
             observer: None,
             record: None,
+            states: None,
+            given: Vec::new(),
         }
     }
 
@@ -93,30 +126,44 @@ impl HostBuilder {
         self
     }
 
+    /// Keeps the policies' state in `states` instead of `[policies] state-dir`.
+    pub fn states(mut self, states: Arc<StateStore>) -> Self {
+        self.states = Some(states);
+        self
+    }
+
+    /// Loads `given` beside the policies of `[policies] dir` and
+    /// `[policies.sources]` (one of the same name is replaced).
+    pub fn given(mut self, given: Vec<PolicySpec>) -> Self {
+        self.given = given;
+        self
+    }
+
+    /// The engine alone, as [`build`](Self::build) makes it: the
+    /// configuration's `[engine]` (with its compile cache), this builder's
+    /// compiler, and the registry client of `[registry]` for policies named
+    /// by reference. For `check`, which runs one component through the load
+    /// steps itself.
+    pub fn engine(self) -> Result<Arc<PolicyEngine>, BuildError> {
+        engine(&self.config, self.compiler)
+    }
+
     /// Builds the policy side of the host and starts the first load in the
     /// background: the host registers with the runtime at once, and a
     /// mandatory policy that is not loaded yet fails container creation
     /// until it is.
-    pub fn build(self) -> anyhow::Result<Host> {
-        let HostBuilder { config, compiler, metrics, observer, record } = self;
-        let registry = crate::registry::client::Registry::new(&config.registry, config.engine.max_component_mib << 20)
-            .map(Arc::new)
-            .map_err(|e| format!("[registry] cannot be used: {e}"));
-        if let Err(e) = &registry {
-            tracing::error!(error = %e, "policies named by reference cannot load");
-        }
-        let engine = Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler).with_registry(registry));
+    pub fn build(self) -> Result<Host, BuildError> {
+        let HostBuilder { config, compiler, metrics, observer, record, states, given } = self;
+        let engine = engine(&config, compiler)?;
         if let Allocator::OnDemand(why) = engine.allocator() {
             tracing::info!(reason = %why, "instances are allocated on demand");
         }
-        let topology = Topology::from_system().unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "node topology unreadable; policies see the CPU count only");
-            Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
-        });
-        let facts = Facts::unconfigured(Facts::node_from_system(), &topology);
-        let states = Arc::new(match &config.policies.state_dir {
-            Some(dir) => StateStore::in_dir(dir.clone()),
-            None => StateStore::in_memory(),
+        let facts = node_facts();
+        let states = states.unwrap_or_else(|| {
+            Arc::new(match &config.policies.state_dir {
+                Some(dir) => StateStore::in_dir(dir.clone()),
+                None => StateStore::in_memory(),
+            })
         });
         // Failed saves show in /metrics and /status, per policy.
         metrics.watch_states(states.clone());
@@ -125,15 +172,17 @@ impl HostBuilder {
         let mut specs = match &config.policies.dir {
             Some(dir) => loader::scan(dir, options).0,
             None => {
-                if config.policies.sources.is_empty() {
+                if config.policies.sources.is_empty() && given.is_empty() {
                     tracing::info!("no policy directory configured: the chain is empty");
                 }
                 Vec::new()
             }
         };
         // Those named in the host configuration ([policies.sources]) are found too.
-        let sources = config.policies.sources().map_err(anyhow::Error::msg)?;
+        let sources = config.policies.sources().map_err(BuildError::Sources)?;
         loader::add_config_sources(&mut specs, &mut Vec::new(), config.policies.dir.as_deref(), &sources, options);
+        let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain, sources, given };
+        source.add_given(&mut specs, &mut Vec::new());
         // Until they load, every policy found is not ready yet, with the
         // subscription of its last load if one is recorded.
         let pending: Vec<Pending> = loader::pending(&engine, &specs);
@@ -153,7 +202,6 @@ impl HostBuilder {
             None => dispatcher,
         };
         let dispatcher = Arc::new(dispatcher);
-        let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain, sources };
         let reloader = Arc::new(
             Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts))
                 .with_tag_recheck(config.registry.tag_recheck()),
@@ -182,6 +230,29 @@ impl HostBuilder {
         });
         Ok(Host { dispatcher, reloader, metrics, config, record })
     }
+}
+
+/// The engine of `config`, compiling with `compiler`, with the registry
+/// client of its `[registry]` (a client that cannot be made is logged, and
+/// each policy named by reference fails to load with the reason).
+fn engine(config: &Config, compiler: Compiler) -> Result<Arc<PolicyEngine>, BuildError> {
+    let registry = crate::registry::client::Registry::new(&config.registry, config.engine.max_component_mib << 20)
+        .map(Arc::new)
+        .map_err(|e| format!("[registry] cannot be used: {e}"));
+    if let Err(e) = &registry {
+        tracing::error!(error = %e, "policies named by reference cannot load");
+    }
+    Ok(Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler).with_registry(registry)))
+}
+
+/// The facts policies see of this node until the runtime configures the
+/// host: this machine's CPUs, NUMA nodes and memory.
+pub(crate) fn node_facts() -> Facts {
+    let topology = Topology::from_system().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "node topology unreadable; policies see the CPU count only");
+        Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+    });
+    Facts::unconfigured(Facts::node_from_system(), &topology)
 }
 
 /// A built host: the dispatcher the transport calls, the reloader that

@@ -38,7 +38,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::LogFormat;
 use crate::nri::transport;
 
-pub use host::{Host, HostBuilder};
+pub use host::{BuildError, Host, HostBuilder};
 pub use run::{connect_options, settings, stop_on_signals, subprocess_compiler, transport_runtime};
 pub use status::print as print_status;
 

@@ -2,9 +2,14 @@
 //! for authors and pipelines, with no other tool.
 //!
 //! They take the registry settings from `--config` (its `[registry]`
-//! table) and the flags, which override it. `pull` and `verify` go through
-//! the node's own pull path (bounds, digests, signatures), so a pipeline
-//! sees exactly what a node would accept; `pull` bypasses the node's cache.
+//! table, and `[engine] max-component-mib`, the largest component a node
+//! loads) and the flags, which override it. All four use the node's one
+//! registry client; `pull` and `verify` go through the node's own pull
+//! path (bounds, digests, signatures), so a pipeline sees exactly what a
+//! node would accept. `pull` bypasses the node's cache and streams the
+//! component into a temporary file beside its output, renamed once its
+//! digest is right: it never holds a component in memory, and refuses one
+//! larger than the limit before a byte of it is asked for.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,25 +24,37 @@ use crate::registry::{push, OciRef, RegistrySettings, Source};
 /// Registry settings shared by the four commands.
 #[derive(Debug, Args, Clone, Default)]
 pub struct RegistryArgs {
-    /// A host configuration file whose `[registry]` table is used.
+    /// A host configuration file whose `[registry]` table (and
+    /// `[engine] max-component-mib`) is used.
     #[arg(long, short = 'c', env = "NRI_WASM_CONFIG")]
     pub config: Option<PathBuf>,
-    /// A docker `config.json` with the registry's credentials.
+    /// A docker `config.json` with the registry's credentials (or its
+    /// credential helpers).
     #[arg(long, value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
     /// PEM certificates to trust for the registry (besides the system's).
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
+    /// Reach this registry (`host[:port]`) over plain HTTP; repeatable.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub plain_http: Vec<String>,
     /// Deadline of the whole operation, in milliseconds.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
 }
 
 impl RegistryArgs {
-    fn settings(&self) -> Result<RegistrySettings, String> {
-        let mut settings = match &self.config {
-            Some(path) => crate::config::Config::load(path).map_err(|e| crate::text::chain(&e))?.registry,
-            None => RegistrySettings::default(),
+    /// The registry settings, and the largest component a node loads.
+    fn settings_and_max(&self) -> Result<(RegistrySettings, u64), String> {
+        let (mut settings, max) = match &self.config {
+            Some(path) => {
+                let config = crate::config::Config::load(path).map_err(|e| crate::text::chain(&e))?;
+                (config.registry, config.engine.max_component_mib << 20)
+            }
+            None => {
+                let engine = crate::policy::engine::EngineSettings::default();
+                (RegistrySettings::default(), engine.max_component_mib << 20)
+            }
         };
         // The commands never use the node's cache.
         settings.cache_dir = None;
@@ -47,11 +64,20 @@ impl RegistryArgs {
         if let Some(c) = &self.ca_file {
             settings.ca_file = Some(c.clone());
         }
+        for registry in &self.plain_http {
+            if !settings.plain_http.contains(registry) {
+                settings.plain_http.push(registry.clone());
+            }
+        }
         if let Some(t) = self.timeout_ms {
             settings.timeout_ms = t;
         }
         settings.validate()?;
-        Ok(settings)
+        Ok((settings, max))
+    }
+
+    fn settings(&self) -> Result<RegistrySettings, String> {
+        self.settings_and_max().map(|(s, _)| s)
     }
 }
 
@@ -131,9 +157,16 @@ fn report(err: &mut dyn Write, result: Result<(), String>) -> ExitCode {
 /// `nri-wasm push FILE REF`.
 pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
-        let settings = args.registry.settings()?;
+        let (settings, max) = args.registry.settings_and_max()?;
         let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
-        let bytes = crate::registry::read_limited(&args.file, 1 << 30)?;
+        // No larger than a node loads ([engine] max-component-mib).
+        let bytes = crate::registry::read_limited(&args.file, max).map_err(|e| {
+            if e.ends_with(&format!("larger than {max} bytes")) {
+                format!("{e}, the most a node loads ([engine] max-component-mib)")
+            } else {
+                e
+            }
+        })?;
         // The component must be one a host loads: the same check `check` starts with.
         crate::policy::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
         let hex = runtime()?.block_on(push::push(&settings, bytes, &reference)).map_err(|e| e.to_string())?;
@@ -144,23 +177,23 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
     report(err, result)
 }
 
-/// `reference` through the node's own pull path, with `keys` as the
-/// signature requirement (what `pull` and `verify` share).
-fn resolve(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> Result<crate::registry::Resolved, String> {
-    let settings = RegistrySettings { public_keys: keys.to_vec(), ..registry.settings()? };
+/// The client and source for `reference` with `keys` as the signature
+/// requirement (what `pull` and `verify` share).
+fn client(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> Result<(Registry, Source), String> {
+    let (settings, max) = registry.settings_and_max()?;
+    let settings = RegistrySettings { public_keys: keys.to_vec(), ..settings };
     let reference = OciRef::parse(reference).map_err(|e| e.to_string())?;
-    let registry = Registry::new(&settings, 1 << 30)?;
-    let source = Source { reference, public_keys: None };
-    runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())
+    let registry = Registry::new(&settings, max)?;
+    Ok((registry, Source { reference, public_keys: None }))
 }
 
 /// `nri-wasm pull REF -o FILE`.
 pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
-        let resolved = resolve(&args.registry, &args.keys, &args.reference)?;
-        crate::registry::write_atomically(&args.output, &resolved.bytes)?;
-        let p = &resolved.provenance;
-        let _ = writeln!(out, "{} manifest {} component sha256:{}", p.source, p.manifest, resolved.digest);
+        let (registry, source) = client(&args.registry, &args.keys, &args.reference)?;
+        let (digest, p) =
+            runtime()?.block_on(registry.pull_to_file(&source, &args.output)).map_err(|e| e.to_string())?;
+        let _ = writeln!(out, "{} manifest {} component sha256:{digest}", p.source, p.manifest);
         if let Some(s) = &p.signer {
             let _ = writeln!(out, "signed by {s}");
         }
@@ -198,7 +231,8 @@ pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
 /// `nri-wasm verify --key KEY.pub REF`: what a node would accept.
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
-        let resolved = resolve(&args.registry, &args.keys, &args.reference)?;
+        let (registry, source) = client(&args.registry, &args.keys, &args.reference)?;
+        let resolved = runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())?;
         let p = &resolved.provenance;
         let _ = writeln!(
             out,

@@ -61,12 +61,14 @@ pub fn print(s: &HostStatus, out: &mut dyn Write) -> std::io::Result<()> {
         if !p.source.is_empty() {
             writeln!(
                 out,
-                "    source: {}   manifest: {}   signer: {}{}",
+                "    source: {}   manifest: {}   signer: {}",
                 p.source,
                 p.manifest,
                 if p.signer.is_empty() { "-" } else { &p.signer },
-                if p.from_cache { "   (from the node's cache: registry unreachable)" } else { "" }
             )?;
+            if p.from_cache {
+                writeln!(out, "    from the node's cache: {}", cache_reason(p))?;
+            }
         }
         if p.state_save_failures > 0 || p.state_unsaved || !p.state_error.is_empty() {
             writeln!(
@@ -82,6 +84,17 @@ pub fn print(s: &HostStatus, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "(no policies)")?;
     }
     Ok(())
+}
+
+/// Why a policy came from the node's cache, in words.
+fn cache_reason(p: &crate::metrics::PolicyStatus) -> String {
+    match p.from_cache_reason.as_str() {
+        "pinned-digest" => "its pinned digest is there; the registry was not asked".into(),
+        "registry-unreachable" if p.registry_error.is_empty() => "registry unreachable".into(),
+        "registry-unreachable" => format!("registry unreachable: {}", p.registry_error),
+        // A host from before the reason was given.
+        _ => "reason not given by this host".into(),
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +123,17 @@ mod tests {
                     manifest: "sha256:ab12".into(),
                     signer: "/k.pub (sha256:0011)".into(),
                     from_cache: true,
+                    from_cache_reason: "registry-unreachable".into(),
+                    registry_error: "https://h:5000/v2/p/a/manifests/v1: connection refused".into(),
+                    ..Default::default()
+                },
+                PolicyStatus {
+                    name: "15-pinned".into(),
+                    status: "loaded".into(),
+                    source: "oci://h:5000/p/c:v1@sha256:cd34".into(),
+                    manifest: "sha256:cd34".into(),
+                    from_cache: true,
+                    from_cache_reason: "pinned-digest".into(),
                     ..Default::default()
                 },
                 PolicyStatus {
@@ -132,10 +156,18 @@ mod tests {
         );
         assert_eq!(out.matches("state:").count(), 1, "only the policy with a problem: {out}");
         assert!(
-            out.contains("source: oci://h:5000/p/a:v1   manifest: sha256:ab12   signer: /k.pub (sha256:0011)")
-                && out.contains("from the node's cache"),
+            out.contains("source: oci://h:5000/p/a:v1   manifest: sha256:ab12   signer: /k.pub (sha256:0011)"),
             "{out}"
         );
-        assert_eq!(out.matches("source:").count(), 1, "only the policy named by reference: {out}");
+        // Which of the two reasons, each with its policy.
+        assert!(
+            out.contains(
+                "from the node's cache: registry unreachable: https://h:5000/v2/p/a/manifests/v1: connection refused"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("from the node's cache: its pinned digest is there; the registry was not asked"), "{out}");
+        assert_eq!(out.matches("from the node's cache").count(), 2, "{out}");
+        assert_eq!(out.matches("source:").count(), 2, "only the policies named by reference: {out}");
     }
 }

@@ -73,7 +73,7 @@ use protobuf::MessageField;
 use adjust::Adjuster;
 use owners::Owners;
 use update::Updates;
-pub use validate::{validate_create_reply, validate_updates, KnownContainers, Unknown, MAX_UPDATES};
+pub use validate::{is_cgroup_file, validate_create_reply, validate_updates, KnownContainers, Unknown, MAX_UPDATES};
 
 /// What a merge knows of the node's containers, to refuse updates of
 /// containers the node does not have.

@@ -527,8 +527,11 @@ fn resources(field: &str, r: &pb::LinuxResources) -> Checked {
     }
     for (key, value) in unified.iter().collect::<BTreeSet<_>>() {
         literal(&format!("{field}.unified"), "key", key)?;
-        if key.contains('/') || key.contains("..") || key.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(bad(format!("{field}.unified"), format!("{:?} is not a cgroup file name", clip(key))));
+        if !is_cgroup_file(key) {
+            return Err(bad(
+                format!("{field}.unified"),
+                format!("{:?} is not a cgroup interface file name (controller.file, like memory.max)", clip(key)),
+            ));
         }
         text(&format!("{field}.unified[{key:?}]"), value)?;
     }
@@ -559,6 +562,20 @@ fn resources(field: &str, r: &pb::LinuxResources) -> Checked {
         }
     }
     Ok(())
+}
+
+/// Whether `key` names a cgroup v2 interface file: a controller (`memory`,
+/// `cgroup`, ...) in lower-case letters, a dot, then dot-separated words of
+/// letters, digits and `_` (`hugetlb.2MB.max`), at most 64 bytes. runc
+/// writes each `unified` key as a file in the container's cgroup directory,
+/// so anything else (a path, `..`, a cgroup v1 name like `tasks`) is
+/// refused, whatever the policy was granted.
+pub fn is_cgroup_file(key: &str) -> bool {
+    let Some((controller, rest)) = key.split_once('.') else { return false };
+    key.len() <= 64
+        && !controller.is_empty()
+        && controller.bytes().all(|b| b.is_ascii_lowercase())
+        && rest.split('.').all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
 }
 
 /// A cpuset list: `0-3,5,7-8`, ascending ranges of numbers below 65536.

@@ -134,10 +134,16 @@ pub struct PolicyStatus {
     /// The key that signed it, or empty.
     #[serde(default)]
     pub signer: String,
-    /// Whether it was loaded from the node's cache because the registry
-    /// was unreachable.
+    /// Whether it was loaded from the node's registry cache.
     #[serde(default)]
     pub from_cache: bool,
+    /// Why, when it was: `pinned-digest` (the reference pins a digest the
+    /// cache holds; the registry was not asked) or `registry-unreachable`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub from_cache_reason: String,
+    /// With `registry-unreachable`: the registry's failure.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub registry_error: String,
 }
 
 impl PolicyStatus {
@@ -485,6 +491,7 @@ impl Metrics {
         if let Some(chain) = &chain {
             for e in chain.entries() {
                 let p = &e.policy;
+                let cached = p.spec.provenance.as_ref().and_then(|v| v.from_cache.as_ref());
                 policies.push(
                     PolicyStatus {
                         name: p.name().into(),
@@ -501,7 +508,12 @@ impl Metrics {
                         source: p.spec.provenance.as_ref().map(|v| v.source.clone()).unwrap_or_default(),
                         manifest: p.spec.provenance.as_ref().map(|v| v.manifest.clone()).unwrap_or_default(),
                         signer: p.spec.provenance.as_ref().and_then(|v| v.signer.clone()).unwrap_or_default(),
-                        from_cache: p.spec.provenance.as_ref().is_some_and(|v| v.from_cache),
+                        from_cache: cached.is_some(),
+                        from_cache_reason: cached.map(|c| c.code().to_string()).unwrap_or_default(),
+                        registry_error: match cached {
+                            Some(crate::registry::CacheUse::Unreachable { error }) => error.clone(),
+                            _ => String::new(),
+                        },
                         ..PolicyStatus::default()
                     }
                     .with_state(health.get(p.name())),

@@ -188,6 +188,9 @@ pub struct PolicyDispatcher {
     observer: Arc<dyn Observer>,
     /// Keep each policy's change in its step (the demo, `eval`).
     explain: bool,
+    /// The time warnings last logged, so that each is said once per
+    /// chain and budget, however often the runtime configures the host.
+    time_warnings: Mutex<Vec<String>>,
 }
 
 /// One batch of updates for UpdateContainers, numbered in event order.
@@ -235,6 +238,7 @@ impl PolicyDispatcher {
             metrics: Arc::new(Uncounted),
             observer: Arc::new(Uncounted),
             explain: false,
+            time_warnings: Mutex::new(Vec::new()),
         }
     }
 
@@ -304,6 +308,7 @@ impl PolicyDispatcher {
         }
         let ready = chain.pending().is_empty();
         *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
+        self.warn_about_time();
         self.installed.send_modify(|(n, loaded)| {
             *n += 1;
             *loaded |= ready;
@@ -759,11 +764,26 @@ impl PolicyDispatcher {
                 "policies still loading; events they would see wait for them within the budget"
             );
         }
+        self.warn_about_time();
         let budget = self.budget();
-        for warning in chain.time_warnings(budget) {
+        tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
+    }
+
+    /// Logs the chain's time warnings (a policy's limit over the budget,
+    /// limits adding up to more than it) when they differ from those logged
+    /// last: whenever a chain is installed, and when the runtime's request
+    /// timeout changes the budget. Policies load after the runtime first
+    /// configures the host, so warning only then would miss them.
+    fn warn_about_time(&self) {
+        let warnings = self.chain().time_warnings(self.budget());
+        let mut last = self.time_warnings.lock().unwrap_or_else(|p| p.into_inner());
+        if *last == warnings {
+            return;
+        }
+        for warning in warnings.iter().filter(|w| !last.contains(w)) {
             tracing::warn!("{warning}");
         }
-        tracing::info!(policies = chain.len(), chain_budget_ms = budget.as_millis() as u64, "policy chain ready");
+        *last = warnings;
     }
 
     /// Synchronize: rebuild the node view, let the policies reconcile, and

@@ -148,6 +148,25 @@ pub struct PolicySource {
     pub chain: ChainSettings,
     /// Policies the host configuration names by reference (`[policies.sources]`).
     pub sources: Vec<(String, crate::registry::OciRef)>,
+    /// Policies given one by one rather than found (`nri-wasm eval`'s
+    /// component with the settings of its command line): each joins the
+    /// chain as if its files were in `dir`.
+    pub given: Vec<PolicySpec>,
+}
+
+impl PolicySource {
+    /// Adds the policies given one by one to those found, replacing any of
+    /// the same name (and its problem), in chain order.
+    pub fn add_given(&self, specs: &mut Vec<PolicySpec>, errors: &mut Vec<SpecError>) {
+        if self.given.is_empty() {
+            return;
+        }
+        let given = |name: &str| self.given.iter().any(|g| g.name == name);
+        specs.retain(|s| !given(&s.name));
+        errors.retain(|e| !e.policy().is_some_and(given));
+        specs.extend(self.given.iter().cloned());
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+    }
 }
 
 /// Loads the policy directory into a dispatcher, again and again.
@@ -460,6 +479,7 @@ impl Reloader {
         let moved: HashSet<String> = std::mem::take(&mut *lock(&self.moved));
         let dir = self.source.dir.as_deref();
         loader::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
+        self.source.add_given(&mut specs, &mut errors);
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
             current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
         let installed = self.installed.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -537,7 +557,7 @@ impl Reloader {
                 // not find the tag moved again; its compiled form stays.
                 Ok(policy) if moved.contains(&name) && old.is_some_and(|(p, _)| p.digest() == policy.digest()) => {
                     let (p, o) = old.expect("checked");
-                    let fresh = policy.spec.provenance.as_ref().filter(|n| !n.from_cache);
+                    let fresh = policy.spec.provenance.as_ref().filter(|n| n.from_cache.is_none());
                     let same = p.spec.provenance.as_ref().map(|v| &v.manifest) == fresh.map(|n| &n.manifest);
                     match fresh {
                         Some(now) if !same => {

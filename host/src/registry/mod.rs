@@ -7,16 +7,19 @@
 //! signature, and kept in a cache by digest so that the host starts without
 //! the registry.
 //!
-//! Why the node's pull path is a few requests of our own on `reqwest`
-//! rather than `oci-client`'s pull: every body a registry sends is read
-//! with a bound here (manifests 256 KiB, tokens and error bodies 64 KiB,
-//! the component its manifest's size, itself at most
-//! `[engine] max-component-mib`), and `oci-client` reads manifests, tokens
-//! and error bodies whole, so a registry that sends an endless body would
-//! grow the host's memory until the deadline. `oci-client` (the ORAS
-//! project's distribution client, kept up to date with the distribution
-//! spec and used by wasm tools) serves the author's side: `nri-wasm push`
-//! and `sign`, where the operator is the one who chose the registry.
+//! One client for every use, pulls (the node, `check`, `pull`, `verify`)
+//! and pushes (`push`, `sign`): a few requests of the distribution API of
+//! our own on `reqwest` (`transport.rs`, `client.rs`, `push.rs`), one way
+//! to trust, authenticate and report. Why not a distribution client crate
+//! (`oci-client`, which served pushes before): every body a registry sends
+//! must be read with a bound (manifests 256 KiB, tokens and error bodies
+//! 64 KiB, the component its manifest's size, itself at most
+//! `[engine] max-component-mib`, streamed and hashed on its way to a file),
+//! and that crate reads manifests, tokens and error bodies whole and holds a
+//! blob in memory, so a registry that sends an endless body would grow the
+//! host's memory until the deadline; its TLS set-up needs the system's
+//! roots, and its errors do not keep their TLS cause. The requests are few
+//! and the distribution spec's; the manifests are typed (`manifest.rs`).
 //!
 //! The artifact layout is the CNCF wasm OCI artifact's (config
 //! `application/vnd.wasm.config.v0+json`, one `application/wasm` layer), so
@@ -26,13 +29,17 @@
 //! a digest (the manifest against the reference's digest, the component
 //! against the manifest's) or a configured key (a tag's manifest). The
 //! cache is not trusted either: everything read from it is checked the same
-//! way, signatures included.
+//! way, signatures included. Nor is a credential helper's output (bounded,
+//! with a deadline, `auth.rs`).
 
+pub mod auth;
 pub mod cache;
 pub mod client;
+pub mod manifest;
 pub mod push;
 pub mod reference;
 pub mod sign;
+pub(crate) mod transport;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -61,7 +68,8 @@ pub struct RegistrySettings {
     /// Where pulled components are kept by digest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_dir: Option<PathBuf>,
-    /// A docker `config.json` with the registries' credentials.
+    /// A docker `config.json` with the registries' credentials (or the
+    /// credential helpers that have them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_file: Option<PathBuf>,
     /// PEM certificates trusted for registries besides the system's roots.
@@ -77,6 +85,12 @@ pub struct RegistrySettings {
     /// moved in the registry reaches the node; 0: only at start, SIGHUP
     /// and a change of the settings file.
     pub tag_recheck_ms: u64,
+    /// Registries (`host[:port]`, exactly as references name them) reached
+    /// over plain HTTP instead of HTTPS.
+    pub plain_http: Vec<String>,
+    /// Whether a policy that requires a signature may be pulled from a
+    /// `plain-http` registry too.
+    pub plain_http_signed: bool,
 }
 
 impl Default for RegistrySettings {
@@ -90,13 +104,20 @@ impl Default for RegistrySettings {
             // A fleet of nodes asks the registry this often per tag: a few
             // minutes is quick enough for a roll-out, and light on the registry.
             tag_recheck_ms: 300_000,
+            // HTTPS unless the operator names a registry.
+            plain_http: Vec::new(),
+            plain_http_signed: false,
         }
     }
 }
 
-/// The cache of a host that sets none: beside the compile cache.
+/// The registry cache of a host that sets none: `oci/` inside the default
+/// compile cache directory ([`crate::files::default_cache_dir`]), so that
+/// the one writable cache directory a pod mounts (`/var/cache/nri-wasm`)
+/// holds both, and nothing is written beside it on a read-only root. The
+/// compile cache only ever touches its own entries there.
 pub fn default_cache_dir() -> Option<PathBuf> {
-    crate::files::default_cache_dir().map(|d| d.with_file_name("nri-wasm-oci"))
+    crate::files::default_cache_dir().map(|d| d.join("oci"))
 }
 
 impl RegistrySettings {
@@ -120,7 +141,23 @@ impl RegistrySettings {
             TrustedKey::read(key).map_err(|e| format!("[registry] public-keys: {e}"))?;
         }
         if let Some(ca) = &self.ca_file {
-            client::read_ca(ca).map_err(|e| format!("[registry] ca-file: {e}"))?;
+            transport::read_ca(ca).map_err(|e| format!("[registry] ca-file: {e}"))?;
+        }
+        for (i, entry) in self.plain_http.iter().enumerate() {
+            if !reference::host_ok(entry) {
+                return Err(format!(
+                    "[registry] plain-http {entry:?} must be a registry as references name it: host or host:port \
+                     (a DNS name or IPv4 address), no scheme, no path"
+                ));
+            }
+            if self.plain_http[..i].contains(entry) {
+                return Err(format!("[registry] plain-http names {entry:?} twice"));
+            }
+        }
+        if self.plain_http_signed && self.plain_http.is_empty() {
+            return Err("[registry] plain-http-signed = true needs registries in plain-http: it only allows \
+                        signed policies from those"
+                .into());
         }
         Ok(())
     }
@@ -165,8 +202,41 @@ pub struct Provenance {
     pub manifest: String,
     /// The key that signed it (file and fingerprint), if one was required.
     pub signer: Option<String>,
-    /// Read from the cache because the registry could not be reached.
-    pub from_cache: bool,
+    /// Read from the node's cache, and why; `None`: pulled from the registry.
+    pub from_cache: Option<CacheUse>,
+}
+
+/// Why a version was read from the node's cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", rename_all = "kebab-case")]
+pub enum CacheUse {
+    /// The reference pins a digest the cache holds in full (checked): the
+    /// registry was not asked.
+    Pinned,
+    /// The registry could not be reached (connection, TLS, a `5xx`, a body
+    /// cut off, the deadline).
+    Unreachable {
+        /// The registry's failure.
+        error: String,
+    },
+}
+
+impl CacheUse {
+    /// `pinned-digest` or `registry-unreachable` (for `/status`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Pinned => "pinned-digest",
+            Self::Unreachable { .. } => "registry-unreachable",
+        }
+    }
+
+    /// In words, for `nri-wasm status`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Pinned => "its pinned digest is there; the registry was not asked".into(),
+            Self::Unreachable { error } => format!("registry unreachable: {error}"),
+        }
+    }
 }
 
 /// A verified component and where it came from.
@@ -178,42 +248,6 @@ pub struct Resolved {
     pub digest: String,
     /// Where they came from.
     pub provenance: Provenance,
-}
-
-/// Checks a wasm artifact's manifest; returns the component's digest (hex)
-/// and size. `max` bounds the size the manifest may declare.
-pub fn check_manifest(bytes: &[u8], max: u64) -> Result<(String, u64), String> {
-    let m: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("manifest is not JSON ({e})"))?;
-    if m.get("schemaVersion").and_then(|v| v.as_u64()) != Some(2) {
-        return Err("manifest is not schemaVersion 2".into());
-    }
-    if let Some(t) = m.get("mediaType").and_then(|v| v.as_str()) {
-        if t != OCI_MANIFEST {
-            return Err(format!("manifest media type is {t:?}, not {OCI_MANIFEST:?} (an index or an image?)"));
-        }
-    }
-    let config = m.get("config").and_then(|c| c.get("mediaType")).and_then(|v| v.as_str()).unwrap_or("");
-    if config != WASM_CONFIG {
-        return Err(format!("config media type is {config:?}, not {WASM_CONFIG:?}: not a wasm artifact"));
-    }
-    let layers = m.get("layers").and_then(|l| l.as_array()).ok_or("manifest has no layers")?;
-    let [layer] = layers.as_slice() else {
-        return Err(format!("manifest has {} layers; a wasm artifact has exactly one", layers.len()));
-    };
-    let media = layer.get("mediaType").and_then(|v| v.as_str()).unwrap_or("");
-    if media != WASM_LAYER {
-        return Err(format!("layer media type is {media:?}, not {WASM_LAYER:?}"));
-    }
-    let digest = layer.get("digest").and_then(|v| v.as_str()).unwrap_or("");
-    let hex = digest_hex(digest).ok_or_else(|| format!("layer digest {digest:?} is not sha256:<64 hex digits>"))?;
-    let size = layer.get("size").and_then(|v| v.as_u64()).ok_or("layer has no size")?;
-    if size > max {
-        return Err(format!(
-            "the component is {size} bytes, more than the {max} bytes a policy may have ([engine] max-component-mib); \
-             not downloaded"
-        ));
-    }
-    Ok((hex.to_string(), size))
 }
 
 /// The hex of a `sha256:<hex>` digest, lowercase, 64 digits.
@@ -234,6 +268,24 @@ pub fn check_pinning(reference: &OciRef, keys: usize) -> Result<(), String> {
         return Err("a tag alone can change under the node: pin its digest (…@sha256:…) or require a \
                     signature (public-keys)"
             .into());
+    }
+    Ok(())
+}
+
+/// Whether `reference` may be pulled over the transport its registry
+/// gets: a policy that requires a signature (`keys` > 0) not over plain
+/// HTTP unless `plain-http-signed` says so. A signature proves who made a
+/// version, not that it is the current one: over plain HTTP anyone on the
+/// path can keep serving an older signed version (or none), which HTTPS
+/// to the registry rules out.
+pub fn check_transport(settings: &RegistrySettings, reference: &OciRef, keys: usize) -> Result<(), String> {
+    if keys > 0 && settings.plain_http.contains(&reference.registry) && !settings.plain_http_signed {
+        return Err(format!(
+            "the policy requires a signature and {} is reached over plain HTTP ([registry] plain-http), where \
+             anyone on the path may serve an older signed version: serve the registry over HTTPS, or set \
+             [registry] plain-http-signed = true to accept that",
+            reference.registry
+        ));
     }
     Ok(())
 }
@@ -295,35 +347,6 @@ pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn manifest(config: &str, layers: &[(&str, &str, u64)]) -> Vec<u8> {
-        let layers: Vec<_> =
-            layers.iter().map(|(m, d, s)| serde_json::json!({"mediaType": m, "digest": d, "size": s})).collect();
-        serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": config, "digest": format!("sha256:{}", "0".repeat(64)), "size": 2},
-            "layers": layers,
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn manifests_of_wasm_artifacts_are_checked() {
-        let d = format!("sha256:{}", "a".repeat(64));
-        assert_eq!(check_manifest(&manifest(WASM_CONFIG, &[(WASM_LAYER, &d, 10)]), 100).unwrap().1, 10);
-        for (m, why) in [
-            (manifest("application/vnd.oci.image.config.v1+json", &[(WASM_LAYER, &d, 10)]), "not a wasm artifact"),
-            (manifest(WASM_CONFIG, &[("application/x-tar", &d, 10)]), "layer media type"),
-            (manifest(WASM_CONFIG, &[(WASM_LAYER, &d, 10), (WASM_LAYER, &d, 10)]), "exactly one"),
-            (manifest(WASM_CONFIG, &[(WASM_LAYER, "sha256:00", 10)]), "64 hex"),
-            (manifest(WASM_CONFIG, &[(WASM_LAYER, &d, 101)]), "not downloaded"),
-            (b"{".to_vec(), "not JSON"),
-        ] {
-            let e = check_manifest(&m, 100).unwrap_err();
-            assert!(e.contains(why), "{why}: {e}");
-        }
-    }
-
     #[test]
     fn a_tag_alone_needs_a_key() {
         let tag = OciRef::parse("oci://h/p:v1").unwrap();
@@ -346,7 +369,55 @@ mod tests {
             let e = RegistrySettings { tag_recheck_ms: ms, ..ok.clone() }.validate().unwrap_err();
             assert!(e.contains("tag-recheck-ms") && e.contains(&ms.to_string()), "{e}");
         }
-        let bad = RegistrySettings { public_keys: vec!["/nonexistent/k.pub".into()], ..ok };
+        let bad = RegistrySettings { public_keys: vec!["/nonexistent/k.pub".into()], ..ok.clone() };
         assert!(bad.validate().unwrap_err().contains("/nonexistent/k.pub"));
+        // Credentials are read when a registry asks for them (a mounted
+        // secret may come later, and is read again as it rotates).
+        let later = RegistrySettings { auth_file: Some("/nonexistent/config.json".into()), ..ok };
+        assert!(later.validate().is_ok());
+    }
+
+    #[test]
+    fn plain_http_is_named_exactly_and_signed_policies_need_a_second_yes() {
+        let plain = |entries: &[&str], signed: bool| RegistrySettings {
+            plain_http: entries.iter().map(|e| e.to_string()).collect(),
+            plain_http_signed: signed,
+            ..RegistrySettings::default()
+        };
+        assert!(RegistrySettings::default().plain_http.is_empty(), "off by default");
+        assert!(plain(&["localhost:5000", "registry.kube-system.svc:5000", "10.0.0.7"], false).validate().is_ok());
+        for (entry, why) in [
+            ("http://localhost:5000", "no scheme"),
+            ("localhost:5000/v2", "no path"),
+            ("*", "host or host:port"),
+            ("", "host or host:port"),
+            ("localhost:99999", "host or host:port"),
+        ] {
+            let e = plain(&[entry], false).validate().unwrap_err();
+            assert!(e.contains("plain-http") && e.contains(why), "{entry}: {e}");
+        }
+        let e = plain(&["h:1", "h:1"], false).validate().unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+        let e = plain(&[], true).validate().unwrap_err();
+        assert!(e.contains("plain-http-signed"), "{e}");
+
+        let tag = OciRef::parse("oci://localhost:5000/p:v1").unwrap();
+        let other = OciRef::parse("oci://localhost:5001/p:v1").unwrap();
+        let s = plain(&["localhost:5000"], false);
+        assert!(check_transport(&s, &tag, 0).is_ok(), "no signature required: plain HTTP is the operator's choice");
+        let e = check_transport(&s, &tag, 1).unwrap_err();
+        assert!(e.contains("plain-http-signed") && e.contains("localhost:5000"), "{e}");
+        assert!(check_transport(&s, &other, 1).is_ok(), "over HTTPS");
+        assert!(check_transport(&plain(&["localhost:5000"], true), &tag, 1).is_ok());
+    }
+
+    /// The registry cache lives inside the compile cache's default
+    /// directory (the one a pod mounts writable), not beside it.
+    #[test]
+    fn the_default_cache_is_inside_the_compile_cache_directory() {
+        let compile = crate::files::default_cache_dir().expect("a user with a home has one");
+        let oci = default_cache_dir().unwrap();
+        assert_eq!(oci, compile.join("oci"));
+        assert_eq!(RegistrySettings::default().cache_dir, Some(oci));
     }
 }

@@ -1,5 +1,7 @@
-//! The author's side: `nri-wasm push` and `nri-wasm sign`, through
-//! `oci-client` (blob uploads, manifests, the registry's token dance).
+//! The author's side: `nri-wasm push` and `nri-wasm sign`, through the same
+//! client as every pull ([`Transport`](super::transport): trust, plain
+//! HTTP, credentials and their helpers, challenges), so that what an author
+//! can push is what a node can pull with the same settings.
 //!
 //! A policy is pushed as a wasm OCI artifact: a config blob of media type
 //! `application/vnd.wasm.config.v0+json` and one `application/wasm` layer,
@@ -7,78 +9,90 @@
 //! simple-signing payload layer carrying the signature in an annotation, in
 //! a manifest tagged `sha256-<hex>.sig` in the same repository. An existing
 //! signature manifest under that tag is replaced, not extended.
+//!
+//! A blob is uploaded in one request after the registry hands out an
+//! upload location (`POST …/blobs/uploads/`, then `PUT <location>?digest=`),
+//! unless the registry already holds it (`HEAD …/blobs/<digest>`).
 
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference, RegistryOperation};
-use reqwest::header::HeaderValue;
+use reqwest::{Method, StatusCode, Url};
 
-use super::client::{crypto, read_auth_file, Registry};
+use super::client::Registry;
+use super::manifest::{signature_manifest, Descriptor, Manifest, WasmConfig, OCI_CONFIG};
 use super::sign::{self, SigningKeyFile};
+use super::transport::{Fail, Request};
 use super::{OciRef, RegistryError, RegistrySettings, OCI_MANIFEST, WASM_CONFIG, WASM_LAYER};
-use crate::files::sha256_hex;
 
-/// Config media type of a cosign signature manifest.
-const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
-
-struct Pusher {
-    client: Client,
-    auth: RegistryAuth,
-    target: Reference,
-    reference: OciRef,
+/// Uploads `bytes` to `r`'s repository unless it is there already.
+async fn upload(registry: &Registry, r: &OciRef, media_type: &str, bytes: Vec<u8>) -> Result<Descriptor, Fail> {
+    let t = registry.transport();
+    let descriptor = Descriptor::of(media_type, &bytes);
+    let push =
+        |method: Method, url: String| Request { method, url, accept: None, content_type: None, body: None, push: true };
+    let head = push(Method::HEAD, t.url(r, "blobs", &descriptor.digest));
+    let resp = t.send_any(r, &head).await?;
+    if resp.status().is_success() {
+        return Ok(descriptor);
+    }
+    if resp.status() != StatusCode::NOT_FOUND {
+        return Err(t.refusal(&head, resp).await);
+    }
+    let start = push(Method::POST, format!("{}/v2/{}/blobs/uploads/", t.base(&r.registry), r.repository));
+    let resp = t.send(r, &start).await?;
+    let location = resp
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| Fail::answered(format!("POST {}: the registry gave no upload location", start.url)))?;
+    // A location may be relative to the registry, and may hold a query.
+    let base = Url::parse(&start.url).map_err(|e| Fail::answered(e.to_string()))?;
+    let mut url = base
+        .join(location)
+        .map_err(|e| Fail::answered(format!("the upload location {location:?} is not a URL ({e})")))?;
+    url.query_pairs_mut().append_pair("digest", &descriptor.digest);
+    let put = Request {
+        content_type: Some("application/octet-stream"),
+        body: Some(bytes.into()),
+        ..push(Method::PUT, url.to_string())
+    };
+    t.send(r, &put).await?;
+    Ok(descriptor)
 }
 
-impl Pusher {
-    fn new(settings: &RegistrySettings, reference: &OciRef) -> Result<Self, String> {
-        crypto();
-        let mut config = ClientConfig { protocol: ClientProtocol::Https, ..Default::default() };
-        if let Some(ca) = &settings.ca_file {
-            let data = super::read_small(ca)?;
-            config.extra_root_certificates.push(Certificate { encoding: CertificateEncoding::Pem, data });
-        }
-        config.read_timeout = Some(settings.timeout());
-        config.connect_timeout = Some(settings.timeout().min(std::time::Duration::from_secs(10)));
-        let auth = match &settings.auth_file {
-            Some(path) => match read_auth_file(path)?.remove(&reference.registry) {
-                Some((u, p)) => RegistryAuth::Basic(u, p),
-                None => RegistryAuth::Anonymous,
-            },
-            None => RegistryAuth::Anonymous,
-        };
-        let target: Reference = reference.plain().parse().map_err(|e| format!("{e}"))?;
-        Ok(Self { client: Client::new(config), auth, target, reference: reference.clone() })
-    }
+/// Puts a manifest under `tag`; returns its digest (hex).
+async fn put_manifest(registry: &Registry, r: &OciRef, tag: &str, manifest: &Manifest) -> Result<String, Fail> {
+    let t = registry.transport();
+    let body = manifest.to_bytes();
+    let hex = crate::files::sha256_hex(&body);
+    let req = Request {
+        method: Method::PUT,
+        url: t.url(r, "manifests", tag),
+        accept: None,
+        content_type: Some(OCI_MANIFEST),
+        body: Some(body.into()),
+        push: true,
+    };
+    t.send(r, &req).await?;
+    Ok(hex)
+}
 
-    fn at_tag(&self, tag: &str) -> Result<Reference, String> {
-        self.reference.with_tag(tag).plain().parse().map_err(|e| format!("{e}"))
-    }
-
-    async fn blob(&self, bytes: Vec<u8>) -> Result<String, String> {
-        let digest = format!("sha256:{}", sha256_hex(&bytes));
-        self.client.push_blob(&self.target, bytes, &digest).await.map_err(|e| format!("uploading {digest}: {e}"))?;
-        Ok(digest)
-    }
-
-    async fn manifest(&self, at: &Reference, body: Vec<u8>) -> Result<String, String> {
-        let hex = sha256_hex(&body);
-        self.client
-            .push_manifest_raw(at, body, HeaderValue::from_static(OCI_MANIFEST))
-            .await
-            .map_err(|e| format!("pushing the manifest: {e}"))?;
-        Ok(hex)
-    }
-
-    async fn login(&self) -> Result<(), String> {
-        self.client
-            .auth(&self.target, &self.auth, RegistryOperation::Push)
-            .await
-            .map(drop)
-            .map_err(|e| format!("authenticating: {e}"))
+/// Runs `work` under the settings' deadline, naming the reference.
+async fn deadline<T>(
+    settings: &RegistrySettings,
+    reference: &OciRef,
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, Fail>>,
+) -> Result<T, RegistryError> {
+    let fail = |reason: String| RegistryError { reference: reference.to_string(), reason };
+    match tokio::time::timeout(settings.timeout(), work).await {
+        Ok(r) => r.map_err(|f| fail(f.reason)),
+        Err(_) => Err(fail(format!("{what} did not complete within {} ms", settings.timeout_ms))),
     }
 }
 
-fn descriptor(media: &str, digest: &str, size: usize) -> serde_json::Value {
-    serde_json::json!({ "mediaType": media, "digest": digest, "size": size })
+/// A client for the author's commands: the settings without the node's cache.
+fn client(settings: &RegistrySettings, reference: &OciRef) -> Result<Registry, RegistryError> {
+    let settings = RegistrySettings { cache_dir: None, ..settings.clone() };
+    Registry::new(&settings, 1 << 30).map_err(|reason| RegistryError { reference: reference.to_string(), reason })
 }
 
 /// Pushes a component under a tag; returns the manifest's digest (hex).
@@ -87,37 +101,30 @@ pub async fn push(
     component: Vec<u8>,
     reference: &OciRef,
 ) -> Result<String, RegistryError> {
-    let fail = |reason: String| RegistryError { reference: reference.to_string(), reason };
-    if reference.tag.is_none() || reference.digest.is_some() {
-        return Err(fail("push needs a tag and no digest (oci://host/repository:tag)".into()));
-    }
-    let work = async {
-        let p = Pusher::new(settings, reference)?;
-        p.login().await?;
-        let layer_size = component.len();
-        let layer = p.blob(component).await?;
-        let config = serde_json::to_vec(&serde_json::json!({
-            "architecture": "wasm",
-            "os": "wasip2",
-            "layerDigests": [layer],
-        }))
-        .map_err(|e| e.to_string())?;
-        let config_size = config.len();
-        let config_digest = p.blob(config).await?;
-        let manifest = serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": WASM_CONFIG,
-            "config": descriptor(WASM_CONFIG, &config_digest, config_size),
-            "layers": [descriptor(WASM_LAYER, &layer, layer_size)],
-        }))
-        .map_err(|e| e.to_string())?;
-        p.manifest(&p.target, manifest).await
+    let Some(tag) = reference.tag.clone().filter(|_| reference.digest.is_none()) else {
+        return Err(RegistryError {
+            reference: reference.to_string(),
+            reason: "push needs a tag and no digest (oci://host/repository:tag)".into(),
+        });
     };
-    match tokio::time::timeout(settings.timeout(), work).await {
-        Ok(r) => r.map_err(fail),
-        Err(_) => Err(fail(format!("the push did not complete within {} ms", settings.timeout_ms))),
-    }
+    let registry = client(settings, reference)?;
+    let work = async {
+        let layer = upload(&registry, reference, WASM_LAYER, component)
+            .await
+            .map_err(|f| f.context("uploading the component"))?;
+        let config = serde_json::to_vec(&WasmConfig {
+            architecture: "wasm".into(),
+            os: "wasip2".into(),
+            layer_digests: vec![layer.digest.clone()],
+        })
+        .map_err(|e| Fail::answered(e.to_string()))?;
+        let config =
+            upload(&registry, reference, WASM_CONFIG, config).await.map_err(|f| f.context("uploading the config"))?;
+        put_manifest(&registry, reference, &tag, &Manifest::wasm(config, layer))
+            .await
+            .map_err(|f| f.context("pushing the manifest"))
+    };
+    deadline(settings, reference, "the push", work).await
 }
 
 /// Signs the manifest `reference` names with `key`; returns the manifest's
@@ -127,34 +134,24 @@ pub async fn sign(
     key: &SigningKeyFile,
     reference: &OciRef,
 ) -> Result<(String, String), RegistryError> {
-    let fail = |reason: String| RegistryError { reference: reference.to_string(), reason };
-    let registry = Registry::new(settings, 1 << 30).map_err(fail)?;
+    let registry = client(settings, reference)?;
     let manifest_hex = registry.head(reference).await?;
     let work = async {
-        let p = Pusher::new(settings, reference)?;
-        p.login().await?;
         let identity = format!("{}/{}", reference.registry, reference.repository);
         let payload = sign::payload(&identity, &format!("sha256:{manifest_hex}"));
         let signature = key.sign(&payload);
-        let payload_size = payload.len();
-        let payload_digest = p.blob(payload).await?;
-        let config = b"{}".to_vec();
-        let config_digest = p.blob(config).await?;
-        let mut layer = descriptor(sign::SIMPLE_SIGNING, &payload_digest, payload_size);
-        layer["annotations"] = serde_json::json!({ sign::SIGNATURE_ANNOTATION: signature });
-        let manifest = serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": descriptor(OCI_CONFIG, &config_digest, 2),
-            "layers": [layer],
-        }))
-        .map_err(|e| e.to_string())?;
+        let payload = upload(&registry, reference, sign::SIMPLE_SIGNING, payload)
+            .await
+            .map_err(|f| f.context("uploading the signature payload"))?;
+        let config = upload(&registry, reference, OCI_CONFIG, b"{}".to_vec())
+            .await
+            .map_err(|f| f.context("uploading the signature's config"))?;
         let tag = sign::signature_tag(&manifest_hex);
-        p.manifest(&p.at_tag(&tag)?, manifest).await?;
-        Ok::<_, String>(tag)
+        put_manifest(&registry, reference, &tag, &signature_manifest(config, payload, signature))
+            .await
+            .map_err(|f| f.context("pushing the signature"))?;
+        Ok::<_, Fail>(tag)
     };
-    match tokio::time::timeout(settings.timeout(), work).await {
-        Ok(r) => r.map(|tag| (manifest_hex, tag)).map_err(fail),
-        Err(_) => Err(fail(format!("signing did not complete within {} ms", settings.timeout_ms))),
-    }
+    let tag = deadline(settings, reference, "signing", work).await?;
+    Ok((manifest_hex, tag))
 }

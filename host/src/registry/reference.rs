@@ -39,7 +39,7 @@ fn component_ok(c: &str) -> bool {
         && c.as_bytes()[c.len() - 1].is_ascii_alphanumeric()
 }
 
-fn host_ok(h: &str) -> bool {
+pub(crate) fn host_ok(h: &str) -> bool {
     let (name, port) = match h.rsplit_once(':') {
         Some((n, p)) => (n, Some(p)),
         None => (h, None),

@@ -21,6 +21,7 @@ use base64::Engine as _;
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{DerSignature, Signature, SigningKey, VerifyingKey};
 use p256::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, LineEnding};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Media type of the signed payload.
@@ -134,17 +135,49 @@ impl SigningKeyFile {
     }
 }
 
+/// `type` of a cosign simple-signing payload.
+const PAYLOAD_TYPE: &str = "cosign container image signature";
+
+/// A simple-signing payload: what a cosign signature signs.
+#[derive(Debug, Serialize, Deserialize)]
+struct Payload {
+    critical: Critical,
+    #[serde(default)]
+    optional: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Critical {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identity: Option<Identity>,
+    image: Image,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Identity {
+    #[serde(rename = "docker-reference", default, skip_serializing_if = "Option::is_none")]
+    docker_reference: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Image {
+    #[serde(rename = "docker-manifest-digest")]
+    docker_manifest_digest: String,
+}
+
 /// The simple-signing payload for a manifest digest (`sha256:<hex>`).
 pub fn payload(docker_reference: &str, manifest_digest: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "critical": {
-            "identity": { "docker-reference": docker_reference },
-            "image": { "docker-manifest-digest": manifest_digest },
-            "type": "cosign container image signature",
+    let payload = Payload {
+        critical: Critical {
+            identity: Some(Identity { docker_reference: Some(docker_reference.to_string()) }),
+            image: Image { docker_manifest_digest: manifest_digest.to_string() },
+            kind: PAYLOAD_TYPE.to_string(),
         },
-        "optional": null,
-    }))
-    .unwrap_or_default()
+        optional: None,
+    };
+    serde_json::to_vec(&payload).expect("a payload always serialises")
 }
 
 /// The manifest digest a payload signs, if it is a simple-signing payload.
@@ -155,15 +188,11 @@ pub fn signed_digest(payload: &[u8]) -> Option<String> {
 /// The manifest digest a simple-signing payload signs, and the repository
 /// it names (`critical.identity.docker-reference`), if it names one.
 pub fn signed_identity(payload: &[u8]) -> Option<(String, Option<String>)> {
-    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    let critical = value.get("critical")?;
-    if critical.get("type")?.as_str()? != "cosign container image signature" {
+    let p: Payload = serde_json::from_slice(payload).ok()?;
+    if p.critical.kind != PAYLOAD_TYPE {
         return None;
     }
-    let digest = critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_string();
-    let reference =
-        critical.get("identity").and_then(|i| i.get("docker-reference")).and_then(|r| r.as_str()).map(str::to_string);
-    Some((digest, reference))
+    Some((p.critical.image.docker_manifest_digest, p.critical.identity.and_then(|i| i.docker_reference)))
 }
 
 /// Whether a payload's `docker-reference` names `repository`
@@ -200,6 +229,14 @@ mod tests {
         let digest = format!("sha256:{}", "ab".repeat(32));
         let body = payload("h/p", &digest);
         assert_eq!(signed_digest(&body).as_deref(), Some(digest.as_str()));
+        // As cosign writes it, byte for byte (the signature covers the bytes).
+        assert_eq!(
+            String::from_utf8(body.clone()).unwrap(),
+            format!(
+                r#"{{"critical":{{"identity":{{"docker-reference":"h/p"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
+            )
+        );
+        assert_eq!(signed_digest(br#"{"critical":{"image":{"docker-manifest-digest":"x"},"type":"other"}}"#), None);
         let sig = signer.sign(&body);
         assert!(trusted.verifies(&body, &sig));
         let mut other = body.clone();

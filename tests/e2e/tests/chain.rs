@@ -509,3 +509,51 @@ fn a_conflict_fails_the_event_unless_the_later_policy_yields() {
         );
     }
 }
+
+/// The warnings that a policy's time limit exceeds the chain's budget are
+/// logged when a chain is installed, not only when the runtime configures
+/// the host (which is usually before the policies have loaded): a policy
+/// whose `timeout-ms` (5 s) is longer than the budget (1 s of the runtime's
+/// 2 s) loaded after Configure is warned about once, and installing the
+/// same chain again, or Configure again, says nothing new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_warnings_are_logged_when_a_chain_is_installed_after_configure() {
+    #[derive(Clone, Default)]
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), Chain::default(), (*facts()).clone(), 2).pending());
+    let h = Harness::start_policies(RuntimeProfile::v0_12(), dispatcher.clone()).await;
+    let _conn = h.connect().await;
+    let slow = || {
+        let limits = Limits { timeout_ms: 5_000, ..roomy() };
+        Chain::new(
+            vec![load("10-slow", guests::ANNOTATE, "slow", OnError::Ignore, Mode::Enforce, limits)],
+            ChainSettings::default(),
+        )
+    };
+    let (first, again) = (slow(), slow());
+    let sink = Sink::default();
+    let writer = {
+        let sink = sink.clone();
+        move || sink.clone()
+    };
+    let subscriber = tracing_subscriber::fmt().with_writer(writer).with_ansi(false).finish();
+    {
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        let _logging = subscriber.set_default();
+        dispatcher.replace_chain(first);
+        dispatcher.replace_chain(again);
+    }
+    let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    let warning = "policy 10-slow: timeout-ms 5000 is longer than the chain's budget of 1000 ms";
+    assert_eq!(log.matches(warning).count(), 1, "warned once when the chain was installed:\n{log}");
+    h.shutdown().await;
+}

@@ -10,6 +10,7 @@
 //! time, and must not share a process with the rest.
 
 mod author_tools;
+mod bounds;
 mod caps;
 mod chain;
 mod disk;

@@ -32,7 +32,7 @@ use nri_wasm::config::Config;
 use nri_wasm::policy::compile::Compiler;
 use nri_wasm::registry::client::Registry;
 use nri_wasm::registry::sign::SigningKeyFile;
-use nri_wasm::registry::{push, OciRef, RegistrySettings, Source};
+use nri_wasm::registry::{push, CacheUse, OciRef, RegistrySettings, Source};
 use nri_wasm_e2e::{engine_settings, init_logging, Harness};
 use nri_wasm_test_support::guests;
 
@@ -140,6 +140,18 @@ impl RealRegistry {
 
     /// With `auth` (the lines under `auth:` of its configuration).
     fn start_with_auth(binary: &Path, dir: &Path, tls: &Tls, auth: &str) -> Self {
+        let tls = format!("  tls:\n    certificate: {}\n    key: {}\n", tls.cert.display(), tls.key.display());
+        Self::start_config(binary, dir, &tls, &format!("auth:\n{auth}"))
+    }
+
+    /// Without TLS (plain HTTP) and without auth.
+    fn start_plain(binary: &Path, dir: &Path) -> Self {
+        Self::start_config(binary, dir, "", "")
+    }
+
+    /// With `tls` (the lines under `http:` after `addr`) and `auth` (the
+    /// `auth:` table, or nothing).
+    fn start_config(binary: &Path, dir: &Path, tls: &str, auth: &str) -> Self {
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let port = free_port();
         let config = dir.join("registry.yml");
@@ -147,11 +159,8 @@ impl RealRegistry {
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    \
-                 enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  tls:\n    certificate: {cert}\n    key: {key}\n\
-                 auth:\n{auth}",
+                 enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{tls}{auth}",
                 data = dir.join("data").display(),
-                cert = tls.cert.display(),
-                key = tls.key.display(),
             ),
         )
         .unwrap();
@@ -284,28 +293,33 @@ fn a_pushed_policy_is_pulled_by_digest_and_kept_for_when_the_registry_is_down() 
         .unwrap_err()
         .to_string();
     assert!(e.contains(&pinned) && e.contains("password"), "{e}");
-    // Without the CA, TLS fails.
+    // Without the CA, TLS fails, saying why and what to do.
     let untrusted = RegistrySettings { ca_file: None, ..f.settings(port, None) };
     let e = rt
         .block_on(Registry::new(&untrusted, 64 << 20).unwrap().resolve(&source(&pinned, None)))
         .unwrap_err()
         .to_string();
-    assert!(e.contains(&pinned) && e.to_lowercase().contains("certificate"), "{e}");
+    assert!(e.contains(&pinned) && e.contains("UnknownIssuer") && e.contains("[registry] ca-file"), "{e}");
 
     let pulled =
         rt.block_on(Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None))).expect("pull");
     assert_eq!(pulled.bytes, component, "the component pulled is the one pushed");
     assert_eq!(pulled.provenance.manifest, format!("sha256:{manifest}"));
-    assert!(!pulled.provenance.from_cache);
+    assert_eq!(pulled.provenance.from_cache, None, "pulled from the registry");
     let files = cache_files(&f.path("cache"));
     assert!(files.contains(&pulled.digest), "the component is cached by its digest: {files:?}");
     assert!(!files.iter().any(|n| n.starts_with('.')), "no temporary file is left: {files:?}");
+
+    // The registry up and the digest in the cache: from the cache, saying
+    // that the registry was not asked (not that it was unreachable).
+    let again = rt.block_on(Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None))).unwrap();
+    assert_eq!(again.provenance.from_cache, Some(CacheUse::Pinned));
 
     // The registry goes away: a digest pinned, a tag recorded, both from the cache.
     registry.stop();
     let offline = Registry::new(&settings, 64 << 20).unwrap();
     let again = rt.block_on(offline.resolve(&source(&pinned, None))).expect("from the cache");
-    assert!(again.provenance.from_cache && again.bytes == component);
+    assert!(again.provenance.from_cache == Some(CacheUse::Pinned) && again.bytes == component);
     // A tag-only reference with no key is refused before anything is fetched.
     let e = rt.block_on(offline.resolve(&source(&tag.to_string(), None))).unwrap_err().to_string();
     assert!(e.contains("pin its digest"), "{e}");
@@ -452,7 +466,12 @@ fn signatures_are_required_once_a_key_is_configured() {
     // Offline, the signature is checked again from the cache.
     drop(registry);
     let offline = rt.block_on(node.resolve(&source(&signed_tag.to_string(), None))).expect("from the cache");
-    assert!(offline.provenance.from_cache && offline.provenance.signer.is_some());
+    assert!(offline.provenance.signer.is_some());
+    // A tag is always asked first: from the cache because the registry is gone, with its error.
+    match &offline.provenance.from_cache {
+        Some(CacheUse::Unreachable { error }) => assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}"),
+        other => panic!("from the cache as the registry is unreachable, got {other:?}"),
+    }
     let e = rt.block_on(node.resolve(&source(&signed_tag.to_string(), Some(vec![stranger])))).unwrap_err().to_string();
     assert!(e.contains("verifies with the configured keys"), "{e}");
 }
@@ -845,6 +864,8 @@ fn another_file_of(path: &str) -> Vec<u8> {
 // test's own.
 
 const SERVICE: &str = "nri-wasm-test-registry";
+/// The identity (refresh) token the token server takes for the test's user.
+const IDENTITY_TOKEN: &str = "refresh-for-alice";
 const ISSUER: &str = "nri-wasm-test-tokens";
 
 /// An ECDSA P-256 key and its self-signed certificate (openssl), for
@@ -961,15 +982,40 @@ async fn start_token_server(tls: &Tls, trusted: TokenSigner, stranger: TokenSign
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
-                let text = String::from_utf8_lossy(&head).to_string();
+                let split = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                let text = String::from_utf8_lossy(&head[..split]).to_string();
                 let target = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let query = target.split_once('?').map_or("", |(_, q)| q).to_string();
+                // A GET asks with its query (basic auth); a POST with a form
+                // (an OAuth2 refresh token, as docker uses an identity token).
+                let query = if text.starts_with("POST ") {
+                    let length = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                        })
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0)
+                        .min(64 << 10);
+                    let mut body = head[split..].to_vec();
+                    while body.len() < length {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => body.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    String::from_utf8_lossy(&body).to_string()
+                } else {
+                    target.split_once('?').map_or("", |(_, q)| q).to_string()
+                };
                 seen.lock().unwrap().push(percent_decode(&query));
-                let authorized = text.lines().any(|l| {
-                    let l = l.to_ascii_lowercase();
-                    l.starts_with("authorization: basic ")
-                        && l.ends_with(&base64_encode(&format!("{USER}:{PASSWORD}")).to_ascii_lowercase())
-                });
+                let refresh = query.split('&').any(|kv| kv == "grant_type=refresh_token")
+                    && query.split('&').any(|kv| kv == format!("refresh_token={IDENTITY_TOKEN}"));
+                let authorized = refresh
+                    || text.lines().any(|l| {
+                        let l = l.to_ascii_lowercase();
+                        l.starts_with("authorization: basic ")
+                            && l.ends_with(&base64_encode(&format!("{USER}:{PASSWORD}")).to_ascii_lowercase())
+                    });
                 let scopes: Vec<String> = query
                     .split('&')
                     .filter_map(|kv| kv.strip_prefix("scope="))
@@ -1034,7 +1080,7 @@ fn bearer_tokens_from_a_token_server_the_registry_trusts() {
         let pinned = source(&format!("{tag}@sha256:{digest}"), None);
         let pulled = Registry::new(&settings, 64 << 20).unwrap().resolve(&pinned).await.expect("pulled with a token");
         assert_eq!(pulled.bytes, read(guests::ANNOTATE));
-        assert!(!pulled.provenance.from_cache);
+        assert_eq!(pulled.provenance.from_cache, None);
         let queries = tokens.queries.lock().unwrap().clone();
         let pull_scope = "scope=repository:policies/annotate:pull";
         assert!(
@@ -1049,6 +1095,31 @@ fn bearer_tokens_from_a_token_server_the_registry_trusts() {
         let refused = RegistrySettings { auth_file: Some(wrong), ..settings.clone() };
         let e = Registry::new(&refused, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
         assert!(e.contains(&format!("token from {realm}: HTTP 401")) && e.contains(&tag.to_string()), "{e}");
+
+        // An identity token (as `docker login` to such a registry, or a
+        // credential helper answering `<token>`, leaves): exchanged as an
+        // OAuth2 refresh token; a wrong one gets no token.
+        let identity = f.path("identity-auth.json");
+        let write_identity = |token: &str| {
+            std::fs::write(&identity, format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"identitytoken":"{token}"}}}}}}"#))
+                .unwrap()
+        };
+        write_identity(IDENTITY_TOKEN);
+        let with_identity = RegistrySettings { auth_file: Some(identity.clone()), ..settings.clone() };
+        let pulled = Registry::new(&with_identity, 64 << 20)
+            .unwrap()
+            .resolve(&pinned)
+            .await
+            .expect("pulled with an identity token");
+        assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+        let queries = tokens.queries.lock().unwrap().clone();
+        assert!(
+            queries.iter().any(|q| q.contains("grant_type=refresh_token") && q.contains(pull_scope)),
+            "{queries:?}"
+        );
+        write_identity("stolen");
+        let e = Registry::new(&with_identity, 64 << 20).unwrap().resolve(&pinned).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("token from {realm}: HTTP 401")), "{e}");
 
         // A token the registry does not trust: refused by the registry.
         tokens.untrusted.store(true, Ordering::Relaxed);
@@ -1209,7 +1280,13 @@ enum Mode {
     WrongBlob,
     /// Every request redirected to itself.
     RedirectLoop,
+    /// A component of [`LARGE_LIE`] bytes, as the manifest declares and the
+    /// body sends, whose content is not its digest.
+    LargeLie,
 }
+
+/// The size of the lying component: 500 MiB.
+const LARGE_LIE: u64 = 500 << 20;
 
 struct Hostile {
     port: u16,
@@ -1242,6 +1319,7 @@ fn hostile_manifest(mode: Mode) -> Vec<u8> {
             wasm_manifest("application/vnd.oci.image.config.v1+json", GOOD_LAYER, GOOD_LAYER.len() as u64)
         }
         Mode::Oversized => wasm_manifest("application/vnd.wasm.config.v0+json", GOOD_LAYER, 1 << 40),
+        Mode::LargeLie => wasm_manifest("application/vnd.wasm.config.v0+json", GOOD_LAYER, LARGE_LIE),
         _ => wasm_manifest("application/vnd.wasm.config.v0+json", GOOD_LAYER, GOOD_LAYER.len() as u64),
     }
 }
@@ -1325,6 +1403,15 @@ async fn start_hostile_at(tls: &Tls, mode: Mode, port: u16) -> Hostile {
                         let _ = s.write_all(&ok(GOOD_LAYER, None)).await;
                         let chunk = vec![0u8; 64 << 10];
                         for _ in 0..1024 {
+                            if s.write_all(&chunk).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Mode::LargeLie if is_blob => {
+                        let _ = s.write_all(&ok(b"", Some(LARGE_LIE as usize))).await;
+                        let chunk = vec![0u8; 1 << 20];
+                        for _ in 0..(LARGE_LIE >> 20) {
                             if s.write_all(&chunk).await.is_err() {
                                 return;
                             }
@@ -1450,4 +1537,664 @@ fn a_stalled_pull_never_holds_an_event() {
         h.shutdown().await;
         let _ = hostile.stop.send(());
     });
+}
+
+// ---------------------------------------------------------------------
+// The binary as an operator runs it: `pull`'s memory, credential helpers
+// on PATH, a host with no CA certificates, and the commands of
+// docs/operations.md.
+
+/// The host binary this crate builds.
+const BINARY: &str = env!("CARGO_BIN_EXE_nri-wasm-under-test");
+
+/// What a process of the binary did.
+#[derive(Debug)]
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    /// The highest `VmHWM` (peak resident memory) seen while it ran, in
+    /// KiB (sampled: a lower bound of the true peak).
+    peak_kib: u64,
+}
+
+/// Runs `cmd` to its end. With `data_limit`, the process may map at most
+/// that many bytes of data (`RLIMIT_DATA`: the heap and every private
+/// writable mapping), so a process that would hold more fails instead;
+/// its `VmHWM` is sampled meanwhile. (Not `ru_maxrss` from `wait4`: a
+/// child forked from this large test process starts with the parent's
+/// size counted in it.)
+fn run_bounded(cmd: &mut Command, data_limit: Option<u64>) -> Ran {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    if let Some(limit) = data_limit {
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+        // fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let l = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                if libc::setrlimit(libc::RLIMIT_DATA, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let hwm = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+                peak = peak.max(hwm.unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            peak
+        })
+    };
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        text
+    });
+    let mut stderr = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    let stdout = reader.join().unwrap();
+    let status = child.wait().unwrap();
+    done.store(true, Ordering::Relaxed);
+    Ran { ok: status.success(), stdout, stderr, peak_kib: sampler.join().unwrap() }
+}
+
+/// [`run_bounded`] without a bound.
+fn run_cmd(cmd: &mut Command) -> Ran {
+    run_bounded(cmd, None)
+}
+
+/// A host configuration trusting the fixture's CA, with `extra` lines
+/// (in `[engine]`), and no cache of the node's.
+fn host_config(f: &Fixture, name: &str, engine: &str) -> PathBuf {
+    let path = f.path(name);
+    std::fs::write(
+        &path,
+        format!("[registry]\nca-file = {:?}\n[engine]\ncache-dir = \"\"\n{engine}", f.tls.ca.display().to_string()),
+    )
+    .unwrap();
+    path
+}
+
+/// `nri-wasm pull` of a component that lies about its digest streams it
+/// into a temporary file, hashing as it goes: refused at the end with its
+/// real digest, nothing left, and the process's peak memory a small part of
+/// the 500 MiB it received (the pull that kept the body in memory peaked at
+/// 531 MB). A component declared larger than `[engine] max-component-mib`
+/// (64 MiB by default, as on a node) is refused before its blob is asked for.
+#[test]
+fn pull_streams_a_lying_layer_in_little_memory_and_refuses_an_oversized_one_before_a_byte() {
+    let f = Fixture::new();
+    let rt = rt();
+    let hostile = rt.block_on(start_hostile(&f.tls, Mode::LargeLie));
+    let reference =
+        format!("oci://127.0.0.1:{}/p/large:v1@sha256:{}", hostile.port, sha(&hostile_manifest(Mode::LargeLie)));
+    let out_dir = f.path("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let output = out_dir.join("large.wasm");
+
+    // The node's default limit: refused from the manifest alone.
+    let default = host_config(&f, "default.toml", "");
+    let ran = run_cmd(Command::new(BINARY).args(["pull", &reference, "-c"]).arg(&default).arg("-o").arg(&output));
+    assert!(!ran.ok, "{ran:?}");
+    assert!(
+        ran.stderr.contains(&reference)
+            && ran.stderr.contains("max-component-mib")
+            && ran.stderr.contains("not downloaded"),
+        "{ran:?}"
+    );
+    assert_eq!(hostile.blob_requests.load(Ordering::Relaxed), 0, "the blob is not asked for");
+
+    // A node that allows 1 GiB: the 500 MiB are received, and refused,
+    // by a process that may not map more than 256 MiB of data (a pull that
+    // kept the body would fail to allocate).
+    let large = host_config(&f, "large.toml", "max-component-mib = 1024\n");
+    let ran = run_bounded(
+        Command::new(BINARY)
+            .args(["pull", &reference, "--timeout-ms", "600000", "-c"])
+            .arg(&large)
+            .arg("-o")
+            .arg(&output),
+        Some(256 << 20),
+    );
+    assert!(!ran.ok, "{ran:?}");
+    assert!(
+        ran.stderr.contains("content has digest sha256:") && ran.stderr.contains(&sha(GOOD_LAYER)),
+        "refused for its digest: {ran:?}"
+    );
+    assert_eq!(hostile.blob_requests.load(Ordering::Relaxed), 1);
+    let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "neither the output nor a temporary file is left: {left:?}");
+    // `push` of a component no node would load: refused before anything is sent.
+    let small = host_config(&f, "small.toml", "max-component-mib = 1\n");
+    let big = f.path("big.wasm");
+    std::fs::write(&big, vec![0u8; 2 << 20]).unwrap();
+    let nowhere = format!("oci://127.0.0.1:{}/p/big:v1", free_port());
+    let pushed = run_cmd(Command::new(BINARY).args(["push"]).arg(&big).arg(&nowhere).arg("-c").arg(&small));
+    assert!(!pushed.ok && pushed.stderr.contains("larger than 1048576 bytes, the most a node loads"), "{pushed:?}");
+
+    eprintln!("peak memory (VmHWM) of `nri-wasm pull` receiving {} MiB: {} KiB", LARGE_LIE >> 20, ran.peak_kib);
+    assert!(ran.peak_kib > 0, "the process was sampled");
+    assert!(
+        ran.peak_kib < 128 << 10,
+        "the pull held the body: VmHWM {} KiB for a {} MiB body",
+        ran.peak_kib,
+        LARGE_LIE >> 20
+    );
+    let _ = hostile.stop.send(());
+}
+
+/// A host with no CA certificates at all (a minimal image: no system
+/// store, `SSL_CERT_FILE` and `SSL_CERT_DIR` pointing nowhere) starts its
+/// registry client, pulls from a registry whose CA is the `ca-file`, and
+/// without it says that it trusts no CA and what to do.
+#[test]
+fn a_host_without_ca_certificates_pulls_with_a_ca_file_and_says_what_is_missing_without() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start_with_auth(&binary, &f.path("registry"), &f.tls, "");
+    let port = registry.port;
+    let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+    let settings = RegistrySettings { auth_file: None, ..f.settings(port, None) };
+    let digest = rt().block_on(push::push(&settings, read(guests::ANNOTATE), &tag)).unwrap();
+    let pinned = format!("{tag}@sha256:{digest}");
+    let pull = |ca: Option<&Path>| {
+        let mut cmd = Command::new(BINARY);
+        cmd.args(["pull", &pinned, "-o"]).arg(f.path("pulled.wasm"));
+        cmd.env("SSL_CERT_FILE", "/nonexistent/ca.pem").env("SSL_CERT_DIR", "/nonexistent");
+        if let Some(ca) = ca {
+            cmd.arg("--ca-file").arg(ca);
+        }
+        run_cmd(&mut cmd)
+    };
+    let ran = pull(Some(&f.tls.ca));
+    assert!(ran.ok, "{ran:?}");
+    assert_eq!(std::fs::read(f.path("pulled.wasm")).unwrap(), read(guests::ANNOTATE));
+    let ran = pull(None);
+    assert!(!ran.ok);
+    assert!(
+        ran.stderr.contains("UnknownIssuer")
+            && ran.stderr.contains("trusts no CA at all")
+            && ran.stderr.contains("--ca-file or [registry] ca-file"),
+        "{ran:?}"
+    );
+    assert!(!ran.stderr.contains("builder error"), "{ran:?}");
+}
+
+/// A credential helper on PATH, as docker runs it: `credHelpers` names it
+/// for the registry, it gets the registry on its input, and its answer is
+/// the password of the registry's basic auth; `push` and `pull` use it. A
+/// helper that fails is named with the registry and the file.
+#[test]
+fn a_credential_helper_on_the_path_gives_the_registry_its_password() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let bin = f.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = |name: &str, body: &str| {
+        let path = bin.join(format!("docker-credential-{name}"));
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    script(
+        "test-vault",
+        &format!(
+            r#"[ "$1" = get ] || exit 9
+read -r server || true
+echo "$server" >> {asked}
+[ "$server" = "127.0.0.1:{port}" ] || {{ echo "credentials not found in native keychain"; exit 1; }}
+echo '{{"ServerURL":"127.0.0.1:{port}","Username":"{USER}","Secret":"{PASSWORD}"}}'"#,
+            asked = f.path("asked").display()
+        ),
+    );
+    script("locked", "echo 'the vault is sealed' >&2; exit 2");
+    let auth = f.path("helper-auth.json");
+    std::fs::write(&auth, format!(r#"{{"credHelpers":{{"127.0.0.1:{port}":"test-vault"}}}}"#)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let nri_wasm = |args: &[&str], auth: &Path| {
+        let mut cmd = Command::new(BINARY);
+        cmd.args(args).arg("--auth-file").arg(auth).arg("--ca-file").arg(&f.tls.ca).env("PATH", &path);
+        run_cmd(&mut cmd)
+    };
+    let tag = format!("oci://127.0.0.1:{port}/policies/annotate:v1");
+    let pushed = nri_wasm(&["push", guests::ANNOTATE, &tag], &auth);
+    assert!(pushed.ok, "{pushed:?}");
+    let pinned = pushed.stdout.trim().to_string();
+    let out = f.path("pulled.wasm");
+    let pulled = nri_wasm(&["pull", &pinned, "-o", out.to_str().unwrap()], &auth);
+    assert!(pulled.ok, "{pulled:?}");
+    assert_eq!(std::fs::read(&out).unwrap(), read(guests::ANNOTATE));
+    let asked = std::fs::read_to_string(f.path("asked")).unwrap();
+    assert!(asked.lines().count() >= 2 && asked.lines().all(|l| l == format!("127.0.0.1:{port}")), "{asked}");
+
+    let locked = f.path("locked-auth.json");
+    std::fs::write(&locked, r#"{"credsStore":"locked"}"#).unwrap();
+    let refused = nri_wasm(&["pull", &pinned, "-o", out.to_str().unwrap()], &locked);
+    assert!(!refused.ok);
+    assert!(
+        refused.stderr.contains("docker-credential-locked")
+            && refused.stderr.contains("credsStore")
+            && refused.stderr.contains("locked-auth.json")
+            && refused.stderr.contains(&format!("127.0.0.1:{port}"))
+            && refused.stderr.contains("the vault is sealed"),
+        "{refused:?}"
+    );
+}
+
+/// TLS failures say their cause and what to do, for a pull and a push:
+/// a self-signed certificate marked as a CA (what `openssl req -x509`
+/// makes) is `CaUsedAsEndEntity` with how to make a leaf; a certificate
+/// for another name says which; a plain HTTP registry reached over HTTPS
+/// points at `plain-http`.
+#[test]
+fn tls_failures_say_their_cause_and_what_to_do() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let rt = rt();
+    // `openssl req -x509` alone: a CA certificate, served as the registry's.
+    let p = |n: &str| f.path(n).to_str().unwrap().to_string();
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-keyout", &p("self.key"), "-out", &p("self.crt")]));
+    let self_signed = Tls { ca: f.path("self.crt"), cert: f.path("self.crt"), key: f.path("self.key") };
+    let registry = RealRegistry::start_with_auth(&binary, &f.path("self-registry"), &self_signed, "");
+    let port = registry.port;
+    let settings =
+        RegistrySettings { auth_file: None, ca_file: Some(self_signed.ca.clone()), ..f.settings(port, None) };
+    let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+    let e = rt.block_on(push::push(&settings, read(guests::ANNOTATE), &tag)).unwrap_err().to_string();
+    assert!(e.contains("CaUsedAsEndEntity") && e.contains("leaf certificate") && e.contains("basicConstraints"), "{e}");
+    assert!(!e.contains("error sending request"), "the cause, not the transport's words: {e}");
+    let e = rt
+        .block_on(
+            Registry::new(&settings, 64 << 20)
+                .unwrap()
+                .resolve(&source(&format!("{tag}@sha256:{}", "3".repeat(64)), None)),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("CaUsedAsEndEntity"), "{e}");
+    drop(registry);
+
+    // A good leaf for 127.0.0.1, asked for as localhost.
+    let registry = RealRegistry::start_with_auth(&binary, &f.path("registry"), &f.tls, "");
+    let localhost = OciRef::parse(&format!("oci://localhost:{}/policies/annotate:v1", registry.port)).unwrap();
+    let settings = RegistrySettings { auth_file: None, ..f.settings(registry.port, None) };
+    let e = rt.block_on(push::push(&settings, read(guests::ANNOTATE), &localhost)).unwrap_err().to_string();
+    assert!(e.contains("not for localhost") && e.contains("subjectAltName"), "{e}");
+    drop(registry);
+
+    // A plain HTTP registry reached over HTTPS.
+    let plain = RealRegistry::start_plain(&binary, &f.path("plain-registry"));
+    let tag = OciRef::parse(&format!("oci://127.0.0.1:{}/policies/annotate:v1", plain.port)).unwrap();
+    let settings = RegistrySettings { auth_file: None, ..f.settings(plain.port, None) };
+    let e = rt.block_on(push::push(&settings, read(guests::ANNOTATE), &tag)).unwrap_err().to_string();
+    assert!(e.contains("did not answer in TLS") && e.contains("[registry] plain-http"), "{e}");
+}
+
+/// A registry served without TLS, listed in `plain-http`: pushed to,
+/// signed, pulled by digest and by the host; a policy that requires a
+/// signature is refused from it until `plain-http-signed` says so too; an
+/// unlisted registry stays HTTPS.
+#[test]
+fn a_plain_http_registry_is_used_only_when_listed_and_signed_policies_need_a_second_yes() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let registry = RealRegistry::start_plain(&binary, &f.path("registry"));
+    let port = registry.port;
+    let rt = rt();
+    let host = format!("127.0.0.1:{port}");
+    let settings = RegistrySettings {
+        auth_file: None,
+        ca_file: None,
+        plain_http: vec![host.clone()],
+        ..f.settings(port, Some("cache"))
+    };
+    settings.validate().unwrap();
+    let tag = OciRef::parse(&format!("oci://{host}/policies/annotate:v1")).unwrap();
+    let digest = rt.block_on(push::push(&settings, read(guests::ANNOTATE), &tag)).expect("pushed over plain HTTP");
+    let pinned = format!("{tag}@sha256:{digest}");
+    let pulled = rt.block_on(Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None))).unwrap();
+    assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+
+    // Signed, and a key required: refused over plain HTTP, saying how to allow it.
+    let (key, public) = f.key_pair("author");
+    rt.block_on(push::sign(&settings, &key, &tag)).expect("signed over plain HTTP");
+    let with_key = RegistrySettings { public_keys: vec![public.clone()], ..settings.clone() };
+    let e = rt
+        .block_on(Registry::new(&with_key, 64 << 20).unwrap().resolve(&source(&tag.to_string(), None)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&tag.to_string()) && e.contains("plain-http-signed") && e.contains(&host), "{e}");
+    let allowed = RegistrySettings { plain_http_signed: true, ..with_key.clone() };
+    let signed =
+        rt.block_on(Registry::new(&allowed, 64 << 20).unwrap().resolve(&source(&tag.to_string(), None))).unwrap();
+    assert!(signed.provenance.signer.is_some_and(|s| s.contains("author.pub")));
+
+    // The host, as a node starts it, from the plain registry.
+    rt.block_on(async {
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("10-plain.toml"), format!("source = \"{pinned}\"\non-error = \"fail\"\n"))
+            .unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = RegistrySettings { cache_dir: Some(f.path("host-cache")), ..settings.clone() };
+        config.validate().unwrap();
+        let host = nri_wasm::cli::HostBuilder::new(config).compiler(Compiler::InProcess).build().unwrap();
+        let mut reloads = host.reloader.reloads();
+        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+        assert_eq!(reloads.borrow().1.added, ["10-plain"], "{:?}", reloads.borrow().1);
+    });
+
+    // Not listed: HTTPS, which a plain registry does not speak.
+    let unlisted = RegistrySettings { plain_http: Vec::new(), cache_dir: None, ..settings };
+    let e = rt
+        .block_on(Registry::new(&unlisted, 64 << 20).unwrap().resolve(&source(&pinned, None)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&format!("https://{host}/v2/")) && e.contains("plain-http"), "{e}");
+}
+
+/// Where a policy came from, as `/status` says it: pulled, or from the
+/// cache because its pinned digest is there (the registry up and not asked).
+#[test]
+fn status_says_why_a_policy_came_from_the_cache() {
+    let Some(binary) = registry_binary() else { return };
+    let f = Fixture::new();
+    let mut registry = RealRegistry::start(&binary, &f.path("registry"), &f.tls);
+    let port = registry.port;
+    let rt = rt();
+    rt.block_on(async {
+        let settings = f.settings(port, Some("oci-cache"));
+        let tag = OciRef::parse(&format!("oci://127.0.0.1:{port}/policies/annotate:v1")).unwrap();
+        let digest = push::push(&settings, read(guests::ANNOTATE), &tag).await.unwrap();
+        let (key, public) = f.key_pair("author");
+        push::sign(&settings, &key, &tag).await.unwrap();
+        let policies = f.path("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("10-pinned.toml"), format!("source = \"{tag}@sha256:{digest}\"\n")).unwrap();
+        std::fs::write(policies.join("20-tagged.toml"), format!("source = \"{tag}\"\nsettings = \"tagged\"\n"))
+            .unwrap();
+        let mut config = Config::default();
+        config.policies.dir = Some(policies.clone());
+        config.policies.watch = false;
+        config.engine = engine_settings();
+        config.registry = RegistrySettings { public_keys: vec![public], ..settings.clone() };
+        config.validate().unwrap();
+        let start = |config: Config| async move {
+            let host = nri_wasm::cli::HostBuilder::new(config).compiler(Compiler::InProcess).build().unwrap();
+            let mut reloads = host.reloader.reloads();
+            reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+            let status = host.metrics.status();
+            let json = serde_json::to_value(&status).unwrap();
+            (status, json)
+        };
+        let shown = |json: &serde_json::Value, name: &str| {
+            json["policies"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone()
+        };
+        // First start: both pulled.
+        let (_, json) = start(config.clone()).await;
+        for name in ["10-pinned", "20-tagged"] {
+            let p = shown(&json, name);
+            assert_eq!(p["from_cache"], false, "{p}");
+            assert!(p.get("from_cache_reason").is_none(), "{p}");
+        }
+        // Again, the registry up: the pinned digest from the cache without
+        // asking; the tag asked, pulled.
+        let (_, json) = start(config.clone()).await;
+        let p = shown(&json, "10-pinned");
+        assert_eq!((&p["from_cache"], &p["from_cache_reason"]), (&true.into(), &"pinned-digest".into()), "{p}");
+        assert!(p.get("registry_error").is_none(), "{p}");
+        assert_eq!(shown(&json, "20-tagged")["from_cache"], false);
+        // The registry gone: the tag from the cache, saying why.
+        registry.stop();
+        let (status, json) = start(config).await;
+        let p = shown(&json, "20-tagged");
+        assert_eq!(p["from_cache_reason"], "registry-unreachable", "{p}");
+        assert!(p["registry_error"].as_str().unwrap().contains(&format!("127.0.0.1:{port}")), "{p}");
+        // What `nri-wasm status` reads back is the same.
+        let back: nri_wasm::metrics::HostStatus = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, status);
+    });
+}
+
+// ---------------------------------------------------------------------
+// docs/operations.md, "A local registry, end to end", run as written.
+
+const OPERATIONS: &str = include_str!("../../../docs/operations.md");
+
+/// What a documented command is expected to do (the comment line after it).
+#[derive(Debug, Clone)]
+enum Expect {
+    /// Succeed.
+    Success,
+    /// Succeed, printing these parts in this order (`# prints: a…b`).
+    Prints(Vec<String>),
+    /// Fail, saying these parts in this order (`# error: a…b`).
+    Fails(Vec<String>),
+}
+
+/// The blocks marked `<!-- local-registry -->` (commands) and
+/// `<!-- local-registry: FILE -->` (a file's content), in order.
+fn tour_blocks(doc: &str) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    let mut marker: Option<Option<String>> = None;
+    while let Some(line) = lines.next() {
+        if let Some(rest) = line.trim().strip_prefix("<!-- local-registry").and_then(|r| r.strip_suffix("-->")) {
+            marker = Some(rest.trim().strip_prefix(':').map(|f| f.trim().to_string()));
+            continue;
+        }
+        if line.starts_with("```") {
+            let mut body = String::new();
+            for inner in lines.by_ref() {
+                if inner.starts_with("```") {
+                    break;
+                }
+                body.push_str(inner);
+                body.push('\n');
+            }
+            if let Some(file) = marker.take() {
+                out.push((file, body));
+            }
+            continue;
+        }
+        if !line.trim().is_empty() {
+            marker = None;
+        }
+    }
+    out
+}
+
+/// The commands of a block, each with what its following comment expects.
+fn steps(body: &str) -> Vec<(String, Expect)> {
+    let mut out: Vec<(String, Expect)> = Vec::new();
+    for line in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let parts = |text: &str| text.split('…').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect();
+        if let Some(text) = line.strip_prefix("# prints:") {
+            out.last_mut().expect("a command before its output").1 = Expect::Prints(parts(text));
+        } else if let Some(text) = line.strip_prefix("# error:") {
+            out.last_mut().expect("a command before its error").1 = Expect::Fails(parts(text));
+        } else if !line.starts_with('#') {
+            out.push((line.to_string(), Expect::Success));
+        }
+    }
+    out
+}
+
+/// Whether `text` holds `parts` in this order.
+fn in_order(text: &str, parts: &[String]) -> bool {
+    let mut rest = text;
+    for p in parts {
+        match rest.find(p.as_str()) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Children started by the tour (`… &`), killed by their pid at the end.
+struct Background(Vec<Child>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The local registry of docs/operations.md, every command as written, in
+/// a fresh directory: certificates, the registry, push, sign, pull by
+/// digest with a signature, the refusals with the messages the doc shows,
+/// then `check`, `demo`, `run` and `status` with the node's configuration.
+/// What the test changes: the directory (`/tmp/nri-wasm-tour`), the ports
+/// (5000 and 9580, for free ones), and `run` connects to the runtime
+/// simulator's socket; `policy.wasm` is the test's annotate policy. `run`'s
+/// host then answers a container with the pulled policy's annotation.
+#[test]
+fn the_local_registry_of_the_docs_works_as_written() {
+    let Some(_) = registry_binary() else { return };
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let tour = dir.path().join("tour");
+    std::fs::create_dir(&tour).unwrap();
+    let (port, metrics) = (free_port(), free_port());
+    let doc = OPERATIONS
+        .replace("/tmp/nri-wasm-tour", tour.to_str().unwrap())
+        .replace("localhost:5000", &format!("localhost:{port}"))
+        .replace("127.0.0.1:9580", &format!("127.0.0.1:{metrics}"));
+    let blocks = tour_blocks(&doc);
+    assert!(blocks.len() >= 5, "the tour's blocks: {blocks:?}");
+    std::fs::copy(guests::ANNOTATE, tour.join("policy.wasm")).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(BINARY, bin.join("nri-wasm")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let socket = dir.path().join("nri.sock");
+    let rt = rt();
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let mut background = Background(Vec::new());
+    let mut sim = None;
+    let mut conn = None;
+    let mut ran = Vec::new();
+    let bash = |line: &str, vars: &[(String, String)]| {
+        let mut cmd = Command::new("bash");
+        cmd.args(["-euo", "pipefail", "-c", line]).current_dir(&tour).env("PATH", &path).envs(vars.iter().cloned());
+        run_cmd(&mut cmd)
+    };
+    for (file, body) in blocks {
+        if let Some(name) = file {
+            std::fs::write(tour.join(name), body).unwrap();
+            continue;
+        }
+        for (line, expect) in steps(&body) {
+            ran.push(line.clone());
+            if let Some(command) = line.strip_suffix('&').map(str::trim) {
+                let command = command.to_string();
+                let command = if command.starts_with("nri-wasm run") {
+                    sim = Some(rt.block_on(nri_sim::Simulator::listen(&socket, RuntimeProfile::v0_12())).unwrap());
+                    command.replacen("nri-wasm run", &format!("nri-wasm run --socket {}", socket.display()), 1)
+                } else {
+                    command
+                };
+                let child = Command::new("bash")
+                    .args(["-c", &format!("exec {command}")])
+                    .current_dir(&tour)
+                    .env("PATH", &path)
+                    .envs(vars.iter().cloned())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(
+                        std::fs::File::create(dir.path().join(format!("background-{}.log", background.0.len())))
+                            .unwrap(),
+                    )
+                    .spawn()
+                    .unwrap();
+                background.0.push(child);
+                if command.starts_with("docker-registry") {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                        assert!(Instant::now() < deadline, "{line}: the registry did not listen within 60 s");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                } else if let Some(s) = &sim {
+                    conn = Some(rt.block_on(s.accept_started(Duration::from_secs(60))));
+                }
+                continue;
+            }
+            if let Some((name, inner)) =
+                line.split_once("=$(").filter(|(n, _)| n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            {
+                let inner = inner.strip_suffix(')').expect("NAME=$(command)");
+                let out = bash(inner, &vars);
+                assert!(out.ok, "{line}: {out:?}");
+                vars.push((name.to_string(), out.stdout.trim().to_string()));
+                continue;
+            }
+            // `status` answers once the host has loaded: asked again until then.
+            let line = line.replacen("nri-wasm status", &format!("nri-wasm status --address 127.0.0.1:{metrics}"), 1);
+            let deadline = Instant::now() + Duration::from_secs(if line.contains("nri-wasm status") { 120 } else { 0 });
+            loop {
+                let out = bash(&line, &vars);
+                let both = format!("{}{}", out.stdout, out.stderr);
+                let met = match &expect {
+                    Expect::Success => out.ok,
+                    Expect::Prints(parts) => out.ok && in_order(&out.stdout, parts),
+                    Expect::Fails(parts) => !out.ok && in_order(&both, parts),
+                };
+                if met {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{line}: expected {expect:?}, got {out:?}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    for needed in [
+        "openssl req -x509 -CA",
+        "nri-wasm push",
+        "nri-wasm sign --key",
+        "nri-wasm pull",
+        "nri-wasm check",
+        "nri-wasm demo",
+        "nri-wasm run",
+        "nri-wasm status",
+    ] {
+        assert!(
+            ran.iter().any(|l| l.starts_with(needed) || l.contains(&format!("$({needed}"))),
+            "the tour runs {needed}: {ran:?}"
+        );
+    }
+    // The host `run` started answers with the pulled, signed policy.
+    let conn = conn.expect("the tour's host registered");
+    let pod = nri_sim::workload::pod(1);
+    let ctr = nri_sim::workload::container(&pod, 0);
+    let reply = rt.block_on(conn.create_container(&pod, &ctr)).expect("answered");
+    assert_eq!(reply.adjust.unwrap().annotations.get("example.com/annotate"), Some(&ctr.name));
+    drop(background);
+    drop(sim);
 }

@@ -10,3 +10,4 @@ mod faults;
 mod parity;
 mod probe;
 mod templates;
+mod tour;

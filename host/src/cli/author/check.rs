@@ -26,6 +26,7 @@ use clap::Args;
 use nri_wasm_api::api as pb;
 
 use super::{HostArgs, SettingsArgs, SetupError, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::cli::HostBuilder;
 use crate::nri::version::EventKind;
 use crate::policy::bindings::wit;
 use crate::policy::caps::{Allowed, Capability};
@@ -54,8 +55,9 @@ pub struct CheckArgs {
     pub settings: SettingsArgs,
     // The brackets name TOML tables in `--help`, not Rust items.
     #[allow(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
-    /// The host's configuration file: its [engine] settings and default
-    /// [policies.limits] apply, as on the node.
+    /// A node's configuration file: its [engine] settings, default
+    /// [policies.limits] and [registry] (keys, certificates) apply, as on
+    /// the node.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The compile cache, shared with `eval` and the host (default: the
@@ -243,20 +245,16 @@ fn noop_call(engine: &PolicyEngine, policy: &CompiledPolicy, env: &CallEnv) -> S
 }
 
 /// `check oci://…`: pulls as a node with this configuration's `[registry]`
-/// would (digests, signatures with its `public-keys`), bypassing the
-/// node's cache, and says where the component came from.
-fn pull(text: &str, config: &crate::config::Config, out: &mut dyn Write) -> Result<Vec<u8>, CheckError> {
-    use crate::registry::{client::Registry, OciRef, RegistrySettings, Source};
+/// would (digests, signatures with its `public-keys`), with the registry
+/// client of the host's engine, made without the node's cache (so that the
+/// registry is asked), and says where the component came from.
+fn pull(text: &str, engine: &PolicyEngine, out: &mut dyn Write) -> Result<Vec<u8>, CheckError> {
+    use crate::registry::{OciRef, Source};
     let refused = |error: String| CheckError::Refused { step: "pull", error };
     let reference = OciRef::parse(text).map_err(|e| refused(e.to_string()))?;
-    let settings = RegistrySettings { cache_dir: None, ..config.registry.clone() };
-    let registry = Registry::new(&settings, config.engine.max_component_mib << 20).map_err(refused)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| SetupError::Usage(format!("cannot start a runtime: {e}")))?;
-    let resolved = runtime
-        .block_on(registry.resolve(&Source { reference, public_keys: None }))
+    let registry = engine.registry().map_err(refused)?;
+    let resolved = engine
+        .block_on(async move { registry.resolve(&Source { reference, public_keys: None }).await })
         .map_err(|e| refused(e.to_string()))?;
     let p = &resolved.provenance;
     let _ = writeln!(out, "source    {}", p.source);
@@ -267,26 +265,18 @@ fn pull(text: &str, config: &crate::config::Config, out: &mut dyn Write) -> Resu
 }
 
 fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), CheckError> {
-    let config = super::host_config(&HostArgs { config: args.config.clone(), cache_dir: None })?;
+    let mut config = super::host_config(&HostArgs { config: args.config.clone(), cache_dir: None })?;
     let reference = args.file.to_str().filter(|t| t.starts_with("oci://"));
     if reference.is_none() && !args.file.exists() {
         return Err(SetupError::Missing(args.file.clone()).into());
     }
     let spec = super::file_spec(&args.file, &args.settings, config.policies.limits())?;
-    let bytes = match reference {
-        Some(text) => pull(text, &config, out)?,
-        None => read_policy_file(&spec, config.engine.max_component_mib << 20)?,
-    };
-    // Refused without a word of the content, in one line.
-    let binary = inspect::binary(&spec.name, &bytes)?;
-    let _ = writeln!(out, "policy    {} ({})", spec.name, args.file.display());
-    let found = inspect::survey(&spec.name, &binary)?;
-    write_inspection(&spec, bytes.len(), &found, out);
 
-    // The compile cache `eval` and the host use, so that a large component
-    // compiles once per machine rather than once per command (a temporary
-    // one when there is none). The second load reads the compiled code, as
-    // a node's restart does.
+    // The engine as a host with this configuration makes it (`HostBuilder`),
+    // with the compile cache `eval` and the host use, so that a large
+    // component compiles once per machine rather than once per command (a
+    // temporary one when there is none). The second load reads the
+    // compiled code, as a node's restart does.
     let mut temporary = None;
     let cache = match super::cache_dir(&args.cache_dir, &config.engine) {
         Some(dir) => dir,
@@ -296,8 +286,20 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
             temporary.insert(dir).path().to_path_buf()
         }
     };
-    let engine = super::engine(&config.engine, Some(cache), compiler)?;
-    let facts = Arc::new(super::facts());
+    config.engine.cache_dir = Some(cache);
+    config.registry.cache_dir = None;
+    let engine = HostBuilder::new(config.clone()).compiler(compiler).engine().map_err(SetupError::from)?;
+    let bytes = match reference {
+        Some(text) => pull(text, &engine, out)?,
+        None => read_policy_file(&spec, config.engine.max_component_mib << 20)?,
+    };
+    // Refused without a word of the content, in one line.
+    let binary = inspect::binary(&spec.name, &bytes)?;
+    let _ = writeln!(out, "policy    {} ({})", spec.name, args.file.display());
+    let found = inspect::survey(&spec.name, &binary)?;
+    write_inspection(&spec, bytes.len(), &found, out);
+
+    let facts = Arc::new(crate::cli::host::node_facts());
     let started = Instant::now();
     let loaded = engine.load_bytes(&spec, &bytes, &facts);
     let first = started.elapsed();

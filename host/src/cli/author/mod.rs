@@ -3,12 +3,16 @@
 //! They answer, offline and in minutes, what an author otherwise learns on
 //! a node: does the host load this component, what does the chain do with
 //! this event, what does a policy cost. So they run nothing of their own:
-//! the production engine (pooling allocator, the compiling child process,
-//! the compile cache), the loader's steps, the chain with its limits, time
-//! shares, merge and validation, and the dispatcher that keeps the node
-//! view and the policies' state between events. What they add is only the
-//! input (a request in NRI's JSON, a recording) and a report of what each
-//! policy did.
+//! the host is put together by [`HostBuilder`](crate::cli::HostBuilder),
+//! the composition root `run` uses, from a node's configuration when
+//! `--config` names one (its engine and compile cache, the registry client
+//! of its `[registry]`, its `[policies.sources]`), with the loader's steps,
+//! the chain with its limits, time shares, merge and validation, and the
+//! dispatcher that keeps the node view and the policies' state between
+//! events. What they add is only the input (a request in NRI's JSON, a
+//! recording) and a report of what each policy did; what they do not do as
+//! a node does (state kept in memory, nothing served or watched) is said in
+//! `session.rs` and docs/writing-policies.md.
 //!
 //! - `check.rs`: one component through every load step, with its costs;
 //! - `eval.rs`: events through a chain, one or a recording (`replay.rs`),
@@ -30,14 +34,12 @@ mod report;
 mod session;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Args;
 
+use crate::cli::host::BuildError;
 use crate::config::{Config, ConfigError};
-use crate::node::topology::Topology;
-use crate::policy::compile::Compiler;
-use crate::policy::engine::{EngineError, EngineSettings, Facts, PolicyEngine};
+use crate::policy::engine::EngineSettings;
 use crate::policy::limits::Limits;
 use crate::policy::manifest::{self, PolicySpec, SpecError};
 
@@ -75,8 +77,10 @@ pub struct SettingsArgs {
 pub struct HostArgs {
     // The brackets name TOML tables in `--help`, not Rust items.
     #[allow(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)]
-    /// The host's configuration file: its [engine] and [chain] settings and
-    /// its default [policies.limits] apply, as on the node.
+    /// A node's configuration file: the policies load as on a node with it
+    /// (its [engine], [chain], default [policies.limits], [registry] with
+    /// its keys and certificates, and the policies of [policies.sources]
+    /// beside those given); see docs/writing-policies.md for what differs.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Where compiled policies are kept between runs (default: the
@@ -110,9 +114,9 @@ pub enum SetupError {
     /// The policy's file name or its `NN-name.toml` is invalid.
     #[error(transparent)]
     PolicyFile(#[from] SpecError),
-    /// The WebAssembly engine could not be built.
-    #[error("cannot start the engine")]
-    Engine(#[from] EngineError),
+    /// The host could not be put together (the engine, `[policies.sources]`).
+    #[error(transparent)]
+    Host(#[from] BuildError),
     /// The command line asks for something the command cannot do, or the
     /// command's own setup (a runtime, a temporary directory) failed.
     #[error("{0}")]
@@ -155,24 +159,6 @@ fn user_cache_dir() -> Option<PathBuf> {
         None => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
     };
     Some(base.join("nri-wasm"))
-}
-
-/// The production engine with the configuration's settings, compiling with
-/// `compiler` and caching in `cache_dir`.
-fn engine(
-    settings: &EngineSettings,
-    cache_dir: Option<PathBuf>,
-    compiler: Compiler,
-) -> Result<Arc<PolicyEngine>, SetupError> {
-    let settings = EngineSettings { cache_dir, ..settings.clone() };
-    Ok(Arc::new(PolicyEngine::new(&settings)?.with_compiler(compiler)))
-}
-
-/// The facts a node would show its policies: this machine's.
-fn facts() -> Facts {
-    let topology = Topology::from_system()
-        .unwrap_or_else(|_| Topology::fallback(std::thread::available_parallelism().map_or(1, |n| n.get() as u32)));
-    Facts::unconfigured(Facts::node_from_system(), &topology)
 }
 
 /// The spec of one component file: named `NN-name` after the file (or its

@@ -20,6 +20,18 @@
 //! languages built by scripts find the SDK in their `sdk.sh`, through
 //! `$NRI_WASM_SDK` or that link. Where a project is cloned, its README
 //! tells how to make the link.
+//!
+//! Which SDK: `--sdk DIR`, else `$NRI_WASM_SDK/<lang>` (the `guest-sdk`
+//! directory of a checkout, the variable the projects' scripts read), else
+//! the checkout this binary was built from. The SDK brings its tools'
+//! installer: an author who installed the tools of one checkout and runs a
+//! binary built from another says which with `NRI_WASM_SDK`, and `new`
+//! links that one (linking the binary's own would make the scripts look
+//! for tools where none were installed). Then `new` asks the SDK's
+//! installer whether this language's tools are there, and when they are
+//! not, says so with the command that installs them (`install-tools.sh
+//! --lang <lang>` of that SDK): the project is written either way, and its
+//! scripts refuse to build with anything but the pinned tools.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt as _;
@@ -68,9 +80,25 @@ pub struct NewArgs {
     /// The directory to create (default: `./NAME`); it must not exist or be empty.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The SDK the project depends on (default: the one this binary was built with).
+    /// The SDK the project depends on, the language's directory
+    /// (`guest-sdk/<lang>`). Default: `$NRI_WASM_SDK/<lang>`, else the
+    /// checkout this binary was built from.
     #[arg(long)]
     pub sdk: Option<PathBuf>,
+}
+
+/// The environment variable naming the `guest-sdk` directory of a checkout.
+pub const SDK_ENV: &str = "NRI_WASM_SDK";
+
+/// Where the SDK a project links came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdkFrom {
+    /// `--sdk DIR`.
+    Flag,
+    /// `$NRI_WASM_SDK/<lang>`.
+    Env,
+    /// The checkout this binary was built from.
+    Build,
 }
 
 /// Why no project was created.
@@ -96,12 +124,14 @@ pub enum NewError {
     #[error("{}: already exists and is not an empty directory", .0.display())]
     Exists(PathBuf),
     /// The SDK directory the project would depend on does not exist.
-    #[error("the {lang} SDK is not at {} (where this binary was built from); pass --sdk DIR", path.display())]
+    #[error("the {lang} SDK is not at {} ({}){}", path.display(), from.describe(), from.remedy())]
     NoSdk {
         /// The template's language.
         lang: String,
-        /// Where the SDK was looked for: `--sdk`, else where the binary was built.
+        /// Where the SDK was looked for.
         path: PathBuf,
+        /// Who named that place.
+        from: SdkFrom,
     },
     /// A file, directory or the SDK link of the project could not be written.
     #[error("cannot write {}: {source}", path.display())]
@@ -120,6 +150,92 @@ impl NewError {
             Self::Write { .. } => 1,
             _ => 2,
         }
+    }
+}
+
+impl SdkFrom {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Flag => "--sdk",
+            Self::Env => "$NRI_WASM_SDK/<lang>",
+            Self::Build => "the checkout this binary was built from",
+        }
+    }
+
+    fn remedy(self) -> &'static str {
+        match self {
+            Self::Flag => "",
+            Self::Env => ": set NRI_WASM_SDK to the guest-sdk directory of an nri-wasm checkout",
+            Self::Build => {
+                ": set NRI_WASM_SDK to the guest-sdk directory of an nri-wasm checkout (or pass --sdk DIR, the \
+                 language's directory in it)"
+            }
+        }
+    }
+}
+
+/// The SDK of `template` a project links: `--sdk`, else `$NRI_WASM_SDK`
+/// (read through `env`), else the one this binary was built with; made
+/// absolute, not resolved (a link to a checkout stays a link to it).
+pub fn find_sdk(
+    template: &Template,
+    flag: Option<&Path>,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<(PathBuf, SdkFrom), NewError> {
+    let absolute = |dir: &Path| std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let (sdk, from) = match (flag, env(SDK_ENV).filter(|v| !v.is_empty())) {
+        (Some(dir), _) => (absolute(dir), SdkFrom::Flag),
+        (None, Some(root)) => (absolute(&Path::new(&root).join(template.lang)), SdkFrom::Env),
+        (None, None) => (PathBuf::from(template.sdk), SdkFrom::Build),
+    };
+    if !sdk.is_dir() {
+        return Err(NewError::NoSdk { lang: template.lang.to_string(), path: sdk, from });
+    }
+    Ok((sdk, from))
+}
+
+/// Whether the tools the project's language needs are installed for `sdk`,
+/// asked of its installer (`install-tools.sh --check --lang <lang>`, which
+/// reads only what is on this machine). `None` when they are; else what is
+/// missing, as the installer says it, and the command that installs them.
+pub fn missing_tools(lang: &str, sdk: &Path) -> Option<String> {
+    if lang == "rust" {
+        // rustup installs the release and target of the project's
+        // rust-toolchain.toml on first use; without it, nothing does.
+        let on_path = |tool: &str| {
+            std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+        };
+        return (!on_path("cargo") || !on_path("rustup")).then(|| {
+            "cargo and rustup are not both on PATH: install Rust with rustup (rustup.rs); it installs the \
+             release and the wasm32-wasip2 target the project's rust-toolchain.toml names on first use"
+                .to_string()
+        });
+    }
+    let installer = sdk.parent().unwrap_or(sdk).join("install-tools.sh");
+    let command = format!("{} --lang {lang}", crate::text::guest_text(&installer.display().to_string(), 1024));
+    let checked = std::process::Command::new("bash")
+        .arg(&installer)
+        .args(["--check", "--lang", lang])
+        .stdin(std::process::Stdio::null())
+        .output();
+    match checked {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stderr);
+            let lines: Vec<String> = said
+                .lines()
+                .map(|l| l.trim_start_matches("install-tools:").trim())
+                .filter(|l| l.starts_with("- "))
+                .map(|l| crate::text::guest_text(l, 512))
+                .collect();
+            let what = match lines.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", lines.join("; ")),
+            };
+            Some(format!("the {lang} tools are not installed for this SDK{what}: run {command}"))
+        }
+        Err(e) => Some(format!("cannot ask {} which tools are installed ({e}): run {command}", installer.display())),
     }
 }
 
@@ -204,7 +320,7 @@ pub const SDK_LINK: &str = ".sdk";
 
 /// `nri-wasm new`: writes what it did to `out`, errors to `err`.
 pub fn new(args: &NewArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    match run(args, out) {
+    match run(args, out, err) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = writeln!(err, "nri-wasm new: {e}");
@@ -213,25 +329,20 @@ pub fn new(args: &NewArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode
     }
 }
 
-fn run(args: &NewArgs, out: &mut dyn Write) -> Result<(), NewError> {
+fn run(args: &NewArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), NewError> {
     check_name(&args.name)?;
     let template = template(&args.lang)?;
-    let sdk = match &args.sdk {
-        Some(dir) => std::path::absolute(dir).unwrap_or_else(|_| dir.clone()),
-        None => PathBuf::from(template.sdk),
-    };
-    if !sdk.is_dir() {
-        return Err(NewError::NoSdk { lang: template.lang.to_string(), path: sdk });
-    }
+    let (sdk, from) = find_sdk(template, args.sdk.as_deref(), |k| std::env::var_os(k))?;
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(&args.name));
     let written = create(template, &args.name, &dir, &sdk)?;
     let _ = writeln!(
         out,
-        "created {}: a {} policy project of {} files, using the SDK in {}",
+        "created {}: a {} policy project of {} files, using the SDK in {} ({})",
         dir.display(),
         template.lang,
         written.len(),
-        sdk.display()
+        sdk.display(),
+        from.describe()
     );
     let elsewhere = if template.lang == "rust" {
         "make it with `ln -sfn \"$NRI_WASM_SDK/rust\" .sdk`, NRI_WASM_SDK being"
@@ -244,6 +355,9 @@ fn run(args: &NewArgs, out: &mut dyn Write) -> Result<(), NewError> {
          {elsewhere} the guest-sdk directory of an nri-wasm checkout",
         dir.join(SDK_LINK).display()
     );
+    if let Some(missing) = missing_tools(template.lang, &sdk) {
+        let _ = writeln!(err, "nri-wasm new: warning: {missing}");
+    }
     if written.iter().any(|p| p.ends_with("README.md")) {
         let _ = writeln!(
             out,
@@ -363,6 +477,36 @@ mod tests {
         assert_eq!(project["dependencies"]["nri-wasm-sdk"]["version"].as_str(), Some(want.as_str()));
         assert_eq!(project["dependencies"]["nri-wasm-sdk"]["path"].as_str(), Some(SDK_LINK));
         assert_eq!(project["workspace"]["exclude"][0].as_str(), Some(SDK_LINK));
+    }
+
+    /// `--sdk`, else `$NRI_WASM_SDK/<lang>`, else the checkout the binary
+    /// was built from; a place that is not there is named with who named
+    /// it and what to do.
+    #[test]
+    fn the_sdk_is_the_flags_else_the_environments_else_the_builds() {
+        let rust = template("rust").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("rust")).unwrap();
+        let env = |root: &Path| {
+            let root = root.as_os_str().to_owned();
+            move |k: &str| (k == SDK_ENV).then(|| root.clone())
+        };
+        let none = |_: &str| None;
+        assert_eq!(find_sdk(rust, None, none).unwrap(), (PathBuf::from(rust.sdk), SdkFrom::Build));
+        assert_eq!(find_sdk(rust, None, env(dir.path())).unwrap(), (dir.path().join("rust"), SdkFrom::Env));
+        let flag = dir.path().join("rust");
+        assert_eq!(find_sdk(rust, Some(&flag), env(Path::new("/nonexistent"))).unwrap(), (flag, SdkFrom::Flag));
+        let empty = |k: &str| (k == SDK_ENV).then(std::ffi::OsString::new);
+        assert_eq!(find_sdk(rust, None, empty).unwrap().1, SdkFrom::Build, "an empty NRI_WASM_SDK is unset");
+
+        let e = find_sdk(rust, None, env(Path::new("/nonexistent/guest-sdk"))).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the rust SDK is not at /nonexistent/guest-sdk/rust ($NRI_WASM_SDK/<lang>): set NRI_WASM_SDK to the \
+             guest-sdk directory of an nri-wasm checkout"
+        );
+        let e = find_sdk(rust, Some(Path::new("/nonexistent/x")), none).unwrap_err().to_string();
+        assert_eq!(e, "the rust SDK is not at /nonexistent/x (--sdk)");
     }
 
     #[test]

@@ -5,13 +5,15 @@
 //! transport would; this is that part, apart from how either reads its
 //! input and from how the report is written (`report.rs`).
 //!
-//! The policies load through the loader's steps; a [`PolicyDispatcher`]
-//! (the one the transport calls on a node) runs each event, within the
-//! answer budget the transport gives it, so every limit, time share,
-//! on-error, conflict rule, merge and validation applies, and the node view
-//! and the policies' state carry from one event to the next. An observer
-//! collects each policy's step; the reply is kept as the runtime would have
-//! received it, typed.
+//! The policies load as a node loads them: the host is put together by
+//! [`HostBuilder`], the composition root of `run`, from the node's
+//! configuration when one is given, and its first load is awaited; its
+//! [`PolicyDispatcher`] (the one the transport calls on a node) runs each
+//! event, within the answer budget the transport gives it, so every limit,
+//! time share, on-error, conflict rule, merge and validation applies, and
+//! the node view and the policies' state carry from one event to the next.
+//! An observer collects each policy's step; the reply is kept as the
+//! runtime would have received it, typed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,14 +24,15 @@ use nri_wasm_api::api as pb;
 
 use super::{describe, HostArgs, SettingsArgs, SetupError};
 use crate::cli::steps::{SeenStep, StepLog};
+use crate::cli::HostBuilder;
 use crate::nri::record::{FormatError, Recorded, Request};
 use crate::nri::service::{answer_budget, runtime_info, DEFAULT_REQUEST_TIMEOUT};
 use crate::nri::{DispatchError, Dispatcher as _};
-use crate::policy::chain::{container_target, pod_target, Chain, Outcome};
+use crate::policy::chain::{container_target, pod_target, Outcome};
 use crate::policy::compile::Compiler;
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::limits::Limits;
-use crate::policy::loader::{self, DirOptions, LoadProblem};
+use crate::policy::loader::{self, DirOptions};
 use crate::policy::state::{StateSnapshot, StateStore, StateTxn};
 
 /// What keeps `eval` from evaluating.
@@ -199,8 +202,9 @@ pub struct Session {
     steps: Arc<StepLog>,
     /// The policies that loaded, in chain order.
     pub policies: Vec<PolicyInfo>,
-    /// What kept policies from loading, one problem each.
-    pub problems: Vec<LoadProblem>,
+    /// What kept policies from loading, one problem each (the policy's
+    /// file and the step, as a node's log says it).
+    pub problems: Vec<String>,
     /// Policies whose state the report shows.
     stateful: Vec<String>,
     request_timeout: Duration,
@@ -252,8 +256,13 @@ fn preload(store: &StateStore, state: &BTreeMap<String, BTreeMap<String, String>
 }
 
 impl Session {
-    /// Loads the policies of `path` (a component or a directory) with the
-    /// production engine, behind a dispatcher that describes every step.
+    /// Loads the policies of `path` (a component or a directory) as a host
+    /// with the configuration of `host` loads them ([`HostBuilder`], the
+    /// composition root `run` uses): `path` stands for its `[policies] dir`
+    /// (a component for a directory of one, with the settings of the command
+    /// line), the policies of its `[policies.sources]` join them, pulled
+    /// with its `[registry]`. What differs from a node: the state is kept
+    /// in memory (preloaded from `state`), and nothing is served or watched.
     pub fn load(
         path: &Path,
         settings: &SettingsArgs,
@@ -261,37 +270,57 @@ impl Session {
         state: Option<&Path>,
         compiler: Compiler,
     ) -> Result<Self, EvalError> {
-        let config = super::host_config(host)?;
+        let mut config = super::host_config(host)?;
         let defaults = config.policies.limits();
         let meta = std::fs::metadata(path).map_err(|_| SetupError::Missing(path.to_path_buf()))?;
-        let (specs, spec_errors) = if meta.is_dir() {
-            let (mut specs, errors) = loader::scan(path, DirOptions { defaults, strict_permissions: false });
-            let overridden = settings.settings.is_some() || settings.settings_file.is_some();
-            if overridden && specs.len() + errors.len() != 1 {
+        let overridden = settings.settings.is_some() || settings.settings_file.is_some();
+        let mut given = Vec::new();
+        config.policies.dir = None;
+        if !meta.is_dir() {
+            given.push(super::file_spec(path, settings, defaults)?);
+        } else if !overridden {
+            config.policies.dir = Some(path.to_path_buf());
+        } else {
+            // The settings of the command line are for the directory's one
+            // policy, which is then given with them.
+            let options = DirOptions { defaults, strict_permissions: config.policies.strict_permissions };
+            let (mut specs, errors) = loader::scan(path, options);
+            if specs.len() + errors.len() != 1 {
                 let e = "--settings and --settings-file apply to one policy; a directory's policies take theirs from their NN-name.toml";
                 return Err(SetupError::Usage(e.into()).into());
             }
-            if overridden {
-                for spec in &mut specs {
-                    super::apply_settings(spec, settings, defaults)?;
+            match specs.pop() {
+                Some(mut spec) => {
+                    super::apply_settings(&mut spec, settings, defaults)?;
+                    given.push(spec);
                 }
+                // Its settings file cannot be used: reported as a node reports it.
+                None => config.policies.dir = Some(path.to_path_buf()),
             }
-            (specs, errors)
-        } else {
-            (vec![super::file_spec(path, settings, defaults)?], Vec::new())
-        };
+        }
+        config.policies.watch = false;
+        config.metrics.address = String::new();
+        config.engine.cache_dir = super::cache_dir(&host.cache_dir, &config.engine);
         let preloaded = state.map(read_state).transpose()?.unwrap_or_default();
         let states = StateStore::in_memory();
         preload(&states, &preloaded)
             .map_err(|reason| EvalError::State { path: state.unwrap_or(path).into(), reason })?;
 
-        let cache = super::cache_dir(&host.cache_dir, &config.engine);
-        let engine = super::engine(&config.engine, cache, compiler)?;
-        let facts = Arc::new(super::facts());
-        let loaded = engine.block_on(loader::load_specs(&engine, specs, spec_errors, &facts));
-        let policies = loaded
-            .policies
-            .iter()
+        let steps = Arc::new(StepLog::default());
+        let built = HostBuilder::new(config)
+            .compiler(compiler)
+            .observer(steps.clone())
+            .states(Arc::new(states))
+            .given(given)
+            .build()
+            .map_err(SetupError::from)?;
+        let mut reloads = built.reloader.reloads();
+        let engine = built.dispatcher.engine().clone();
+        let loaded = engine.block_on(async move { reloads.wait_for(|(n, _)| *n >= 1).await.map(|r| r.1.clone()) });
+        let loaded = loaded.map_err(|_| SetupError::Usage("the host stopped before loading the policies".into()))?;
+        let chain = built.dispatcher.chain();
+        let policies = chain
+            .policies()
             .map(|p| PolicyInfo {
                 name: p.name().to_string(),
                 events: p.events().iter().map(|e| e.name()).collect(),
@@ -309,18 +338,13 @@ impl Session {
         stateful.extend(preloaded.keys().cloned());
         stateful.sort();
         stateful.dedup();
-        let chain = Chain::new(loaded.policies, config.chain).with_unloadable(loaded.unloadable);
-        let steps = Arc::new(StepLog::default());
-        let dispatcher =
-            PolicyDispatcher::new(engine, chain, (*facts).clone(), config.engine.max_concurrent_calls as usize)
-                .with_states(Arc::new(states))
-                .with_observer(steps.clone())
-                .explaining();
+        let problems =
+            loaded.failed.iter().map(|(_, why)| why.clone()).chain(loaded.problems.iter().cloned()).collect();
         Ok(Self {
-            dispatcher: Arc::new(dispatcher),
+            dispatcher: built.dispatcher,
             steps,
             policies,
-            problems: loaded.problems,
+            problems,
             stateful,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })

@@ -75,6 +75,26 @@ pub(super) struct Report<'a> {
     pub(super) refused: u64,
     pub(super) event_times: Vec<Duration>,
     pub(super) mismatches: Vec<String>,
+    /// Policies of `--policies` that did not load, and problems of the
+    /// directory (a file not named as a policy, a settings file alone): the
+    /// demo fails when any is there, or when no policy loaded.
+    pub(super) left_out: Vec<String>,
+    /// Policies that loaded.
+    pub(super) loaded: usize,
+    /// The built-in examples run, whose pods are judged.
+    pub(super) judged: bool,
+}
+
+impl Report<'_> {
+    /// Whether the demo did what it says: with the examples, every pod as
+    /// its scenario describes; with policies of your own, every one of them
+    /// loaded (and there was one).
+    pub(super) fn succeeded(&self) -> bool {
+        match self.judged {
+            true => self.mismatches.is_empty(),
+            false => self.loaded > 0 && self.left_out.is_empty(),
+        }
+    }
 }
 
 /// One event as the runtime saw it.
@@ -101,9 +121,17 @@ impl<'a> Report<'a> {
             refused: 0,
             event_times: Vec::new(),
             mismatches: Vec::new(),
+            left_out: Vec::new(),
+            loaded: 0,
+            judged: true,
         }
     }
     pub(super) fn loaded(&mut self, dir: &Path, builtin: bool, r: &ReloadReport, took: Duration) -> anyhow::Result<()> {
+        self.loaded = r.added.len();
+        self.judged = builtin;
+        if !builtin {
+            self.left_out = r.failed.iter().map(|(p, why)| format!("{p}: {why}")).chain(r.problems.clone()).collect();
+        }
         if self.json {
             let line = json!({
                 "kind": "loaded",
@@ -384,6 +412,10 @@ impl<'a> Report<'a> {
                 "frames": frames,
                 "policies": policies,
                 "mismatches": self.mismatches,
+                "judged": self.judged,
+                "loaded": self.loaded,
+                "left_out": self.left_out,
+                "succeeded": self.succeeded(),
             });
             return Ok(writeln!(self.out, "{line}")?);
         }
@@ -421,7 +453,17 @@ impl<'a> Report<'a> {
             "  {}",
             s.dim(&format!("{frames} frames read and checked the way containerd's reader reads them"))
         )?;
-        if self.mismatches.is_empty() {
+        if !self.judged {
+            // Someone else's policies: what they should do is not known
+            // here, only whether they all ran.
+            let last = match (self.loaded, self.left_out.len()) {
+                (0, 0) => s.red("no policy found: the pods ran through an empty chain"),
+                (0, n) => s.red(&format!("no policy loaded ({n} left out, listed at the top): the pods ran through an empty chain")),
+                (k, 0) => s.green(&format!("the pods ran through the {k} policies given (reported, not judged: the demo knows what its own examples should do, not these)")),
+                (k, n) => s.red(&format!("{k} policies loaded, {n} left out (listed at the top): the pods ran without them")),
+            };
+            writeln!(self.out, "  {last}")?;
+        } else if self.mismatches.is_empty() {
             writeln!(self.out, "  {}", s.green("every pod was handled as its scenario describes"))?;
         } else {
             for m in &self.mismatches {

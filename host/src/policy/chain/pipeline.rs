@@ -199,12 +199,8 @@ impl<'t> Run<'t> {
 }
 
 /// Output that needs a capability the policy does not have.
-fn ungranted(policy: &str, event: &str, c: Capability) -> PolicyFailure {
-    invalid(
-        policy,
-        event,
-        format!("needs capability `{c}`, which its settings file does not grant or the policy does not declare"),
-    )
+fn ungranted(policy: &str, event: &str, refusal: caps::Refusal) -> PolicyFailure {
+    invalid(policy, event, refusal)
 }
 
 fn invalid(policy: &str, event: &str, reason: impl ToString) -> PolicyFailure {
@@ -249,6 +245,9 @@ impl Chain {
         // The event's own container: updating it needs only the capability
         // of the resources changed; updating any other needs `updates`.
         let own_container = event.container_shared();
+        // On UpdateContainer, what the runtime asks for the container now:
+        // the default grant's bounds measure against it too.
+        let requested = event.requested_resources().cloned();
         let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
         let may = entry.policy.allowed().effective();
@@ -258,16 +257,21 @@ impl Chain {
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
             }
             Ok(Err(_)) if !may.contains(Capability::Deny) => {
-                let failure = self.failed(entry, ungranted(policy, name, Capability::Deny));
+                let refusal = caps::Refusal { capability: Capability::Deny, field: None };
+                let failure = self.failed(entry, ungranted(policy, name, refusal));
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
             }
             Ok(Err(reason)) => {
                 self.succeeded(entry);
                 return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Ok(reply)) => match caps::missing(&reply, own_container.as_deref().map(|c| c.id.as_str()), may) {
-                Some(c) => {
-                    let failure = self.failed(entry, ungranted(policy, name, c));
+            Ok(Ok(reply)) => match caps::missing(
+                &reply,
+                caps::Baseline { own: own_container.as_deref(), requested: requested.as_ref() },
+                may,
+            ) {
+                Some(refusal) => {
+                    let failure = self.failed(entry, ungranted(policy, name, refusal));
                     return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
                 }
                 None => reply,

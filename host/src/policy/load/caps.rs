@@ -19,8 +19,12 @@
 //! refused even where the operator granted it: the declaration is what the
 //! operator reviewed). The capabilities that can break out of a container
 //! or reach other containers are [dangerous](Capability::dangerous) and off
-//! unless granted; the rest are granted by default, since they only change
-//! the container being created within what its own pod asked for. A
+//! unless granted; the rest are granted by default, and cover a field only
+//! as far as the container's own pod could have asked for it (`bounds`):
+//! a `unified` key that is a resource-control file, an OOM score at or
+//! above the container's own, lower rlimits, a normal scheduling policy,
+//! `domain/name` annotations. Past those bounds a field needs a dangerous
+//! capability of its own (`cgroup-files`, `oom-protect`, ...). A
 //! component without a declaration (one built before declarations, or by
 //! an SDK that does not record one) is taken to declare nothing dangerous:
 //! it gets the default grant unless the operator grants more, which the
@@ -32,6 +36,8 @@
 
 use std::fmt;
 
+pub(crate) use super::bounds::Baseline;
+use super::bounds::{self, Beyond};
 use crate::wit::wit;
 
 /// The custom section a component declares its capabilities in.
@@ -70,31 +76,32 @@ macro_rules! capabilities {
 capabilities! {
     /// `adjust.env`.
     Env = "env", false;
-    /// `adjust.annotations`.
+    /// `adjust.annotations` with `domain/name` keys outside Kubernetes' domains.
     Annotations = "annotations", false;
     /// `adjust.args`.
     Args = "args", false;
-    /// `adjust.rlimits`.
+    /// `adjust.rlimits` at or below the container's own.
     Rlimits = "rlimits", false;
-    /// `resources.cpu` (of the container's own adjustment or update).
+    /// `resources.cpu` (of the container's own adjustment or update): shares,
+    /// quota, period, and a cpuset within the container's own.
     Cpu = "cpu", false;
-    /// `resources.memory`.
+    /// `resources.memory`, with no more swap than the container had.
     Memory = "memory", false;
     /// `resources.hugepage-limits`.
     Hugepages = "hugepages", false;
     /// `resources.blockio-class`.
     Blockio = "blockio", false;
-    /// `resources.rdt-class` and `linux.rdt`.
+    /// `resources.rdt-class` (a class the operator configured).
     Rdt = "rdt", false;
-    /// `resources.unified` (cgroup v2 files).
+    /// `resources.unified`: the resource-control files of cgroup v2.
     Unified = "unified", false;
     /// `resources.pids`.
     Pids = "pids", false;
-    /// `linux.oom-score-adj`.
+    /// `linux.oom-score-adj` at or above the container's own.
     OomScoreAdj = "oom-score-adj", false;
-    /// `linux.io-priority`.
+    /// `linux.io-priority` in the best-effort or idle class.
     IoPriority = "io-priority", false;
-    /// `linux.scheduler`.
+    /// `linux.scheduler`: a normal policy at a nice value of 0 or more.
     Scheduler = "scheduler", false;
     /// `linux.memory-policy`.
     MemoryPolicy = "memory-policy", false;
@@ -124,6 +131,25 @@ capabilities! {
     Updates = "updates", true;
     /// Evictions of containers.
     Evictions = "evictions", true;
+    /// `resources.unified` keys other than the resource-control files
+    /// (`cgroup.procs`, `cgroup.kill`, `cpuset.cpus.partition`, ...).
+    CgroupFiles = "cgroup-files", true;
+    /// `linux.oom-score-adj` below the container's own.
+    OomProtect = "oom-protect", true;
+    /// `adjust.rlimits` above the container's own, or of a type it has none of.
+    RlimitsRaise = "rlimits-raise", true;
+    /// Real-time or deadline scheduling, a negative nice value, the
+    /// real-time I/O class, real-time CPU bandwidth.
+    Realtime = "realtime", true;
+    /// Annotations the runtime, its shims or systemd read: keys without a
+    /// `domain/` prefix, or in Kubernetes' own domains.
+    RuntimeAnnotations = "runtime-annotations", true;
+    /// `linux.rdt`: the container's resctrl class, schemata and monitoring.
+    Resctrl = "resctrl", true;
+    /// More swap than the container had.
+    SwapRaise = "swap-raise", true;
+    /// CPUs or memory nodes outside the container's own cpuset.
+    CpusetAny = "cpuset-any", true;
 }
 
 impl fmt::Display for Capability {
@@ -288,64 +314,125 @@ impl Allowed {
     }
 }
 
-/// The capabilities a reply uses. `own` is the id of the event's container
-/// (an update of it is judged by the resources it changes; an update of
-/// any other container needs `updates`).
-pub(crate) fn required(reply: &wit::Reply, own: Option<&str>) -> CapSet {
-    let mut need = CapSet::EMPTY;
-    let wit::Reply { adjust, update, evict } = reply;
-    if let Some(adjust) = adjust {
-        adjustment(adjust, &mut need);
+/// What a reply needs: the capabilities it uses, and for each one needed
+/// only because a field went past what the default grant allows of it
+/// ([`bounds`]), the first such field with why.
+#[derive(Debug, Default)]
+pub(crate) struct Needs {
+    /// Every capability the reply uses.
+    pub set: CapSet,
+    beyond: Vec<Beyond>,
+}
+
+impl Needs {
+    fn add(&mut self, c: Capability) {
+        self.set.insert(c);
     }
-    for u in update {
-        let wit::ContainerUpdate { container_id, resources, ignore_failure: _ } = u;
-        if own == Some(container_id.as_str()) {
-            if let Some(r) = resources {
-                linux_resources(r, &mut need);
-            }
-        } else {
-            need.insert(Capability::Updates);
+
+    fn when(&mut self, used: bool, c: Capability) {
+        if used {
+            self.add(c);
         }
     }
-    if !evict.is_empty() {
-        need.insert(Capability::Evictions);
+
+    /// A field beyond the default grant: its capability, with the field.
+    fn beyond(&mut self, b: Option<Beyond>) {
+        if let Some((c, why)) = b {
+            if !self.set.contains(c) {
+                self.beyond.push((c, why));
+            }
+            self.add(c);
+        }
     }
+}
+
+/// A reply refused for a capability the policy does not have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The capability it lacks.
+    pub capability: Capability,
+    /// The field past the default grant's bounds that needs it, if that is
+    /// why (`adjust.linux.oom-score-adj: -1000 is below the container's own 0`).
+    pub field: Option<String>,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(field) = &self.field {
+            write!(f, "{field}, which ")?;
+        }
+        write!(
+            f,
+            "needs capability `{}`, which its settings file does not grant or the policy does not declare",
+            self.capability
+        )
+    }
+}
+
+/// The capabilities a reply uses. `base.own` is the event's container, as
+/// the runtime sent it: an update of it is judged by the resources it
+/// changes (an update of any other container needs `updates`), and the
+/// default grant's bounds are measured against it (and, on UpdateContainer,
+/// against the resources asked for).
+pub(crate) fn required(reply: &wit::Reply, base: Baseline<'_>) -> Needs {
+    let own = base.own;
+    let mut need = Needs::default();
+    let wit::Reply { adjust, update, evict } = reply;
+    if let Some(adjust) = adjust {
+        adjustment(adjust, base, &mut need);
+    }
+    for (i, u) in update.iter().enumerate() {
+        let wit::ContainerUpdate { container_id, resources, ignore_failure: _ } = u;
+        if own.is_some_and(|c| c.id == *container_id) {
+            if let Some(r) = resources {
+                linux_resources(&format!("update[{i}].resources"), r, base, &mut need);
+            }
+        } else {
+            need.add(Capability::Updates);
+        }
+    }
+    need.when(!evict.is_empty(), Capability::Evictions);
     need
 }
 
 /// Checks a reply against what the policy may use: the first capability
-/// it lacks, if any.
-pub(crate) fn missing(reply: &wit::Reply, own: Option<&str>, effective: CapSet) -> Option<Capability> {
-    required(reply, own).minus(effective).iter().next()
+/// it lacks, if any, with the field that needs it.
+pub(crate) fn missing(reply: &wit::Reply, base: Baseline<'_>, effective: CapSet) -> Option<Refusal> {
+    let need = required(reply, base);
+    let capability = need.set.minus(effective).iter().next()?;
+    let field = need.beyond.into_iter().find(|(c, _)| *c == capability).map(|(_, why)| why);
+    Some(Refusal { capability, field })
 }
 
-fn when(need: &mut CapSet, used: bool, c: Capability) {
-    if used {
-        need.insert(c);
-    }
-}
-
-fn adjustment(a: &wit::ContainerAdjustment, need: &mut CapSet) {
+fn adjustment(a: &wit::ContainerAdjustment, base: Baseline<'_>, need: &mut Needs) {
+    let own = base.own;
     let wit::ContainerAdjustment { annotations, mounts, env, hooks, linux, rlimits, cdi_devices, args } = a;
-    when(need, !annotations.is_empty(), Capability::Annotations);
-    when(need, !mounts.is_empty(), Capability::Mounts);
-    when(need, !env.is_empty(), Capability::Env);
+    need.when(!annotations.is_empty(), Capability::Annotations);
+    for kv in annotations {
+        need.beyond(bounds::annotation_key(&kv.key));
+    }
+    need.when(!mounts.is_empty(), Capability::Mounts);
+    need.when(!env.is_empty(), Capability::Env);
     if let Some(h) = hooks {
         let wit::Hooks { prestart, create_runtime, create_container, start_container, poststart, poststop } = h;
         let any = [prestart, create_runtime, create_container, start_container, poststart, poststop]
             .iter()
             .any(|l| !l.is_empty());
-        when(need, any, Capability::Hooks);
+        need.when(any, Capability::Hooks);
     }
     if let Some(l) = linux {
-        linux_adjustment(l, need);
+        linux_adjustment(l, base, need);
     }
-    when(need, !rlimits.is_empty(), Capability::Rlimits);
-    when(need, !cdi_devices.is_empty(), Capability::CdiDevices);
-    when(need, !args.is_empty(), Capability::Args);
+    need.when(!rlimits.is_empty(), Capability::Rlimits);
+    for r in rlimits {
+        need.beyond(bounds::rlimit(own, r));
+    }
+    need.when(!cdi_devices.is_empty(), Capability::CdiDevices);
+    need.when(!args.is_empty(), Capability::Args);
 }
 
-fn linux_adjustment(l: &wit::LinuxContainerAdjustment, need: &mut CapSet) {
+fn linux_adjustment(l: &wit::LinuxContainerAdjustment, base: Baseline<'_>, need: &mut Needs) {
+    let own = base.own;
     let wit::LinuxContainerAdjustment {
         devices,
         resources,
@@ -360,36 +447,57 @@ fn linux_adjustment(l: &wit::LinuxContainerAdjustment, need: &mut CapSet) {
         rdt,
         memory_policy,
     } = l;
-    when(need, !devices.is_empty(), Capability::Devices);
+    need.when(!devices.is_empty(), Capability::Devices);
     if let Some(r) = resources {
-        linux_resources(r, need);
+        linux_resources("adjust.linux.resources", r, base, need);
     }
-    when(need, !cgroups_path.is_empty(), Capability::CgroupsPath);
-    when(need, oom_score_adj.is_some(), Capability::OomScoreAdj);
-    when(need, io_priority.is_some(), Capability::IoPriority);
-    when(need, seccomp_policy.is_some(), Capability::Seccomp);
-    when(need, !namespaces.is_empty(), Capability::Namespaces);
-    when(need, !sysctl.is_empty(), Capability::Sysctl);
-    when(need, !net_devices.is_empty(), Capability::NetDevices);
-    when(need, scheduler.is_some(), Capability::Scheduler);
-    when(need, rdt.is_some(), Capability::Rdt);
-    when(need, memory_policy.is_some(), Capability::MemoryPolicy);
+    need.when(!cgroups_path.is_empty(), Capability::CgroupsPath);
+    if let Some(v) = oom_score_adj {
+        need.add(Capability::OomScoreAdj);
+        need.beyond(bounds::oom_score_adj(own, *v));
+    }
+    if let Some(p) = io_priority {
+        need.add(Capability::IoPriority);
+        need.beyond(bounds::io_priority(p));
+    }
+    need.when(seccomp_policy.is_some(), Capability::Seccomp);
+    need.when(!namespaces.is_empty(), Capability::Namespaces);
+    need.when(!sysctl.is_empty(), Capability::Sysctl);
+    need.when(!net_devices.is_empty(), Capability::NetDevices);
+    if let Some(s) = scheduler {
+        need.add(Capability::Scheduler);
+        need.beyond(bounds::scheduler(s));
+    }
+    need.when(rdt.is_some(), Capability::Resctrl);
+    need.when(memory_policy.is_some(), Capability::MemoryPolicy);
 }
 
-fn linux_resources(r: &wit::LinuxResources, need: &mut CapSet) {
+fn linux_resources(field: &str, r: &wit::LinuxResources, base: Baseline<'_>, need: &mut Needs) {
     let wit::LinuxResources { memory, cpu, hugepage_limits, blockio_class, rdt_class, unified, devices, pids } = r;
-    when(need, memory.is_some(), Capability::Memory);
-    when(need, cpu.is_some(), Capability::Cpu);
-    when(need, !hugepage_limits.is_empty(), Capability::Hugepages);
-    when(need, blockio_class.is_some(), Capability::Blockio);
-    when(need, rdt_class.is_some(), Capability::Rdt);
-    when(need, !unified.is_empty(), Capability::Unified);
-    when(need, !devices.is_empty(), Capability::Devices);
-    when(need, pids.is_some(), Capability::Pids);
+    if let Some(m) = memory {
+        need.add(Capability::Memory);
+        need.beyond(bounds::swap(field, base, m));
+    }
+    if let Some(c) = cpu {
+        need.add(Capability::Cpu);
+        need.beyond(bounds::cpu_realtime(field, c));
+        need.beyond(bounds::cpuset(field, base, c));
+    }
+    need.when(!hugepage_limits.is_empty(), Capability::Hugepages);
+    need.when(blockio_class.is_some(), Capability::Blockio);
+    need.when(rdt_class.is_some(), Capability::Rdt);
+    need.when(!unified.is_empty(), Capability::Unified);
+    for kv in unified {
+        need.beyond(bounds::unified_key(field, &kv.key));
+    }
+    need.when(!devices.is_empty(), Capability::Devices);
+    need.when(pids.is_some(), Capability::Pids);
 }
 
 #[cfg(test)]
 mod tests {
+    use nri_wasm_api::api as pb;
+
     use super::*;
 
     fn kv(k: &str) -> wit::KeyValue {
@@ -424,7 +532,24 @@ mod tests {
     #[test]
     fn the_dangerous_ones_are_off_by_default() {
         let default = CapSet::default_grant();
-        for c in ["hooks", "devices", "mounts", "namespaces", "seccomp", "sysctl", "updates", "evictions"] {
+        for c in [
+            "hooks",
+            "devices",
+            "mounts",
+            "namespaces",
+            "seccomp",
+            "sysctl",
+            "updates",
+            "evictions",
+            "cgroup-files",
+            "oom-protect",
+            "rlimits-raise",
+            "realtime",
+            "runtime-annotations",
+            "resctrl",
+            "swap-raise",
+            "cpuset-any",
+        ] {
             let c = Capability::from_name(c).unwrap();
             assert!(c.dangerous() && !default.contains(c), "{c}");
         }
@@ -436,9 +561,9 @@ mod tests {
     #[test]
     fn each_field_maps_to_its_capability() {
         let r = adjust(|a| a.env.push(kv("A")));
-        assert_eq!(required(&r, None).describe(), "env");
+        assert_eq!(required(&r, Baseline::default()).set.describe(), "env");
         let r = adjust(|a| a.cdi_devices.push("vendor.com/gpu=0".into()));
-        assert_eq!(required(&r, None).describe(), "cdi-devices");
+        assert_eq!(required(&r, Baseline::default()).set.describe(), "cdi-devices");
         // An empty hooks record changes nothing.
         let empty = wit::Hooks {
             prestart: vec![],
@@ -449,10 +574,10 @@ mod tests {
             poststop: vec![],
         };
         let r = adjust(|a| a.hooks = Some(empty.clone()));
-        assert!(required(&r, None).is_empty());
+        assert!(required(&r, Baseline::default()).set.is_empty());
         let hook = wit::Hook { path: "/bin/true".into(), args: vec![], env: vec![], timeout: None };
         let r = adjust(|a| a.hooks = Some(wit::Hooks { poststop: vec![hook], ..empty }));
-        assert_eq!(required(&r, None).describe(), "hooks");
+        assert_eq!(required(&r, Baseline::default()).set.describe(), "hooks");
     }
 
     #[test]
@@ -481,14 +606,21 @@ mod tests {
             ignore_failure: false,
         };
         let r = wit::Reply { adjust: None, update: vec![update("me")], evict: vec![] };
-        assert_eq!(required(&r, Some("me")).describe(), "cpu");
-        assert_eq!(required(&r, Some("other")).describe(), "updates");
+        let container = |id: &str| pb::Container { id: id.into(), ..Default::default() };
+        assert_eq!(required(&r, Baseline { own: Some(&container("me")), requested: None }).set.describe(), "cpu");
+        assert_eq!(
+            required(&r, Baseline { own: Some(&container("other")), requested: None }).set.describe(),
+            "updates"
+        );
         let r = wit::Reply {
             adjust: None,
             update: vec![],
             evict: vec![wit::ContainerEviction { container_id: "x".into(), reason: "r".into() }],
         };
-        assert_eq!(missing(&r, None, CapSet::default_grant()), Some(Capability::Evictions));
+        assert_eq!(
+            missing(&r, Baseline::default(), CapSet::default_grant()).map(|m| m.capability),
+            Some(Capability::Evictions)
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What a policy file is and what it becomes, before any engine is
 //! involved: its settings file (`manifest`), its limits and capabilities
-//! (`limits`, `caps`), the events it declares (`declared`), the cheap
-//! checks before compiling (`inspect`),
+//! (`limits`, `caps`, and `bounds`: what the default grant allows of each
+//! field), the events it declares (`declared`), the cheap checks before
+//! compiling (`inspect`),
 //! compiling within bounds (`compile`), the compiled forms kept on disk
 //! (`cache`), and the errors of these steps (`errors`).
 //!
@@ -10,6 +11,7 @@
 //! capability without a circle. The steps that need the engine (linking,
 //! `configure`) are `engine/prepare.rs`.
 
+pub(crate) mod bounds;
 pub(crate) mod cache;
 pub(crate) mod caps;
 pub(crate) mod compile;

@@ -246,7 +246,8 @@ fn run_native(case: &Case) -> Vec<Outcome> {
 /// Every dangerous capability (`docs/configuration.md`, `grant`).
 const GRANT_EVERYTHING: &str =
     "grant = [\"mounts\", \"hooks\", \"devices\", \"cdi-devices\", \"namespaces\", \"seccomp\", \
-                                \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\"]\n";
+                                \"sysctl\", \"net-devices\", \"cgroups-path\", \"updates\", \"evictions\", \"cgroup-files\", \"oom-protect\", \
+                                \"rlimits-raise\", \"realtime\", \"runtime-annotations\", \"resctrl\", \"swap-raise\", \"cpuset-any\"]\n";
 
 /// The wasm side: one host, K `mirror` policies in the same order.
 fn run_wasm(case: &Case, runs: usize) -> Vec<Outcome> {

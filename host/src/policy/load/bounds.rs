@@ -1,0 +1,496 @@
+//! What the default grant allows of a field: what the container's own pod
+//! could have asked for.
+//!
+//! A capability in the default grant (`docs/configuration.md`) covers a
+//! field only as far as the pod being created could have set it itself,
+//! through its spec or from inside its own processes without privilege. The
+//! reasons, field by field, are in `docs/reliability.md` ("The default
+//! grant"); in short:
+//! - a container's cgroup limits sit under its pod's cgroup, which the
+//!   kubelet bounds, so memory, CPU, pids and hugepage limits are any value
+//!   a pod could ask for; but a `unified` key is written as a file in the
+//!   container's cgroup, and most cgroup files are not limits at all
+//!   (`cgroup.procs` moves processes, `cgroup.kill` kills them), so only the
+//!   resource-control files ([`RESOURCE_FILES`]) are in the default grant;
+//! - per-process settings are not bounded by the pod's cgroup, so the
+//!   default allows only what a process may do to itself without privilege:
+//!   raise its OOM score, lower its rlimits, a normal scheduling policy at
+//!   a nice value of 0 or more, a best-effort or idle I/O class;
+//! - what the kubelet decides and a pod cannot ask for (which CPUs, how much
+//!   swap, resctrl schemata) may be narrowed, never widened;
+//! - annotations the runtimes and shims read (`run.oci.*`,
+//!   `io.kubernetes.*`, `org.systemd.property.*`, ...) are not the pod's to
+//!   set: by default a policy sets or removes only `domain/name` keys
+//!   outside Kubernetes' own domains.
+//!
+//! Going past these bounds needs a capability of its own, off by default
+//! ([`Capability::dangerous`]). Each check here looks only at the policy's
+//! reply and the container as the runtime sent it, in time linear in the
+//! reply.
+
+use nri_wasm_api::api as pb;
+
+use super::caps::Capability;
+use crate::merge::is_cgroup_file;
+use crate::wit::wit;
+
+/// The cgroup v2 files a `unified` key may name under the default grant:
+/// the files that limit or weigh the container's own use of memory, CPU,
+/// I/O, processes, huge pages and RDMA, which its pod's resources
+/// correspond to. `{size}` stands for a huge page size (`2MB`, `1GB`).
+/// Swap files are not here (the swap a container gets is the kubelet's
+/// decision), nor cpuset files (which CPUs are the kubelet's), nor
+/// utilisation clamps, pressure triggers or any `cgroup.*` file.
+pub(crate) const RESOURCE_FILES: &[&str] = &[
+    "memory.min",
+    "memory.low",
+    "memory.high",
+    "memory.max",
+    "memory.oom.group",
+    "cpu.weight",
+    "cpu.weight.nice",
+    "cpu.max",
+    "cpu.max.burst",
+    "cpu.idle",
+    "io.weight",
+    "io.bfq.weight",
+    "io.max",
+    "io.latency",
+    "pids.max",
+    "hugetlb.{size}.max",
+    "hugetlb.{size}.rsvd.max",
+    "rdma.max",
+];
+
+/// A reason the default grant does not cover a field: the capability that
+/// does, and the field with why.
+pub(crate) type Beyond = (Capability, String);
+
+/// What the bounds are measured against: the event's container as the
+/// runtime sent it and, on UpdateContainer, the resources the runtime asks
+/// for it now (the kubelet's newest word on its CPUs and memory, which
+/// replaces the container's own).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Baseline<'a> {
+    /// The event's container.
+    pub own: Option<&'a pb::Container>,
+    /// On UpdateContainer, the resources asked for.
+    pub requested: Option<&'a pb::LinuxResources>,
+}
+
+impl<'a> Baseline<'a> {
+    /// The container's resources: those asked for first, then its own.
+    fn resources(self) -> impl Iterator<Item = &'a pb::LinuxResources> {
+        let own = self.own.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
+        self.requested.into_iter().chain(own)
+    }
+
+    /// The container's cpuset list (`pick` chooses cpus or mems): the one
+    /// asked for if any, else its own; empty if it has none.
+    fn cpuset(self, pick: fn(&pb::LinuxCPU) -> &str) -> &'a str {
+        self.resources().filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty()).unwrap_or("")
+    }
+
+    /// The container's memory settings that carry a swap limit: those asked
+    /// for if they do, else its own.
+    fn memory(self) -> Option<&'a pb::LinuxMemory> {
+        self.resources().filter_map(|r| r.memory.as_ref()).find(|m| m.swap.is_some())
+    }
+}
+
+/// Whether `key` is one of [`RESOURCE_FILES`].
+pub(crate) fn is_resource_file(key: &str) -> bool {
+    if RESOURCE_FILES.contains(&key) {
+        return true;
+    }
+    // hugetlb.<size>.max and hugetlb.<size>.rsvd.max, <size> like 2MB or 1GB.
+    let Some(rest) = key.strip_prefix("hugetlb.") else { return false };
+    let Some(size) = rest.strip_suffix(".rsvd.max").or_else(|| rest.strip_suffix(".max")) else { return false };
+    let digits = size.trim_end_matches(['K', 'M', 'G', 'T', 'B']);
+    !digits.is_empty() && digits.len() < size.len() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A `unified` key beyond the default grant (a well-formed file that is not
+/// a resource-control file; a malformed one is refused by the output checks).
+pub(crate) fn unified_key(field: &str, key: &str) -> Option<Beyond> {
+    (is_cgroup_file(key) && !is_resource_file(key)).then(|| {
+        (
+            Capability::CgroupFiles,
+            format!("{field}.unified: {:?} is not one of the resource-control files a pod's limits set", clip(key)),
+        )
+    })
+}
+
+/// The Kubernetes domains whose annotations only Kubernetes sets.
+const RESERVED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io"];
+
+/// An annotation key (without a removal marker) beyond the default grant:
+/// a key without a `domain/` prefix (the form runtimes, shims and systemd
+/// read: `run.oci.*`, `io.containerd.*`, `io.katacontainers.*`,
+/// `org.systemd.property.*`), or one in Kubernetes' own domains.
+pub(crate) fn annotation_key(key: &str) -> Option<Beyond> {
+    let name = key.strip_prefix('-').unwrap_or(key);
+    let why = match name.split_once('/') {
+        None => "has no domain/ prefix: runtimes, shims and systemd read such keys",
+        Some((domain, _)) => {
+            let domain = domain.to_ascii_lowercase();
+            let reserved = RESERVED_DOMAINS.iter().any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
+            if !reserved && !domain.is_empty() {
+                return None;
+            }
+            "is in a domain only Kubernetes sets"
+        }
+    };
+    Some((Capability::RuntimeAnnotations, format!("adjust.annotations: {:?} {why}", clip(key))))
+}
+
+/// An OOM score below the container's own (0 when the runtime gave none):
+/// a process may raise its own score without privilege, never lower it.
+pub(crate) fn oom_score_adj(own: Option<&pb::Container>, value: i64) -> Option<Beyond> {
+    let floor = own.and_then(|c| c.linux.as_ref()).and_then(|l| l.oom_score_adj.as_ref()).map_or(0, |o| o.value);
+    (value < floor).then(|| {
+        (Capability::OomProtect, format!("adjust.linux.oom-score-adj: {value} is below the container's own {floor}"))
+    })
+}
+
+/// An rlimit above the container's own of that type, or of a type the
+/// container has none of (its value is the runtime's, unknown here): a
+/// process may lower its own limits without privilege, never raise them.
+pub(crate) fn rlimit(own: Option<&pb::Container>, r: &wit::PosixRlimit) -> Option<Beyond> {
+    let field = format!("adjust.rlimits[{}]", clip(&r.type_));
+    let current = own.and_then(|c| c.rlimits.iter().find(|o| o.type_ == r.type_));
+    let why = match current {
+        None => "the container has no limit of this type to lower".to_string(),
+        Some(o) if r.hard > o.hard || r.soft > o.hard => {
+            format!("soft {} / hard {} above the container's own hard limit {}", r.soft, r.hard, o.hard)
+        }
+        Some(_) => return None,
+    };
+    Some((Capability::RlimitsRaise, format!("{field}: {why}")))
+}
+
+/// A scheduling setting that needs `CAP_SYS_NICE`: a real-time, deadline or
+/// isochronous policy, a negative nice value, a static priority, deadline
+/// parameters, or a flag other than reset-on-fork and keep-policy/params.
+pub(crate) fn scheduler(s: &wit::LinuxScheduler) -> Option<Beyond> {
+    use wit::{SchedulerFlag as F, SchedulerPolicy as P};
+    let wit::LinuxScheduler { policy, nice, priority, flags, runtime, deadline, period } = s;
+    let why = if !matches!(policy, P::None | P::Other | P::Batch | P::Idle) {
+        format!("policy {policy:?} is real-time")
+    } else if *nice < 0 {
+        format!("nice {nice} is below 0")
+    } else if *priority != 0 {
+        format!("priority {priority} is a real-time priority")
+    } else if *runtime != 0 || *deadline != 0 || *period != 0 {
+        "deadline parameters are real-time".to_string()
+    } else if let Some(f) = flags.iter().find(|f| !matches!(f, F::ResetOnFork | F::KeepPolicy | F::KeepParams)) {
+        format!("flag {f:?} needs CAP_SYS_NICE")
+    } else {
+        return None;
+    };
+    Some((Capability::Realtime, format!("adjust.linux.scheduler: {why}")))
+}
+
+/// The real-time I/O class.
+pub(crate) fn io_priority(p: &wit::IoPriority) -> Option<Beyond> {
+    matches!(p.class, wit::IoPriorityClass::Rt)
+        .then(|| (Capability::Realtime, "adjust.linux.io-priority: the real-time class".to_string()))
+}
+
+/// Real-time CPU bandwidth (cgroup v1 `cpu.rt_*`), which no pod is given.
+pub(crate) fn cpu_realtime(field: &str, c: &wit::LinuxCpu) -> Option<Beyond> {
+    (c.realtime_runtime.is_some() || c.realtime_period.is_some())
+        .then(|| (Capability::Realtime, format!("{field}.cpu: real-time runtime or period")))
+}
+
+/// CPUs or memory nodes outside the container's own cpuset (on
+/// UpdateContainer, the one asked for), when it has one: which CPUs a container runs on is the kubelet's choice (another
+/// pod may hold some exclusively), so the default only narrows it. An
+/// unreadable list is left to the output checks, which refuse it.
+pub(crate) fn cpuset(field: &str, base: Baseline<'_>, c: &wit::LinuxCpu) -> Option<Beyond> {
+    for (what, new, current) in [
+        ("cpus", c.cpus.as_str(), base.cpuset(|o| o.cpus.as_str())),
+        ("mems", c.mems.as_str(), base.cpuset(|o| o.mems.as_str())),
+    ] {
+        if new.is_empty() || current.is_empty() {
+            continue;
+        }
+        let (Some(new_set), Some(own_set)) = (parse_set(new), parse_set(current)) else { continue };
+        if !is_subset(&new_set, &own_set) {
+            return Some((
+                Capability::CpusetAny,
+                format!("{field}.cpu.{what}: {:?} is outside the container's own {:?}", clip(new), clip(current)),
+            ));
+        }
+    }
+    None
+}
+
+/// More swap than the container had. The swap a container may use is its
+/// memory-and-swap limit less its memory limit; with no swap limit of its
+/// own (or -1) it already has as much as it wants.
+pub(crate) fn swap(field: &str, base: Baseline<'_>, m: &wit::LinuxMemory) -> Option<Beyond> {
+    let new_total = m.swap?;
+    let own_memory = base.memory();
+    let own_total = own_memory.and_then(|o| o.swap.as_ref()).map(|s| s.value);
+    let own_limit = own_memory.and_then(|o| o.limit.as_ref()).map(|s| s.value);
+    let own_total = match own_total {
+        None | Some(-1) => return None,
+        Some(t) => t,
+    };
+    let own_swap = own_total.saturating_sub(own_limit.unwrap_or(0)).max(0);
+    let why = if new_total == -1 {
+        "-1 (unlimited)".to_string()
+    } else {
+        let new_swap = new_total.saturating_sub(m.limit.or(own_limit).unwrap_or(0)).max(0);
+        if new_swap <= own_swap {
+            return None;
+        }
+        format!("{new_swap} bytes of swap")
+    };
+    Some((Capability::SwapRaise, format!("{field}.memory.swap: {why}, more than the container's own {own_swap}")))
+}
+
+/// A cpuset list as sorted, merged ranges; `None` if it does not read.
+fn parse_set(list: &str) -> Option<Vec<(u32, u32)>> {
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi) = (lo.trim().parse::<u32>().ok()?, hi.trim().parse::<u32>().ok()?);
+        if lo > hi {
+            return None;
+        }
+        out.push((lo, hi));
+    }
+    out.sort_unstable();
+    Some(out)
+}
+
+/// Whether every range of `a` lies within the union of `b` (both sorted).
+fn is_subset(a: &[(u32, u32)], b: &[(u32, u32)]) -> bool {
+    // Merge b into disjoint ranges, then check each range of a against them.
+    let mut merged: Vec<(u32, u32)> = Vec::with_capacity(b.len());
+    for &(lo, hi) in b {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    a.iter().all(|&(lo, hi)| merged.iter().any(|&(mlo, mhi)| lo >= mlo && hi <= mhi))
+}
+
+fn clip(s: &str) -> String {
+    crate::text::guest_text(s, 128)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unified_keys_are_files_and_only_limits_are_in_the_default() {
+        for ok in ["memory.max", "cpu.weight", "io.max", "pids.max", "hugetlb.2MB.max", "hugetlb.1GB.rsvd.max"] {
+            assert!(is_cgroup_file(ok) && is_resource_file(ok), "{ok}");
+            assert!(unified_key("f", ok).is_none(), "{ok}");
+        }
+        for beyond in [
+            "cgroup.procs",
+            "cgroup.kill",
+            "cgroup.freeze",
+            "cgroup.subtree_control",
+            "cgroup.type",
+            "cgroup.max.depth",
+            "cgroup.max.descendants",
+            "memory.swap.max",
+            "cpuset.cpus",
+            "cpuset.cpus.partition",
+            "cpu.uclamp.min",
+            "memory.pressure",
+            "io.prio.class",
+            "hugetlb.max",
+            "hugetlb.xMB.max",
+        ] {
+            assert!(is_cgroup_file(beyond), "{beyond}");
+            let (c, why) = unified_key("adjust.linux.resources", beyond).expect(beyond);
+            assert_eq!(c, Capability::CgroupFiles);
+            assert!(why.contains(beyond), "{why}");
+        }
+        for not_a_file in
+            ["tasks", "../../etc/passwd", "memory./max", "memory..max", ".max", "Memory.max", "memory.", ""]
+        {
+            assert!(!is_cgroup_file(not_a_file), "{not_a_file}");
+        }
+    }
+
+    #[test]
+    fn annotations_need_a_domain_outside_kubernetes() {
+        for ok in ["example.com/team", "-example.com/team", "qos.example.com/class", "exclusive-cpus.nri-wasm.io/cpus"]
+        {
+            assert!(annotation_key(ok).is_none(), "{ok}");
+        }
+        for beyond in [
+            "run.oci.keep_original_groups",
+            "io.kubernetes.cri.container-type",
+            "-io.kubernetes.cri.sandbox-id",
+            "org.systemd.property.DeviceAllow",
+            "io.katacontainers.config.hypervisor.path",
+            "kubernetes.io/config.seen",
+            "cdi.k8s.io/vendor",
+            "Node.K8S.io/x",
+            "/x",
+        ] {
+            assert_eq!(annotation_key(beyond).map(|b| b.0), Some(Capability::RuntimeAnnotations), "{beyond}");
+        }
+    }
+
+    fn container(oom: Option<i64>, rlimits: &[(&str, u64)], cpus: &str, memory: Option<(i64, i64)>) -> pb::Container {
+        let mut c = pb::Container::new();
+        let mut linux = pb::LinuxContainer::new();
+        if let Some(v) = oom {
+            linux.oom_score_adj = Some(pb::OptionalInt { value: v, ..Default::default() }).into();
+        }
+        let mut r = pb::LinuxResources::new();
+        let mut cpu = pb::LinuxCPU::new();
+        cpu.cpus = cpus.into();
+        r.cpu = Some(cpu).into();
+        if let Some((limit, swap)) = memory {
+            let mut m = pb::LinuxMemory::new();
+            m.limit = Some(pb::OptionalInt64 { value: limit, ..Default::default() }).into();
+            m.swap = Some(pb::OptionalInt64 { value: swap, ..Default::default() }).into();
+            r.memory = Some(m).into();
+        }
+        linux.resources = Some(r).into();
+        c.linux = Some(linux).into();
+        c.rlimits = rlimits
+            .iter()
+            .map(|(t, hard)| pb::POSIXRlimit { type_: t.to_string(), hard: *hard, soft: *hard, ..Default::default() })
+            .collect();
+        c
+    }
+
+    fn base(c: &pb::Container) -> Baseline<'_> {
+        Baseline { own: Some(c), requested: None }
+    }
+
+    #[test]
+    fn on_update_the_requested_resources_are_the_baseline() {
+        let shared = container(None, &[], "0-3", Some((100, 100)));
+        let mut requested = pb::LinuxResources::new();
+        requested.cpu.mut_or_insert_default().cpus = "4-7".into();
+        let asked = Baseline { own: Some(&shared), requested: Some(&requested) };
+        let cpu = |cpus: &str| wit::LinuxCpu {
+            shares: None,
+            quota: None,
+            period: None,
+            realtime_runtime: None,
+            realtime_period: None,
+            cpus: cpus.into(),
+            mems: String::new(),
+        };
+        assert!(cpuset("f", asked, &cpu("5")).is_none(), "within what the kubelet asks for now");
+        assert!(cpuset("f", asked, &cpu("1")).is_some(), "the old cpuset is no longer the container's");
+        // No memory asked for: the container's own swap is the baseline.
+        let more = wit::LinuxMemory {
+            limit: Some(100),
+            reservation: None,
+            swap: Some(200),
+            kernel: None,
+            kernel_tcp: None,
+            swappiness: None,
+            disable_oom_killer: None,
+            use_hierarchy: None,
+        };
+        assert!(swap("f", asked, &more).is_some());
+    }
+
+    #[test]
+    fn oom_scores_may_only_rise() {
+        let burstable = container(Some(968), &[], "", None);
+        assert!(oom_score_adj(Some(&burstable), 1000).is_none());
+        assert!(oom_score_adj(Some(&burstable), 968).is_none());
+        let (c, why) = oom_score_adj(Some(&burstable), -1000).unwrap();
+        assert_eq!(c, Capability::OomProtect);
+        assert!(why.contains("-1000") && why.contains("968"), "{why}");
+        // No score of its own: 0 is the floor.
+        let none = container(None, &[], "", None);
+        assert!(oom_score_adj(Some(&none), -1).is_some());
+        assert!(oom_score_adj(None, 5).is_none());
+    }
+
+    #[test]
+    fn rlimits_may_only_fall() {
+        let c = container(None, &[("RLIMIT_NOFILE", 1024)], "", None);
+        let r = |t: &str, soft, hard| wit::PosixRlimit { type_: t.into(), soft, hard };
+        assert!(rlimit(Some(&c), &r("RLIMIT_NOFILE", 512, 1024)).is_none());
+        assert!(rlimit(Some(&c), &r("RLIMIT_NOFILE", 2048, 2048)).is_some());
+        assert!(rlimit(Some(&c), &r("RLIMIT_NOFILE", 2048, 1024)).is_some(), "soft above the own hard limit");
+        let (cap, why) = rlimit(Some(&c), &r("RLIMIT_RTPRIO", 0, 0)).unwrap();
+        assert_eq!(cap, Capability::RlimitsRaise);
+        assert!(why.contains("RLIMIT_RTPRIO"), "{why}");
+    }
+
+    #[test]
+    fn cpusets_may_only_narrow() {
+        let shared = container(None, &[], "0-3,6", None);
+        let cpu = |cpus: &str| wit::LinuxCpu {
+            shares: None,
+            quota: None,
+            period: None,
+            realtime_runtime: None,
+            realtime_period: None,
+            cpus: cpus.into(),
+            mems: String::new(),
+        };
+        assert!(cpuset("f", base(&shared), &cpu("1-2,6")).is_none());
+        assert!(cpuset("f", base(&shared), &cpu("3,0,6")).is_none());
+        assert_eq!(cpuset("f", base(&shared), &cpu("4")).map(|b| b.0), Some(Capability::CpusetAny));
+        assert!(cpuset("f", base(&shared), &cpu("3-6")).is_some());
+        // No cpuset of its own: every CPU is its own.
+        let unset = container(None, &[], "", None);
+        assert!(cpuset("f", base(&unset), &cpu("7")).is_none());
+        assert!(cpu_realtime("f", &wit::LinuxCpu { realtime_runtime: Some(1000), ..cpu("") }).is_some());
+    }
+
+    #[test]
+    fn swap_may_only_shrink() {
+        let mem = |limit, swap| wit::LinuxMemory {
+            limit,
+            reservation: None,
+            swap,
+            kernel: None,
+            kernel_tcp: None,
+            swappiness: None,
+            disable_oom_killer: None,
+            use_hierarchy: None,
+        };
+        let no_swap = container(None, &[], "", Some((100, 100)));
+        assert!(swap("f", base(&no_swap), &mem(Some(200), Some(200))).is_none(), "a bigger limit, still no swap");
+        assert_eq!(swap("f", base(&no_swap), &mem(None, Some(-1))).map(|b| b.0), Some(Capability::SwapRaise));
+        assert!(swap("f", base(&no_swap), &mem(Some(100), Some(150))).is_some());
+        assert!(swap("f", base(&no_swap), &mem(None, None)).is_none());
+        let unlimited = container(None, &[], "", Some((100, -1)));
+        assert!(swap("f", base(&unlimited), &mem(None, Some(-1))).is_none());
+    }
+
+    #[test]
+    fn only_a_normal_scheduler_without_privilege() {
+        use wit::{SchedulerFlag as F, SchedulerPolicy as P};
+        let s = |policy, nice, flags: Vec<F>| wit::LinuxScheduler {
+            policy,
+            nice,
+            priority: 0,
+            flags,
+            runtime: 0,
+            deadline: 0,
+            period: 0,
+        };
+        assert!(scheduler(&s(P::Batch, 5, vec![F::ResetOnFork])).is_none());
+        assert!(scheduler(&s(P::Idle, 0, vec![])).is_none());
+        for bad in [s(P::Fifo, 0, vec![]), s(P::Other, -5, vec![]), s(P::Other, 0, vec![F::UtilClampMin])] {
+            assert_eq!(scheduler(&bad).map(|b| b.0), Some(Capability::Realtime), "{bad:?}");
+        }
+        let rt = wit::IoPriority { class: wit::IoPriorityClass::Rt, priority: 0 };
+        assert!(io_priority(&rt).is_some());
+        assert!(io_priority(&wit::IoPriority { class: wit::IoPriorityClass::Be, priority: 0 }).is_none());
+    }
+}

@@ -1,0 +1,167 @@
+//! The default grant covers a field only as far as the container's own pod
+//! could have asked for it. A policy that declares every capability
+//! (`tests/guests/bounds`) returns, one field at a time, a value just past
+//! that bound: with the default grant the reply is refused as the policy's
+//! invalid output naming the field and the capability that covers it; with
+//! that capability granted it goes through to the runtime. Values just
+//! inside every bound go through under the default grant, and names that are
+//! no cgroup file are refused whatever is granted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nri_wasm::policy::caps::{CapSet, Capability};
+use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated, Outcome};
+use nri_wasm::policy::engine::CompiledPolicy;
+use nri_wasm::policy::manifest::{OnError, PolicySpec};
+use nri_wasm_api::api as pb;
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine};
+
+/// A generous chain budget: these tests are about what is refused, not when.
+const BUDGET: Duration = Duration::from_secs(10);
+
+fn load(mode: &str, on_error: OnError, grant: CapSet) -> CompiledPolicy {
+    let spec = PolicySpec { grant, ..policy_spec("20-bounds", guests::BOUNDS, mode, on_error, roomy()) };
+    engine().load(&spec, &Arc::new(nri_wasm_e2e::test_facts())).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The captured request, its container given what the bounds are measured
+/// against: an OOM score of 500, `RLIMIT_NOFILE` 1024, the cpuset `0-1` on
+/// memory node 0 (the capture has 32 MiB of memory and no swap).
+fn request() -> pb::CreateContainerRequest {
+    let mut req: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
+    let c = req.container.mut_or_insert_default();
+    c.rlimits = vec![pb::POSIXRlimit { type_: "RLIMIT_NOFILE".into(), hard: 1024, soft: 1024, ..Default::default() }];
+    let linux = c.linux.mut_or_insert_default();
+    linux.oom_score_adj = Some(pb::OptionalInt { value: 500, ..Default::default() }).into();
+    let cpu = linux.resources.mut_or_insert_default().cpu.mut_or_insert_default();
+    cpu.cpus = "0-1".into();
+    cpu.mems = "0".into();
+    let memory = linux.resources.as_ref().and_then(|r| r.memory.as_ref()).expect("the capture has memory limits");
+    assert_eq!(memory.limit.value, memory.swap.value, "the capture's container has no swap");
+    req
+}
+
+fn create(policy: CompiledPolicy) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
+    let chain = Chain::new(vec![policy], ChainSettings::default());
+    nri_wasm_e2e::block_on(chain.create_container(&nri_wasm_e2e::eval_cx(BUDGET), &request()))
+}
+
+/// Each mode of the guest past a bound: the capability that covers it, and
+/// what the refusal must say of the field.
+const BEYOND: &[(&str, &str, &str)] = &[
+    ("unified-procs", "cgroup-files", "\"cgroup.procs\""),
+    ("unified-kill", "cgroup-files", "\"cgroup.kill\""),
+    ("unified-subtree", "cgroup-files", "\"cgroup.subtree_control\""),
+    ("unified-partition", "cgroup-files", "\"cpuset.cpus.partition\""),
+    ("unified-swap", "cgroup-files", "\"memory.swap.max\""),
+    ("update-own-unified", "cgroup-files", "update[0].resources.unified"),
+    ("oom-protect", "oom-protect", "-1000 is below the container's own 500"),
+    ("rlimit-raise", "rlimits-raise", "above the container's own hard limit 1024"),
+    ("rlimit-new-type", "rlimits-raise", "RLIMIT_RTPRIO"),
+    ("sched-fifo", "realtime", "adjust.linux.scheduler"),
+    ("sched-nice", "realtime", "nice -20"),
+    ("sched-uclamp", "realtime", "UtilClampMin"),
+    ("io-rt", "realtime", "adjust.linux.io-priority"),
+    ("cpu-rt", "realtime", "real-time runtime"),
+    ("annotation-runtime", "runtime-annotations", "run.oci.keep_original_groups"),
+    ("annotation-systemd", "runtime-annotations", "org.systemd.property.DeviceAllow"),
+    ("annotation-remove-cri", "runtime-annotations", "io.kubernetes.cri.container-type"),
+    ("annotation-kubernetes", "runtime-annotations", "kubernetes.io/config.source"),
+    ("resctrl", "resctrl", ""),
+    ("swap-unlimited", "swap-raise", "-1 (unlimited)"),
+    ("swap-more", "swap-raise", "more than the container's own 0"),
+    ("cpuset-outside", "cpuset-any", "outside the container's own \"0-1\""),
+    ("mems-outside", "cpuset-any", "cpu.mems"),
+];
+
+fn with(capability: &str) -> CapSet {
+    CapSet::default_grant().union(CapSet::from_iter([Capability::from_name(capability).expect(capability)]))
+}
+
+#[test]
+fn past_the_default_grant_each_field_needs_its_own_capability() {
+    for (mode, capability, field) in BEYOND {
+        let cap = Capability::from_name(capability).unwrap();
+        assert!(cap.dangerous() && !CapSet::default_grant().contains(cap), "{capability} is off by default");
+        let err = create(load(mode, OnError::Fail, CapSet::default_grant())).unwrap_err();
+        let ChainError::Failed { failure, .. } = &err else { panic!("{mode}: {err:?}") };
+        let message = failure.to_string();
+        assert_eq!(failure.kind(), "invalid", "{mode}: {message}");
+        assert!(message.contains("20-bounds") && message.contains("CreateContainer"), "{mode}: {message}");
+        assert!(message.contains(&format!("capability `{capability}`")), "{mode}: {message}");
+        assert!(message.contains(field), "{mode}: the refusal names the field ({field}): {message}");
+    }
+}
+
+#[test]
+fn granted_its_capability_each_field_reaches_the_runtime() {
+    for (mode, capability, _) in BEYOND {
+        if *mode == "update-own-unified" {
+            // Past the capability check, the merge refuses what NRI refuses:
+            // an update of the container being created.
+            let err = create(load(mode, OnError::Fail, with(capability))).unwrap_err();
+            assert!(err.to_string().contains("during its creation"), "{mode}: {err}");
+            continue;
+        }
+        let Evaluated { value, .. } =
+            create(load(mode, OnError::Fail, with(capability))).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let adjust = value.adjust.as_ref().unwrap_or_else(|| panic!("{mode}: {value:?}"));
+        assert!(adjust.env.iter().any(|e| e.key == "BOUNDS" && e.value == *mode), "{mode}: {adjust:?}");
+        let linux = adjust.linux.as_ref();
+        let resources = linux.and_then(|l| l.resources.as_ref());
+        let reached = match *mode {
+            "unified-procs" => resources.is_some_and(|r| r.unified.contains_key("cgroup.procs")),
+            "oom-protect" => linux.and_then(|l| l.oom_score_adj.as_ref()).is_some_and(|o| o.value == -1000),
+            "rlimit-raise" => adjust.rlimits.iter().any(|r| r.type_ == "RLIMIT_NOFILE" && r.hard == 1_048_576),
+            "annotation-runtime" => adjust.annotations.contains_key("run.oci.keep_original_groups"),
+            "cpuset-outside" => resources.and_then(|r| r.cpu.as_ref()).is_some_and(|c| c.cpus == "0-7"),
+            "resctrl" => linux.is_some_and(|l| l.rdt.is_some()),
+            _ => true,
+        };
+        assert!(reached, "{mode}: the granted field is in the reply: {value:?}");
+    }
+}
+
+#[test]
+fn a_refused_field_drops_the_whole_reply_under_on_error_ignore() {
+    for (mode, capability, _) in BEYOND {
+        let Evaluated { value, steps, .. } = create(load(mode, OnError::Ignore, CapSet::default_grant())).unwrap();
+        assert!(value.adjust.as_ref().is_none_or(|a| a.env.is_empty()), "{mode}: nothing applied: {value:?}");
+        assert!(value.update.is_empty(), "{mode}: {value:?}");
+        match &steps[0].outcome {
+            Outcome::Failed { failure, ignored: true } => {
+                assert!(failure.to_string().contains(&format!("capability `{capability}`")), "{mode}: {failure}")
+            }
+            other => panic!("{mode}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn just_inside_every_bound_the_default_grant_takes_it_all() {
+    let Evaluated { value, .. } =
+        create(load("within", OnError::Fail, CapSet::default_grant())).unwrap_or_else(|e| panic!("{e}"));
+    let adjust = value.adjust.into_option().expect("adjusted");
+    let linux = adjust.linux.as_ref().expect("linux");
+    let resources = linux.resources.as_ref().expect("resources");
+    for file in ["memory.max", "cpu.weight", "hugetlb.2MB.max", "pids.max"] {
+        assert!(resources.unified.contains_key(file), "{file}: {resources:?}");
+    }
+    assert_eq!(linux.oom_score_adj.as_ref().map(|o| o.value), Some(1000));
+    assert_eq!(resources.cpu.as_ref().map(|c| c.cpus.as_str()), Some("1"));
+    assert!(adjust.rlimits.iter().any(|r| r.type_ == "RLIMIT_NOFILE" && r.hard == 1024 && r.soft == 512));
+    assert!(adjust.annotations.contains_key("example.com/bounded"));
+    assert!(linux.scheduler.is_some() && linux.io_priority.is_some());
+}
+
+#[test]
+fn names_that_are_no_cgroup_file_are_refused_whatever_is_granted() {
+    for mode in ["unified-traversal", "unified-v1"] {
+        let err = create(load(mode, OnError::Fail, CapSet::all())).unwrap_err();
+        let ChainError::Failed { failure, .. } = &err else { panic!("{mode}: {err:?}") };
+        let message = failure.to_string();
+        assert_eq!(failure.kind(), "invalid", "{mode}: {message}");
+        assert!(message.contains("is not a cgroup interface file name"), "{mode}: {message}");
+    }
+}
