@@ -47,7 +47,7 @@ done
 
 if [ -f "$src/tsconfig.json" ]; then
     need tsc
-    tsc -p "$src/tsconfig.json" --noEmit
+    "$here/tools/typecheck.sh" "$src"
 fi
 node "$here/tools/bundle.mjs" "$entry" "$work/bundle.js" "$engine"
 wit="$here/../../wit"

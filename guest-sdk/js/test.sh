@@ -19,7 +19,7 @@ shift $(( $# > 0 ? 1 : 0 ))
 # must also build (an untyped parameter, say, is an error of both).
 if [ -f tsconfig.json ]; then
     need tsc
-    tsc -p tsconfig.json --noEmit
+    "$here/tools/typecheck.sh" .
 fi
 if [ $# -eq 0 ]; then
     # The project's test files, not those of what it links or builds.

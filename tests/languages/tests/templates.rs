@@ -145,6 +145,22 @@ fn native_tests(lang: &str, wasm: &str, test_file: &str) {
     let says = "configure subscribes to create-container, which the file events does not declare";
     assert!(output.contains(says), "{lang}: {output}");
     std::fs::remove_dir_all(&undeclared).unwrap();
+
+    // JavaScript: a type error the build refuses fails the native tests
+    // first, though the tests themselves would pass.
+    if lang == "JavaScript" {
+        let untyped = project.with_file_name("template-native-untyped");
+        let _ = std::fs::remove_dir_all(&untyped);
+        copy_dir(&project, &untyped);
+        let policy = untyped.join("policy.js");
+        let text = std::fs::read_to_string(&policy).unwrap();
+        std::fs::write(&policy, format!("{text}\nexport function untyped(e) {{\n  return e;\n}}\n")).unwrap();
+        let (ok, output) = run(&untyped);
+        assert!(!ok, "{lang}: a policy the build refuses passed its native tests:\n{output}");
+        assert!(output.contains("TS7006") && output.contains("policy.js"), "{lang}: {output}");
+        assert!(!output.contains("# pass"), "{lang}: the tests ran before the type check:\n{output}");
+        std::fs::remove_dir_all(&untyped).unwrap();
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {
