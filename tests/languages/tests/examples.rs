@@ -308,18 +308,8 @@ fn check_reads_the_declaration_not_the_imports() {
     };
     let (js_undeclared, python_undeclared) = (undeclared("js", templates::JS), undeclared("python", templates::PYTHON));
     for (what, wasm, settings, want) in [
-        (
-            "the JavaScript example deny-host-sockets",
-            examples::JS_DENY_HOST_SOCKETS,
-            deny_host_sockets::SETTINGS,
-            no,
-        ),
-        (
-            "the Python example pod-metadata-env",
-            examples::PYTHON_POD_METADATA_ENV,
-            pod_metadata_env::SETTINGS,
-            no,
-        ),
+        ("the JavaScript example deny-host-sockets", examples::JS_DENY_HOST_SOCKETS, deny_host_sockets::SETTINGS, no),
+        ("the Python example pod-metadata-env", examples::PYTHON_POD_METADATA_ENV, pod_metadata_env::SETTINGS, no),
         ("the JavaScript template", templates::JS, "{}", no),
         ("the Python template", templates::PYTHON, "{}", no),
         ("the JavaScript template without its declaration", js_undeclared.as_str(), "{}", yes),
