@@ -16,7 +16,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 eval "$("$here/../install-tools.sh" --env)"
 need clang wasm-ld wit-bindgen wasm-tools
 adapter="$NRI_WASM_GUEST_TOOLS/wasi/wasi_snapshot_preview1.reactor.wasm"
-[ -f "$adapter" ] || { echo "$adapter is missing: run guest-sdk/install-tools.sh" >&2; exit 1; }
+[ -f "$adapter" ] || {
+    echo "the WASI preview1 adapter is not installed ($adapter): run '$(cd "$here/.." && pwd -P)/install-tools.sh' --lang c (it installs it)" >&2
+    exit 1
+}
 
 src=$(cd "${1:-.}" && pwd)
 out=${2:-$src/target/$(basename "$src").wasm}
@@ -42,6 +45,6 @@ clang --target=wasm32-wasi -mexec-model=reactor -O2 -std=c11 -Wall -Wextra -Wno-
     "${sources[@]}" "$here"/src/*.c "$work/gen/policy.c" "$work/gen/policy_component_type.o" \
     -Wl,--strip-debug -o "$work/core.wasm"
 wasm-tools component new "$work/core.wasm" --adapt "wasi_snapshot_preview1=$adapter" -o "$work/component.wasm"
-"$here/../declare-capabilities.sh" "$work/component.wasm" "$src"
+"$here/../declare.sh" "$work/component.wasm" "$src"
 mv "$work/component.wasm" "$out"
 echo "$out"

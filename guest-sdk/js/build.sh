@@ -47,7 +47,7 @@ done
 
 if [ -f "$src/tsconfig.json" ]; then
     need tsc
-    tsc -p "$src/tsconfig.json" --noEmit
+    "$here/tools/typecheck.sh" "$src"
 fi
 node "$here/tools/bundle.mjs" "$entry" "$work/bundle.js" "$engine"
 wit="$here/../../wit"
@@ -59,6 +59,6 @@ case "$engine" in
         componentize-js "$work/bundle.js" --wit "$wit" --world-name policy -d http -d fetch-event -o "$work/component.wasm" > "$work/componentize.log" 2>&1 ||
             { cat "$work/componentize.log" >&2; exit 1; } ;;
 esac
-"$here/../declare-capabilities.sh" "$work/component.wasm" "$src"
+"$here/../declare.sh" "$work/component.wasm" "$src"
 mv "$work/component.wasm" "$out"
 echo "$out"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a JavaScript or TypeScript policy's native tests on Node, no
-# WebAssembly build:
+# WebAssembly build, after type-checking the policy as build.sh does (when
+# the project has a tsconfig.json):
 #
 #   guest-sdk/js/test.sh [POLICY_DIR [node --test arguments...]]
 #
@@ -14,6 +15,12 @@ eval "$("$here/../install-tools.sh" --env)"
 need node
 cd "${1:-.}"
 shift $(( $# > 0 ? 1 : 0 ))
+# Type-checked as build.sh checks it, first: a policy whose tests pass
+# must also build (an untyped parameter, say, is an error of both).
+if [ -f tsconfig.json ]; then
+    need tsc
+    "$here/tools/typecheck.sh" .
+fi
 if [ $# -eq 0 ]; then
     # The project's test files, not those of what it links or builds.
     mapfile -t tests < <(find . \( -name node_modules -o -name target -o -name .sdk -o -name '.build-*' \) -prune -o \

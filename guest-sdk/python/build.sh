@@ -43,6 +43,6 @@ unset VIRTUAL_ENV PYTHONPATH
 componentize-py -d "$here/../../wit" -w policy componentize nriwasm_entry \
     -p "$work" -p "$work/policy" -p "$work/sdk" -o "$work/component.wasm" > "$work/componentize.log" 2>&1 ||
     { cat "$work/componentize.log" >&2; exit 1; }
-"$here/../declare-capabilities.sh" "$work/component.wasm" "$src"
+"$here/../declare.sh" "$work/component.wasm" "$src"
 mv "$work/component.wasm" "$out"
 echo "$out"

@@ -192,10 +192,10 @@ async fn policies_that_write_panic_sleep_or_exit_while_loading_do_not_stop_the_h
 }
 
 /// A policy whose load takes its full time limit (a sleep in `configure`)
+/// and whose component declares no events (as built before declarations)
 /// delays registration by the start wait at most (its subscription is
-/// unknown): the host then registers, with CreateContainer since the
-/// policy is mandatory, answers at once, and refuses containers naming it
-/// until it is loaded.
+/// unknown): the host then registers, with CreateContainer, answers at
+/// once, and refuses containers naming it until it is loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_load_delays_registration_by_the_start_wait_at_most() {
     let dir = tempfile::tempdir().unwrap();
@@ -203,6 +203,8 @@ async fn a_slow_load_delays_registration_by_the_start_wait_at_most() {
     std::fs::create_dir(&policies).unwrap();
     let slow = "settings = \"init-sleep\"\non-error = \"fail\"\n[limits]\ntimeout-ms = 60000\n";
     policy(&policies, "10-slow", guests::HOSTILE, slow);
+    let undeclared = nri_wasm_test_support::without_event_declaration(&std::fs::read(guests::HOSTILE).unwrap());
+    std::fs::write(policies.join("10-slow.wasm"), undeclared).unwrap();
     let socket = dir.path().join("nri.sock");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
     let host = Host::start(&config(dir.path(), &socket, ""));

@@ -126,9 +126,7 @@ fn by(v: &ValidationEvent, field: i32, key: &str) -> String {
 struct AdjustmentValidator;
 
 impl Policy for AdjustmentValidator {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::ValidateContainerAdjustment]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::ValidateContainerAdjustment];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

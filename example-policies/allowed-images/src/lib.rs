@@ -137,9 +137,7 @@ fn judge(s: &Settings, name: &str, resolved: Option<&str>) -> Result<(), String>
 struct AllowedImages;
 
 impl Policy for AllowedImages {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

@@ -215,15 +215,13 @@ fn updates(update: Vec<ContainerUpdate>) -> Reply {
 }
 
 impl Policy for ColocationQos {
-    fn events() -> Vec<EventKind> {
-        vec![
-            EventKind::CreateContainer,
-            EventKind::StartContainer,
-            EventKind::StopContainer,
-            EventKind::RemoveContainer,
-            EventKind::Synchronize,
-        ]
-    }
+    const EVENTS: &'static [EventKind] = &[
+        EventKind::CreateContainer,
+        EventKind::StartContainer,
+        EventKind::StopContainer,
+        EventKind::RemoveContainer,
+        EventKind::Synchronize,
+    ];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

@@ -150,9 +150,7 @@ fn is_bind(m: &Mount) -> bool {
 struct DenyHostSockets;
 
 impl Policy for DenyHostSockets {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

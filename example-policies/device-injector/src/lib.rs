@@ -224,9 +224,7 @@ fn requests(s: &Settings, annotations: &[KeyValue], container: &str) -> Result<C
 struct DeviceInjector;
 
 impl Policy for DeviceInjector {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

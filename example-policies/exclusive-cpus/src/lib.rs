@@ -211,9 +211,8 @@ fn release(id: &str) -> Reply {
 }
 
 impl Policy for ExclusiveCpus {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer, EventKind::StopContainer, EventKind::RemoveContainer, EventKind::Synchronize]
-    }
+    const EVENTS: &'static [EventKind] =
+        &[EventKind::CreateContainer, EventKind::StopContainer, EventKind::RemoveContainer, EventKind::Synchronize];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

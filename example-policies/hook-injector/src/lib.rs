@@ -104,9 +104,7 @@ impl Rule {
 struct HookInjector;
 
 impl Policy for HookInjector {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

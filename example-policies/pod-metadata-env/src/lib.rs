@@ -94,9 +94,7 @@ fn parse_settings(text: &str) -> Result<(Settings, Vec<Mapping>), String> {
 struct PodMetadataEnv;
 
 impl Policy for PodMetadataEnv {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

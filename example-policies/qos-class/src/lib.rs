@@ -164,9 +164,7 @@ fn adjustment(class: &Class) -> ContainerAdjustment {
 struct QosClass;
 
 impl Policy for QosClass {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

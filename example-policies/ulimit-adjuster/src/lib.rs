@@ -159,9 +159,7 @@ fn rlimits(s: &Settings, annotations: &[KeyValue], container: &str) -> Result<Ve
 struct UlimitAdjuster;
 
 impl Policy for UlimitAdjuster {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

@@ -24,6 +24,29 @@ import { resolve } from 'node:path';
 import { enter, leave } from './call.mjs';
 import { TYPES } from '../src/schema.js';
 
+/**
+ * What the host says of a subscription beyond the policy's declaration:
+ * the events `configure` answered that the file `events` of the policy's
+ * directory (the current one: test.sh runs there), which build.sh records
+ * in the component, does not list; undefined when all are listed, or
+ * without the file (the component then declares nothing).
+ * @param {string[]} kinds
+ * @returns {string | undefined}
+ */
+function beyondDeclaration(kinds) {
+  let text;
+  try {
+    text = readFileSync('events', 'utf8');
+  } catch (e) {
+    if (/** @type {any} */ (e).code === 'ENOENT') return undefined;
+    throw e;
+  }
+  const declared = text.split('\n').map((l) => l.replace(/#.*/, '')).join(' ').split(/[\s,]+/).filter(Boolean);
+  const undeclared = [...new Set(kinds.filter((k) => !declared.includes(k)))];
+  if (undeclared.length === 0) return undefined;
+  return `configure subscribes to ${undeclared.join(', ')}, which the file events does not declare (it declares ${declared.join(', ') || 'none'}): add them to events`;
+}
+
 // ---- NRI's JSON to the world's records ------------------------------------------
 
 const camel = (name) => name.replace(/-([a-z])/g, (_, c) => c.toUpperCase());
@@ -313,7 +336,10 @@ export class TestHost {
     const call = this.call(undefined);
     enter(call);
     try {
-      return { result: { ok: policy.configure(this.settings) }, logs: call.logs };
+      const kinds = policy.configure(this.settings);
+      const undeclared = beyondDeclaration(kinds);
+      if (undeclared) return { result: { err: undeclared }, logs: call.logs };
+      return { result: { ok: kinds }, logs: call.logs };
     } catch (e) {
       return { result: { err: typeof e === 'string' ? e : failure(e) }, logs: call.logs };
     } finally {

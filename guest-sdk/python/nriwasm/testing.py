@@ -458,6 +458,32 @@ def _kvs(d: Optional[Dict[str, str]]) -> List[types.KeyValue]:
     return [types.KeyValue(key=k, value=str(d[k])) for k in sorted(d or {})]
 
 
+def _kind_name(kind: types.EventKind) -> str:
+    return kind.name.lower().replace("_", "-")
+
+
+def _beyond_declaration(kinds: List[types.EventKind]) -> Optional[str]:
+    """What the host says of a subscription beyond the policy's declaration:
+    the events ``configure`` answered that the file ``events`` of the
+    policy's directory (the current one: test.sh runs there), which
+    build.sh records in the component, does not list; None when all are
+    listed, or without the file (the component then declares nothing)."""
+    try:
+        with open("events", encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    declared = [n for n in re.split(r"[\s,]+", " ".join(line.split("#")[0] for line in text.splitlines())) if n]
+    undeclared: List[str] = []
+    for name in (_kind_name(k) for k in kinds):
+        if name not in declared and name not in undeclared:
+            undeclared.append(name)
+    if not undeclared:
+        return None
+    return (f"configure subscribes to {', '.join(undeclared)}, which the file events does not declare "
+            f"(it declares {', '.join(declared) or 'none'}): add them to events")
+
+
 class TestHost:
     """A host for native tests: settings, a node view, facts and the
     policy's committed state, kept across the calls it runs. As made: no
@@ -526,7 +552,11 @@ class TestHost:
         global _call
         call = self._enter(None)
         try:
-            return nriwasm.WitWorld().configure(self.settings), call.logs
+            kinds = nriwasm.WitWorld().configure(self.settings)
+            undeclared = _beyond_declaration(kinds)
+            if undeclared is not None:
+                return undeclared, call.logs
+            return kinds, call.logs
         except Err as e:
             return str(e.value), call.logs
         finally:

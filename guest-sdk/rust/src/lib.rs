@@ -1,9 +1,12 @@
 //! Write nri-wasm policies in Rust.
 //!
-//! A policy implements [`Policy`]: it names the events it wants in
-//! [`Policy::events`] and overrides only the handlers of those events; every
-//! other handler has a default that changes nothing. [`export_policy!`] turns
-//! the type into the component's exports.
+//! A policy implements [`Policy`]: it declares the events it may subscribe
+//! to in [`Policy::EVENTS`] and overrides only the handlers of those events;
+//! every other handler has a default that changes nothing. [`export_policy!`]
+//! turns the type into the component's exports and records `EVENTS` in the
+//! component, where the host reads it before compiling the policy.
+//! [`Policy::events`] may narrow the subscription by settings, within
+//! `EVENTS`.
 //!
 //! ```ignore
 //! use nri_wasm_sdk::*;
@@ -11,9 +14,7 @@
 //! struct DenyPrivileged;
 //!
 //! impl Policy for DenyPrivileged {
-//!     fn events() -> Vec<EventKind> {
-//!         vec![EventKind::CreateContainer]
-//!     }
+//!     const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 //!
 //!     fn create_container(e: &Event) -> Result<Reply, String> {
 //!         if e.container_annotation("example.com/privileged").as_deref() == Some("true") {
@@ -90,8 +91,8 @@ pub use cpus::{format_cpu_list, parse_cpu_list};
 pub use event::Event;
 pub use logging::log;
 #[doc(hidden)]
-pub use policy::{__handle, __init};
-pub use policy::{Policy, LIFECYCLE_EVENTS};
+pub use policy::{__events_len, __events_text, __handle, __init};
+pub use policy::{event_name, Policy, ALL_EVENTS, LIFECYCLE_EVENTS};
 pub use settings::{settings, SettingsError};
 
 // Helpers the modules share.

@@ -1,6 +1,6 @@
 //! The two macros a policy uses once each: [`capabilities!`] records what
 //! the component may change, [`export_policy!`] turns a [`Policy`] type into
-//! the component's exports.
+//! the component's exports and records the events it may subscribe to.
 //!
 //! They are macros because both must expand in the policy's own crate: a
 //! custom section and the generated export glue belong to the component
@@ -49,10 +49,24 @@ macro_rules! capabilities {
     };
 }
 
-/// Exports a [`Policy`] implementation as the component's `configure` and `handle`.
+/// Exports a [`Policy`] implementation as the component's `configure` and
+/// `handle`, and records its [`Policy::EVENTS`] in the component (custom
+/// section `nri-wasm:events`), where the host reads what the policy may
+/// subscribe to without compiling it.
+///
+/// [`Policy::EVENTS`]: crate::Policy::EVENTS
 #[macro_export]
 macro_rules! export_policy {
     ($policy:ty) => {
+        const __NRI_WASM_EVENTS_LEN: usize = $crate::__events_len(<$policy as $crate::Policy>::EVENTS);
+        // Made at compile time from the constant the code subscribes with.
+        // As for capabilities: a custom section only in the component.
+        #[doc(hidden)]
+        #[used]
+        #[cfg_attr(target_arch = "wasm32", link_section = "nri-wasm:events")]
+        static __NRI_WASM_EVENTS: [u8; __NRI_WASM_EVENTS_LEN] =
+            $crate::__events_text::<__NRI_WASM_EVENTS_LEN>(<$policy as $crate::Policy>::EVENTS);
+
         #[doc(hidden)]
         pub struct __NriWasmExports;
 

@@ -329,15 +329,22 @@ impl Host {
 }
 
 /// Waits, at most `limit` (`[runtime] start-wait-ms`), until the
-/// dispatcher knows the subscription of every policy (those with no record
-/// of their last load finish `configure`; see the start-up contract in
-/// `policy/dispatcher.rs`). A restart with unchanged files and a compile
-/// cache does not wait at all. A launched plugin must register within the
-/// runtime's registration timeout (containerd: 5 s), which the
+/// dispatcher knows the subscription of every policy (those whose component
+/// declares no events and that have no record of their last load finish
+/// `configure`; see the start-up contract in `policy/dispatcher.rs`).
+/// Policies that declare their events, and a restart with unchanged files
+/// and a compile cache, do not wait at all. A launched plugin must register
+/// within the runtime's registration timeout (containerd: 5 s), which the
 /// configuration keeps the wait below; a policy still unknown then is
+<<<<<<< HEAD
 /// registered for what is known, plus CreateContainer if it is mandatory,
 /// so that it can refuse; if it needs more once loaded, the host
 /// registers a second connection with it, which takes over from the first.
+=======
+/// registered for what is known, plus CreateContainer, so that it can
+/// refuse; if it needs more once loaded, the host reconnects (answering
+/// what is in flight first).
+>>>>>>> wip/declared
 async fn wait_for_subscription(dispatcher: &PolicyDispatcher, limit: std::time::Duration) {
     let started = std::time::Instant::now();
     match tokio::time::timeout(limit, dispatcher.subscription_known()).await {
@@ -349,7 +356,7 @@ async fn wait_for_subscription(dispatcher: &PolicyDispatcher, limit: std::time::
         Err(_) => {
             let chain = dispatcher.chain();
             let unknown: Vec<&str> =
-                chain.pending().iter().filter(|p| p.expected.is_none()).map(|p| p.name.as_str()).collect();
+                chain.pending().iter().filter(|p| p.subscription().is_none()).map(|p| p.name.as_str()).collect();
             tracing::warn!(
                 waited_ms = limit.as_millis() as u64,
                 ?unknown,

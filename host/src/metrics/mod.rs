@@ -678,14 +678,7 @@ mod tests {
         assert_eq!(m.not_ready_because().as_deref(), Some("not registered with the runtime"));
         m.set_registered(true, 1, 0);
         let pending = |n: usize| -> Vec<Pending> {
-            (0..n)
-                .map(|i| Pending {
-                    name: format!("{i:02}-p"),
-                    mandatory: false,
-                    since: std::time::Instant::now(),
-                    expected: None,
-                })
-                .collect()
+            (0..n).map(|i| Pending::new(format!("{i:02}-p"), false, std::time::Instant::now())).collect()
         };
         let chain = |n| Arc::new(Chain::new(Vec::new(), ChainSettings::default()).with_pending(pending(n)));
         m.chain_installed(&chain(2), true);

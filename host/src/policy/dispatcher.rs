@@ -24,38 +24,65 @@
 //!   is answered with every policy skipped (each policy's on-error decides).
 //!
 //! It also decides what the runtime sends: the events the policies
+<<<<<<< HEAD
 //! subscribed to (for a policy still loading, what it subscribed to at its
 //! last load, `known.rs`), and, only if some policy reads the node view,
 //! the events that keep the view current ([`VIEW_EVENTS`]). When a new
 //! chain changes that, the supervisor registers a second connection with
 //! the new subscription, which takes over from the first
 //! (`nri/handover.rs`).
+=======
+//! subscribed to (for a policy still loading, what it is expected to
+//! subscribe to: its record, else its declaration, `known.rs`), and, only
+//! if some policy reads the node view, the events that keep the view
+//! current ([`VIEW_EVENTS`]). When a new chain changes that, the session
+//! reconnects with the new subscription, after answering what is in flight
+//! (`nri/session.rs`).
+>>>>>>> wip/declared
 //!
 //! # The start-up contract
 //!
 //! The *start set* is the policies in the directory when the host starts.
-//! Before registering, the host waits until the subscription of each is
-//! known (a record of its last load, or its `configure` done), at most
-//! `[runtime] start-wait-ms` (3 s by default); a restart with unchanged
-//! files registers at once, with the right events, and never reconnects.
-//! The policies then become ready one by one: each joins the chain as soon
-//! as it is loaded, whatever the others do, so a slow or hostile file holds
-//! back nothing but itself.
+//! What each may subscribe to is known before any is compiled: its
+//! component's event declaration (`load/declared.rs`), or the record of its
+//! last load (`known.rs`; exact for these bytes and settings, so preferred,
+//! narrowed by the declaration). Before registering, the host waits until
+//! the subscription of each is known, at most `[runtime] start-wait-ms`
+//! (3 s by default): that is at once when every component declares its
+//! events or was recorded (a restart with unchanged files); only a
+//! component that declares nothing and has no record is waited for, until
+//! its `configure` is done. The host registers for the union of what is
+//! known (plus CreateContainer for a policy of which nothing is known), so
+//! the runtime never sends an event no policy may see. The policies then
+//! become ready one by one: each joins the chain as soon as it is loaded,
+//! whatever the others do, so a slow or hostile file holds back nothing
+//! but itself. (If a policy's `configure` answers less than its
+//! declaration, or one of which nothing was known needs more, the
+//! subscription changes when it loads and the host reconnects once; the
+//! record of that load makes the next start exact.)
+//!
 //! From the moment the runtime has the host registered, every event:
 //! - goes through every policy of the start set that is ready;
-//! - for a policy not ready yet that would see the event by the record of
-//!   its last load, waits for it, at most half of the chain's budget, so
-//!   that a warm start's first events get every policy (it was compiled
-//!   before, so it is about to be ready); a policy with no record may be
-//!   compiling for seconds, and is not waited for;
-//! - then, for a policy still not ready that would see the event (with no
-//!   record: every event): `on-error = "fail"` (enforce
-//!   mode) fails the event, naming the policy and "not ready yet:
-//!   compiling/loading (started N ms ago)"; CreateContainer fails for such
-//!   a policy whatever its subscription, as for a mandatory policy that
-//!   failed to load. `on-error = "ignore"` (or audit) lets the event go on
-//!   without it; the skip is logged and counted as the policy's step with
-//!   outcome `skipped` ("not ready yet").
+//! - waits, at most half of the chain's budget from its arrival, for the
+//!   policies still loading that would see it ([`Pending::sees`](crate::policy::chain::Pending::sees): what
+//!   each is expected to subscribe to; with nothing known, CreateContainer
+//!   only), except a policy an earlier event already waited for in vain.
+//!   So a warm start's first events get every policy (it was compiled
+//!   before and is about to be ready), and a policy compiling for minutes
+//!   costs one event half a budget, not every event for minutes;
+//! - then, for each policy still not ready that would see it: if the
+//!   policy is mandatory (`on-error = "fail"`, enforce mode) and the event
+//!   is one whose refusal keeps something from happening
+//!   ([`REFUSED_WHILE_LOADING`](crate::policy::chain::REFUSED_WHILE_LOADING): RunPodSandbox, CreateContainer,
+//!   StartContainer, UpdateContainer, UpdatePodSandbox), the event fails,
+//!   naming the policy and "not ready yet: compiling/loading (started N ms
+//!   ago)". Otherwise the event goes on without it, and the skip is logged
+//!   and counted as the policy's step with outcome `skipped` ("not ready
+//!   yet"): a policy in audit mode or with `on-error = "ignore"`, and for
+//!   every policy StopContainer, RemoveContainer, StopPodSandbox and
+//!   RemovePodSandbox (a refused teardown leaves a pod that cannot be torn
+//!   down), the post-events (they report what already happened) and
+//!   Synchronize (a runtime drops a plugin whose Synchronize fails).
 //!
 //! Nothing on the event path waits for a load beyond that share of the
 //! budget: loads run on the policy runtime and compile in child processes,
@@ -339,7 +366,9 @@ impl PolicyDispatcher {
     }
 
     /// The chain for `event` once the policies it waits for are ready, or
-    /// `until`, whichever comes first (see the start-up contract).
+    /// `until`, whichever comes first (see the start-up contract). A policy
+    /// still loading at `until` was waited for in vain: no later event
+    /// waits for it.
     async fn ready_chain(&self, event: &str, until: Instant) -> Arc<Chain> {
         let mut rx = self.installed.subscribe();
         loop {
@@ -349,7 +378,20 @@ impl PolicyDispatcher {
             }
             match tokio::time::timeout_at(until.into(), rx.changed()).await {
                 Ok(Ok(())) => continue,
-                _ => return self.chain(),
+                Ok(Err(_)) => return self.chain(),
+                Err(_) => {
+                    let chain = self.chain();
+                    for pending in chain.awaited(event) {
+                        pending.waited_in_vain();
+                        tracing::info!(
+                            policy = pending.name,
+                            event,
+                            loading_ms = pending.since.elapsed().as_millis() as u64,
+                            "an event waited for a policy still loading in vain: later events do not wait for it"
+                        );
+                    }
+                    return chain;
+                }
             }
         }
     }
@@ -849,25 +891,49 @@ crate::nri::events::nri_events!(policy_dispatcher);
 mod tests {
     use super::*;
     use crate::merge::MergeError;
-    use crate::policy::chain::PolicyFailure;
+    use crate::policy::chain::{Pending, PolicyFailure, REFUSED_WHILE_LOADING};
+    use crate::policy::engine::known::Subscription;
     use crate::policy::engine::{CallError, CallErrorKind};
 
-    /// A dispatcher whose one policy is still loading, with no record of
-    /// an earlier load: it would see every event, so the view is kept, and
-    /// as a mandatory policy it fails every event (a skipped one lets every
-    /// event through), without any wasm running.
-    fn loading(mandatory: bool) -> PolicyDispatcher {
+    /// A dispatcher whose chain is `pending` alone, without any wasm running.
+    fn dispatcher_of(pending: Vec<Pending>) -> PolicyDispatcher {
         use crate::node::topology::Topology;
-        use crate::policy::chain::{ChainSettings, Pending};
+        use crate::policy::chain::ChainSettings;
         use crate::policy::engine::EngineSettings;
+<<<<<<< HEAD
         // No compile cache: root's default is the node's /var/cache/nri-wasm.
         let engine = PolicyEngine::new(&EngineSettings { pooling: false, cache_dir: None, ..Default::default() })
             .expect("engine");
         let pending = Pending { name: "10-loading".into(), mandatory, since: Instant::now(), expected: None };
         let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(vec![pending]);
+=======
+        let engine = PolicyEngine::new(&EngineSettings { pooling: false, ..Default::default() }).expect("engine");
+        let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(pending);
+>>>>>>> wip/declared
         let node = wit::NodeInfo { hostname: "node-1".into(), arch: "x86_64".into(), cpus: 1, memory_bytes: 1 << 30 };
         let topology = Topology { online_cpus: vec![0], numa_nodes: Vec::new(), memory_bytes: 1 << 30 };
         PolicyDispatcher::new(Arc::new(engine), chain, Facts::unconfigured(node, &topology), 1)
+    }
+
+    /// Everything a policy may subscribe to, the node view included.
+    fn everything() -> Subscription {
+        Subscription { events: EventMask::all(), synchronize: true, node: true }
+    }
+
+    /// A dispatcher whose one policy is still loading and declares every
+    /// event and the node view, so the view is kept: as a mandatory policy
+    /// it refuses the events refused while loading, any other event goes
+    /// on (a skipped one lets every event through). An event already
+    /// waited for it in vain, so none waits.
+    fn loading(mandatory: bool) -> PolicyDispatcher {
+        let pending = Pending::new("10-loading", mandatory, Instant::now()).with_declared(Some(everything()));
+        pending.waited_in_vain();
+        dispatcher_of(vec![pending])
+    }
+
+    /// An event's outcome, as text.
+    fn outcome<T>(result: Result<T, DispatchError>) -> Result<(), String> {
+        result.map(drop).map_err(|e| e.to_string())
     }
 
     /// Every event's own change to the node view (its `ViewChange`),
@@ -908,53 +974,61 @@ mod tests {
                 let c = d.view().container("c1").cloned()?;
                 Some(c.resources?.cpu.shares.value)
             };
-            let check = |event: &str, ok: bool| {
-                assert_eq!(
-                    ok,
-                    through,
-                    "{event} (policy {}): went through",
-                    if through { "skipped" } else { "failing" }
-                );
+            // The mandatory policy refuses only what keeps something from
+            // happening; teardown, post-events go on.
+            let check = |event: &str, result: Result<(), String>| {
+                let refused = !through && REFUSED_WHILE_LOADING.iter().any(|k| k.name() == event);
+                match result {
+                    Ok(()) => assert!(!refused, "{event}: went through, though a mandatory policy loading sees it"),
+                    Err(e) => {
+                        assert!(
+                            refused,
+                            "{event} was refused (policy {}): {e}",
+                            if through { "skipped" } else { "failing" }
+                        );
+                        assert!(e.contains("policy 10-loading on ") && e.contains("not ready yet"), "{e}");
+                    }
+                }
             };
             let (pod_of, ctr_of) = (MessageField::some(p1.clone()), MessageField::some(c1.clone()));
 
             let r = d.run_pod_sandbox(pb::RunPodSandboxRequest { pod: pod_of.clone(), ..Default::default() }).await;
-            check("RunPodSandbox", r.is_ok());
+            check("RunPodSandbox", outcome(r));
             assert_eq!(pod_label().is_some(), through, "RunPodSandbox adds the pod once it went through");
 
             let req = pb::PostUpdatePodSandboxRequest { pod: pod_of.clone(), ..Default::default() };
-            check("PostUpdatePodSandbox", d.post_update_pod_sandbox(req).await.is_ok());
+            check("PostUpdatePodSandbox", outcome(d.post_update_pod_sandbox(req).await));
             assert_eq!(pod_label().as_deref(), Some("1"), "PostUpdatePodSandbox reports the pod as it is");
 
             let req = pb::UpdatePodSandboxRequest { pod: MessageField::some(pod("2")), ..Default::default() };
-            check("UpdatePodSandbox", d.update_pod_sandbox(req).await.is_ok());
+            check("UpdatePodSandbox", outcome(d.update_pod_sandbox(req).await));
             let label = if through { "2" } else { "1" };
             assert_eq!(pod_label().as_deref(), Some(label), "UpdatePodSandbox changes the pod once it went through");
 
             let req = pb::StopPodSandboxRequest { pod: pod_of.clone(), ..Default::default() };
-            check("StopPodSandbox", d.stop_pod_sandbox(req).await.is_ok());
+            check("StopPodSandbox", outcome(d.stop_pod_sandbox(req).await));
             assert!(pod_label().is_some(), "a stopped pod stays until it is removed");
 
             let req =
                 pb::CreateContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
-            check("CreateContainer", d.create_container(req).await.is_ok());
+            check("CreateContainer", outcome(d.create_container(req).await));
             let created = through.then_some(CONTAINER_CREATED);
             assert_eq!(state(), created, "CreateContainer adds the container once it went through");
 
             let req =
                 pb::PostCreateContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
-            check("PostCreateContainer", d.post_create_container(req).await.is_ok());
+            check("PostCreateContainer", outcome(d.post_create_container(req).await));
             assert_eq!(state(), Some(CONTAINER_CREATED), "PostCreateContainer reports the container as it is");
 
             let req =
                 pb::StartContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
-            check("StartContainer", d.start_container(req).await.is_ok());
+            check("StartContainer", outcome(d.start_container(req).await));
             let started = if through { CONTAINER_RUNNING } else { CONTAINER_CREATED };
             assert_eq!(state(), Some(started), "StartContainer runs the container once it went through");
 
             let running = MessageField::some(container(CONTAINER_RUNNING, None));
             let req = pb::PostStartContainerRequest { pod: pod_of.clone(), container: running, ..Default::default() };
-            check("PostStartContainer", d.post_start_container(req).await.is_ok());
+            check("PostStartContainer", outcome(d.post_start_container(req).await));
             assert_eq!(state(), Some(CONTAINER_RUNNING), "PostStartContainer reports the container as it is");
 
             let req = pb::UpdateContainerRequest {
@@ -963,21 +1037,21 @@ mod tests {
                 linux_resources: MessageField::some(resources(512)),
                 ..Default::default()
             };
-            check("UpdateContainer", d.update_container(req).await.is_ok());
+            check("UpdateContainer", outcome(d.update_container(req).await));
             assert_eq!(shares(), through.then_some(512), "UpdateContainer applies the resources once it went through");
 
             let reported = MessageField::some(container(CONTAINER_RUNNING, Some(256)));
             let req = pb::PostUpdateContainerRequest { pod: pod_of.clone(), container: reported, ..Default::default() };
-            check("PostUpdateContainer", d.post_update_container(req).await.is_ok());
+            check("PostUpdateContainer", outcome(d.post_update_container(req).await));
             assert_eq!(shares(), Some(256), "PostUpdateContainer reports the resources as they are");
 
             let req = pb::StopContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
-            check("StopContainer", d.stop_container(req).await.is_ok());
+            check("StopContainer", outcome(d.stop_container(req).await));
             assert_eq!(state(), Some(CONTAINER_STOPPED), "the container stops whatever the policies say");
 
             let req =
                 pb::RemoveContainerRequest { pod: pod_of.clone(), container: ctr_of.clone(), ..Default::default() };
-            check("RemoveContainer", d.remove_container(req).await.is_ok());
+            check("RemoveContainer", outcome(d.remove_container(req).await));
             assert_eq!(state(), None, "the container is gone whatever the policies say");
 
             // The host is no validator: a verdict is never the policies'.
@@ -990,12 +1064,76 @@ mod tests {
             assert!(!verdict.reject);
 
             let r = d.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod: pod_of, ..Default::default() }).await;
-            check("RemovePodSandbox", r.is_ok());
+            check("RemovePodSandbox", outcome(r));
             assert_eq!(pod_label(), None, "the pod is gone whatever the policies say");
-            if let Err(e) = r {
-                assert!(e.to_string().contains("10-loading"), "{e}");
-            }
         }
+    }
+
+    /// The runtime's facts with a request timeout of `timeout`.
+    fn runtime(timeout: Duration) -> RuntimeInfo {
+        RuntimeInfo {
+            name: "containerd".into(),
+            version: "v2.3.4".into(),
+            nri_version: crate::nri::version::NriVersion::IMPLEMENTED,
+            nri_version_source: crate::nri::version::VersionSource::Announced,
+            config: String::new(),
+            registration_timeout: Duration::from_secs(5),
+            request_timeout: timeout,
+        }
+    }
+
+    fn create() -> pb::CreateContainerRequest {
+        let pod = pb::PodSandbox { id: "p1".into(), name: "web".into(), ..Default::default() };
+        let ctr = pb::Container { id: "c1".into(), pod_sandbox_id: "p1".into(), ..Default::default() };
+        pb::CreateContainerRequest {
+            pod: protobuf::MessageField::some(pod),
+            container: protobuf::MessageField::some(ctr),
+            ..Default::default()
+        }
+    }
+
+    /// The first event a policy still loading would see waits for it, half
+    /// the budget; once in vain, the next ones do not (the policy is
+    /// compiling: waiting would only slow every event), and events it
+    /// would not see never wait for it.
+    #[tokio::test]
+    async fn an_event_waits_for_a_policy_still_loading_until_one_waited_in_vain() {
+        let creates = Subscription { events: EventMask::EMPTY.with(EventKind::CreateContainer), ..Default::default() };
+        let pending = Pending::new("10-slow", true, Instant::now()).with_declared(Some(creates));
+        let d = dispatcher_of(vec![pending.clone()]);
+        // A budget of 100 ms: creates wait at most 50 ms.
+        d.configured(&runtime(Duration::from_millis(200)));
+        let stop = pb::StopContainerRequest { pod: create().pod, container: create().container, ..Default::default() };
+        d.stop_container(stop).await.expect("a stop is not the policy's: not subscribed, never refused");
+        assert!(pending.awaited(), "an event the policy would not see does not wait for it");
+        let started = Instant::now();
+        let e = d.create_container(create()).await.unwrap_err().to_string();
+        assert!(started.elapsed() >= Duration::from_millis(50), "the first create waited {:?}", started.elapsed());
+        assert!(e.contains("policy 10-slow on CreateContainer: not loaded: not ready yet"), "{e}");
+        assert!(!pending.awaited(), "waited for in vain: later events do not wait for it");
+        let e = d.create_container(create()).await.unwrap_err().to_string();
+        assert!(e.contains("10-slow") && e.contains("not ready yet"), "still refused, naming it: {e}");
+    }
+
+    /// A policy that becomes ready while an event waits for it ends the
+    /// wait: the event gets the chain it is in.
+    #[tokio::test]
+    async fn a_policy_ready_while_an_event_waits_ends_the_wait() {
+        let creates = Subscription { events: EventMask::EMPTY.with(EventKind::CreateContainer), ..Default::default() };
+        let pending = Pending::new("10-soon", true, Instant::now()).with_declared(Some(creates));
+        let d = Arc::new(dispatcher_of(vec![pending.clone()]));
+        // A budget of a minute: the wait would be 30 s.
+        d.configured(&runtime(Duration::from_secs(120)));
+        let waiting = tokio::spawn({
+            let d = d.clone();
+            async move { d.create_container(create()).await }
+        });
+        // Whenever the create started waiting, the policy's load ends now
+        // (it loaded nothing here: the chain without it).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        d.replace_chain(Chain::new(Vec::new(), crate::policy::chain::ChainSettings::default()));
+        waiting.await.unwrap().expect("answered once the policy left the pending set");
+        assert!(pending.awaited(), "the wait ended with the load, not in vain");
     }
 
     #[test]

@@ -206,9 +206,10 @@ async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadEr
     }
 }
 
-/// The policies of `specs` as not ready yet, each with its subscription as
-/// recorded at its last load, if the host may trust a record of it
-/// (`known.rs`). Reads and hashes each file: run it off the event path.
+/// The policies of `specs` as not ready yet, each with what its component
+/// declares and its subscription as recorded at its last load, if the host
+/// may trust a record of it (`known.rs`). Reads, hashes and inspects each
+/// file: run it off the event path.
 pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
     let dir = engine.cache().map(crate::policy::load::cache::Cache::dir);
     let max = engine.settings().max_component_mib << 20;
@@ -216,12 +217,12 @@ pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
     specs
         .iter()
         .map(|spec| {
-            let found = crate::policy::engine::known::lookup(dir, spec, max);
-            let expected = found.map(|(subscription, record)| {
+            let found = crate::policy::engine::known::foreknown(dir, spec, max);
+            let expected = found.record.map(|(subscription, record)| {
                 engine.keep_record(&spec.name, record);
                 subscription
             });
-            Pending { name: spec.name.clone(), mandatory: mandatory(spec), since, expected }
+            Pending::new(spec.name.clone(), mandatory(spec), since).with_record(expected).with_declared(found.declared)
         })
         .collect()
 }

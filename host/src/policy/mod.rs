@@ -68,6 +68,11 @@ pub mod caps {
     pub use super::load::caps::{parse_declaration, Allowed, CapSet, Capability, SECTION};
 }
 
+/// The events a component declares it may subscribe to (`load/declared.rs`).
+pub mod declared {
+    pub use super::load::declared::{answer_name, known_names, wit_name, DeclaredEvents, MAX_BYTES, SECTION};
+}
+
 /// The checks before compiling (`load/inspect.rs`).
 pub mod inspect {
     pub use super::load::inspect::{binary, import_refusal, inspect, survey, Inspection, PoolShape};

@@ -18,7 +18,12 @@
 //! - a policy whose load never ends (its `configure` sleeps until its
 //!   limit) holds back nothing but itself;
 //! - `[runtime] start-wait-ms` is how long the host waits, before
-//!   registering, for a policy whose subscription is not known yet.
+//!   registering, for a policy whose subscription is not known yet (its
+//!   component declares no events, and no load of it was recorded);
+//! - a cold start registers at once for the events the components declare,
+//!   and while mandatory policies load, only the events they declare and
+//!   that a policy still loading refuses (creates here) fail: every other
+//!   event the runtime sends is answered.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -124,6 +129,14 @@ impl Host {
 fn install(dir: &Path, name: &str, wasm: &str, policy_file: &str) {
     std::fs::copy(wasm, dir.join(format!("{name}.wasm"))).unwrap();
     std::fs::write(dir.join(format!("{name}.toml")), policy_file).unwrap();
+}
+
+/// [`install`] of the component as built before event declarations: the
+/// host cannot know its subscription before it loads it.
+fn install_undeclared(dir: &Path, name: &str, wasm: &str, policy_file: &str) {
+    install(dir, name, wasm, policy_file);
+    let undeclared = nri_wasm_test_support::without_event_declaration(&std::fs::read(wasm).unwrap());
+    std::fs::write(dir.join(format!("{name}.wasm")), undeclared).unwrap();
 }
 
 fn annotation<'a>(reply: &'a pb::CreateContainerResponse, key: &str) -> Option<&'a str> {
@@ -320,8 +333,9 @@ async fn a_stuck_policy_holds_back_only_itself_with_every_cpu_busy() {
 }
 
 /// `[runtime] start-wait-ms`, with a policy whose `configure` sleeps for a
-/// minute (its subscription unknown all along: no load of it ever ends, so
-/// none recorded it): the host registers once the wait is over, not
+/// minute (its subscription unknown all along: its component declares no
+/// events, and no load of it ever ends, so none recorded it): the host
+/// registers once the wait is over, not
 /// before, and while that policy is still loading; the other policies'
 /// creates are answered. Returns how long after the start the host
 /// registered. The build's shared compile cache spares the machine a
@@ -333,7 +347,7 @@ async fn registers_after_the_start_wait(start_wait_ms: u64) -> Duration {
     std::fs::create_dir(&policies).unwrap();
     install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"ignore\"\n");
     let stuck = "settings = \"init-sleep\"\non-error = \"ignore\"\n[limits]\ntimeout-ms = 60000\n";
-    install(&policies, "30-stuck", guests::HOSTILE, stuck);
+    install_undeclared(&policies, "30-stuck", guests::HOSTILE, stuck);
     let socket = dir.path().join("nri.sock");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
     let started = std::time::Instant::now();
@@ -376,4 +390,246 @@ async fn a_start_wait_above_the_default_is_waited_in_full() {
     assert_eq!(default, 3000);
     let registered = registers_after_the_start_wait(4500).await;
     eprintln!("start-wait-ms 4500: registered after {registered:?}");
+}
+
+/// The events the simulator was told to send, by name, from a Configure
+/// answer's mask.
+fn events_of(mask: i32) -> Vec<&'static str> {
+    (1..=14)
+        .filter(|n| mask & (1 << (n - 1)) != 0)
+        .map(|n| nri_sim::event_name(<pb::Event as protobuf::Enum>::from_i32(n).expect("an event number")))
+        .collect()
+}
+
+/// A cold start with a compile cache of its own, empty: mandatory policies
+/// (`on-error = "fail"`) whose components declare CreateContainer only,
+/// `10-first` compiling meanwhile and `20-slow` with a `configure` that
+/// takes a minute (it is never ready during the test); with `viewer`, also
+/// a mandatory `30-viewer` that reads the node view (so the host takes the
+/// view's events: pods, starts, updates, stops, removals) and whose
+/// `configure` sleeps too. The host registers at once, for the union of
+/// what the components declare; the runtime then sends every kind of
+/// event for each of [`CREATES`] pods, as it would while the node runs.
+/// Only creates fail, each naming a policy not ready yet; every other event
+/// the runtime sends is answered, and no event is sent that no policy may
+/// see.
+async fn a_cold_start_fails_only_what_its_policies_declare(viewer: bool) {
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&policies).unwrap();
+    install(&policies, "10-first", guests::ANNOTATE, "settings = \"first\"\non-error = \"fail\"\n");
+    let slow = "settings = \"slow-start\"\non-error = \"fail\"\n[limits]\ntimeout-ms = 60000\n";
+    install(&policies, "20-slow", guests::ANNOTATE, slow);
+    if viewer {
+        let sleeps = "settings = \"init-sleep\"\non-error = \"fail\"\n[limits]\ntimeout-ms = 60000\n";
+        install(&policies, "30-viewer", guests::HOSTILE, sleeps);
+    }
+    let socket = dir.path().join("nri.sock");
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+    let host = Host::start(&policies, &cache, &socket);
+    let mut conn = tokio::time::timeout(Duration::from_secs(120), sim.accept())
+        .await
+        .expect("the host registers within two minutes")
+        .expect("registration");
+    let configured = conn.configure().await.expect("configure");
+    let mut expected = vec!["CreateContainer"];
+    if viewer {
+        expected = vec![
+            "RunPodSandbox",
+            "RemovePodSandbox",
+            "CreateContainer",
+            "StartContainer",
+            "UpdateContainer",
+            "StopContainer",
+            "RemoveContainer",
+        ];
+    }
+    assert_eq!(events_of(configured.events), expected, "the first Configure answers what the components declare");
+    assert!(!host.metrics.status().chain_loaded, "registered while policies still load");
+    conn.synchronize(&[], &[], 0).await.expect("Synchronize is never refused for a policy still loading");
+
+    // Per event: answered, refused (with the messages), or not sent (the
+    // runtime sends no event the plugin did not subscribe to).
+    let mut answered: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut refused: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut unsent: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut record = |event: &'static str, result: Result<(), SimError>| match result {
+        Ok(()) => *answered.entry(event).or_default() += 1,
+        Err(SimError::Failed { status, .. }) => refused.entry(event).or_default().push(status.message().to_string()),
+        Err(SimError::NotSubscribed(_)) => *unsent.entry(event).or_default() += 1,
+        Err(e) => panic!("{event}: {e}"),
+    };
+    for n in 0..CREATES {
+        let pod = nri_sim::workload::pod(n);
+        let ctr = nri_sim::workload::container(&pod, 0);
+        let update = pb::UpdateContainerRequest {
+            pod: protobuf::MessageField::some(pod.clone()),
+            container: protobuf::MessageField::some(ctr.clone()),
+            ..Default::default()
+        };
+        let pod_update =
+            pb::UpdatePodSandboxRequest { pod: protobuf::MessageField::some(pod.clone()), ..Default::default() };
+        record("RunPodSandbox", conn.run_pod_sandbox(&pod).await);
+        record("CreateContainer", conn.create_container(&pod, &ctr).await.map(drop));
+        record("PostCreateContainer", conn.post_create_container(&pod, &ctr).await);
+        record("StartContainer", conn.start_container(&pod, &ctr).await);
+        record("PostStartContainer", conn.post_start_container(&pod, &ctr).await);
+        record("UpdateContainer", conn.update_container(&update).await.map(drop));
+        record("PostUpdateContainer", conn.post_update_container(&pod, &ctr).await);
+        record("UpdatePodSandbox", conn.update_pod_sandbox(&pod_update).await);
+        record("PostUpdatePodSandbox", conn.post_update_pod_sandbox(&pod).await);
+        record("StopContainer", conn.stop_container(&pod, &ctr).await.map(drop));
+        record("RemoveContainer", conn.remove_container(&pod, &ctr).await);
+        record("StopPodSandbox", conn.stop_pod_sandbox(&pod).await);
+        record("RemovePodSandbox", conn.remove_pod_sandbox(&pod).await);
+    }
+    assert!(!conn.is_closed(), "no reconnect: the subscription was right from the start");
+    assert_eq!(refused.keys().copied().collect::<Vec<_>>(), ["CreateContainer"], "only creates fail: {refused:?}");
+    let creates = &refused["CreateContainer"];
+    assert_eq!(creates.len(), CREATES, "every create fails while a mandatory policy is not ready");
+    for message in creates {
+        let named = ["10-first", "20-slow", "30-viewer"]
+            .iter()
+            .any(|p| message.contains(&format!("policy {p} on CreateContainer")));
+        assert!(named && message.contains("not ready yet"), "{message}");
+    }
+    let sent: Vec<&str> = answered.keys().copied().chain(["CreateContainer"]).collect();
+    for event in sent.iter().filter(|e| **e != "CreateContainer") {
+        assert!(expected.contains(event), "{event} was sent, which no policy declares");
+        assert_eq!(answered[event], CREATES, "every {event} answered");
+    }
+    for event in &expected {
+        assert!(sent.contains(event), "{event} is subscribed to and was sent");
+    }
+    for (event, n) in &unsent {
+        assert!(!expected.contains(event) && *n == CREATES, "{event}: not sent {n} times");
+    }
+    assert!(!host.metrics.status().chain_loaded, "the mandatory policies were loading all along");
+    conn.close().await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_fails_only_the_creates_its_policies_declare() {
+    a_cold_start_fails_only_what_its_policies_declare(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_never_refuses_a_stop_or_remove_for_a_policy_loading() {
+    a_cold_start_fails_only_what_its_policies_declare(true).await;
+}
+
+/// A custom section: id 0, size, name length, name, content (sizes in
+/// unsigned LEB128).
+fn custom_section(name: &str, content: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                return;
+            }
+        }
+    }
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(content);
+    let mut out = vec![0];
+    leb128(body.len(), &mut out);
+    out.extend(body);
+    out
+}
+
+/// Components whose event declaration lies or is malformed, made by hand
+/// from the annotate guest (which declares and answers CreateContainer):
+/// one declaring less than its `configure` answers, an unknown event name,
+/// a section of 1 MiB, two sections, and a section with control
+/// characters. Each is refused with one line naming the policy, its file
+/// and what is wrong; the host loads and runs the others, and a create
+/// gets the good policy's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_event_declarations_are_refused_naming_the_policy_and_the_file() {
+    use nri_wasm::nri::Dispatcher as _;
+    init_logging();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let annotate = std::fs::read(guests::ANNOTATE).unwrap();
+    let undeclared = nri_wasm_test_support::without_event_declaration(&annotate);
+    let with = |base: &[u8], content: &[u8]| [base, &custom_section("nri-wasm:events", content)].concat();
+    let hostile: [(&str, Vec<u8>, &str); 5] = [
+        (
+            "20-narrower",
+            with(&undeclared, b"stop-container"),
+            "configure subscribes to create-container, which its event declaration (nri-wasm:events) does not \
+             list: it declares stop-container",
+        ),
+        (
+            "30-unknown",
+            with(&undeclared, b"create-container run-as-root"),
+            "event declaration (nri-wasm:events): declares event \"run-as-root\", which this host does not know",
+        ),
+        (
+            "40-huge",
+            with(&undeclared, &b"create-container ".repeat(1 << 16)),
+            "event declaration (nri-wasm:events): 1114112 bytes, more than the 1024 a declaration may have",
+        ),
+        (
+            "50-twice",
+            with(&annotate, b"stop-container"),
+            "event declaration (nri-wasm:events): the component has 2 such sections",
+        ),
+        (
+            "60-control",
+            with(&undeclared, b"create-container\x1b]0;owned\x07\n\x1b[2J"),
+            "event declaration (nri-wasm:events): holds the control character U+001B at byte 16",
+        ),
+    ];
+    std::fs::copy(guests::ANNOTATE, policies.join("10-good.wasm")).unwrap();
+    std::fs::write(policies.join("10-good.toml"), "settings = \"good\"\non-error = \"fail\"\n").unwrap();
+    for (name, bytes, _) in &hostile {
+        std::fs::write(policies.join(format!("{name}.wasm")), bytes).unwrap();
+        std::fs::write(policies.join(format!("{name}.toml")), "on-error = \"ignore\"\n").unwrap();
+    }
+    let mut config = Config::default();
+    config.policies.dir = Some(policies.clone());
+    config.policies.watch = false;
+    config.engine.cache_dir = Some(std::path::PathBuf::from(nri_wasm_components::COMPONENT_CACHE));
+    config.metrics.address = String::new();
+    let metrics = Arc::new(Metrics::new());
+    let host = nri_wasm::cli::HostBuilder::new(config)
+        .compiler(Compiler::InProcess)
+        .metrics(metrics.clone())
+        .build()
+        .expect("the host builds");
+    tokio::time::timeout(Duration::from_secs(600), host.dispatcher.loaded()).await.expect("the load ends");
+    let status = metrics.status();
+    for (name, _, says) in &hostile {
+        let entry = status.policies.iter().find(|p| p.name == *name).unwrap_or_else(|| panic!("{name}: {status:?}"));
+        assert_eq!(entry.status, "failed", "{name}: {entry:?}");
+        let file = policies.join(format!("{name}.wasm")).display().to_string();
+        let reason = &entry.reason;
+        assert!(reason.starts_with(&format!("{file}: policy {name}: ")), "{name}: {reason}");
+        assert!(reason.contains(says), "{name}: {reason}");
+        assert!(
+            !reason.contains('\n') && !reason.contains('\u{1b}') && !reason.contains("owned"),
+            "{name}: {reason:?}"
+        );
+        assert!(reason.len() < 1024, "{name}: one line, bounded: {} bytes", reason.len());
+    }
+    let good = status.policies.iter().find(|p| p.name == "10-good").expect("10-good");
+    assert_eq!(good.status, "loaded", "{good:?}");
+    let pod = nri_sim::workload::pod(1);
+    let ctr = nri_sim::workload::container(&pod, 0);
+    let req = pb::CreateContainerRequest {
+        pod: protobuf::MessageField::some(pod),
+        container: protobuf::MessageField::some(ctr.clone()),
+        ..Default::default()
+    };
+    let reply = host.dispatcher.create_container(req).await.expect("the others run");
+    assert_eq!(annotation(&reply, "example.com/good"), Some(ctr.name.as_str()), "{reply:?}");
 }

@@ -66,15 +66,19 @@ fn run(port: &Port, wasm: &str, case: &Case) -> Result<pb::CreateContainerRespon
 fn check(port: &Port) {
     assert!(!port.cases.is_empty());
     let mut problems = Vec::new();
-    // The SDK records the same capability declaration as the Rust example's
-    // (from the example's `capabilities` file, `guest-sdk/declare-capabilities.sh`).
+    // The SDK records the same capability and event declarations as the
+    // Rust example's (from the example's `capabilities` and `events` files,
+    // `guest-sdk/declare.sh`).
     let declared = |wasm: &str| {
         let policy = load(port.policy, wasm, port.cases[0].settings).unwrap_or_else(|e| panic!("{e}"));
-        policy.allowed().declared
+        (policy.allowed().declared, policy.inspection().events)
     };
-    let (ours, rust) = (declared(port.wasm), declared(port.rust));
+    let ((ours, our_events), (rust, rust_events)) = (declared(port.wasm), declared(port.rust));
     if ours.is_none() || ours != rust {
         problems.push(format!("{}: declares {ours:?}, the Rust example {rust:?}", port.lang));
+    }
+    if our_events.is_none() || our_events != rust_events {
+        problems.push(format!("{}: declares the events {our_events:?}, the Rust example {rust_events:?}", port.lang));
     }
     for case in port.cases {
         let what = format!("{} case {:?}", port.lang, case.name);
@@ -269,33 +273,47 @@ fn allowed_images_native_tests_in_c() {
     native_tests("c", "policy_test.c");
 }
 
+/// `component` without its capability declaration, as an SDK before
+/// declarations built it: the section renamed (one byte, sizes unchanged),
+/// so no host reads it. Panics unless it has exactly one.
+fn without_capability_declaration(component: &[u8]) -> Vec<u8> {
+    let name = b"nri-wasm:capabilities";
+    let at: Vec<usize> =
+        component.windows(name.len()).enumerate().filter(|(_, w)| *w == name).map(|(i, _)| i).collect();
+    assert_eq!(at.len(), 1, "a component with one capability declaration (found {})", at.len());
+    let mut out = component.to_vec();
+    out[at[0] + "nri-wasm:".len()] = b'x';
+    out
+}
+
 /// `check`'s `reads` line says what a policy may read from its capability
 /// declaration: componentize-js and componentize-py import every interface
 /// of the world, so a JavaScript or Python policy that declares `deny` (or
-/// `env, deny`) imports the node interface without being able to use it.
-/// Without a declaration the line falls back to the imports, and says so.
-/// The chain (what the host subscribes to) follows the same test.
+/// `env, deny`, as the templates do) imports the node interface without
+/// being able to use it. Without a declaration (the templates with theirs
+/// taken out) the line falls back to the imports, and says so. The chain
+/// (what the host subscribes to) follows the same test.
 #[test]
 fn check_reads_the_declaration_not_the_imports() {
     use nri_wasm::cli::author::check::reads_line;
     use nri_wasm_languages::templates;
     let state = "state: imported (may keep state; not a declared capability)";
     let yes = "node view: yes (from its imports: it has no declaration)";
+    let no = "node view: no (not declared)";
+    let scratch = tempfile::tempdir().unwrap();
+    let undeclared = |name: &str, wasm: &str| {
+        let path = scratch.path().join(format!("{name}.wasm"));
+        std::fs::write(&path, without_capability_declaration(&std::fs::read(wasm).unwrap())).unwrap();
+        path.display().to_string()
+    };
+    let (js_undeclared, python_undeclared) = (undeclared("js", templates::JS), undeclared("python", templates::PYTHON));
     for (what, wasm, settings, want) in [
-        (
-            "the JavaScript example deny-host-sockets",
-            examples::JS_DENY_HOST_SOCKETS,
-            deny_host_sockets::SETTINGS,
-            "node view: no (not declared)",
-        ),
-        (
-            "the Python example pod-metadata-env",
-            examples::PYTHON_POD_METADATA_ENV,
-            pod_metadata_env::SETTINGS,
-            "node view: no (not declared)",
-        ),
-        ("the JavaScript template", templates::JS, "{}", yes),
-        ("the Python template", templates::PYTHON, "{}", yes),
+        ("the JavaScript example deny-host-sockets", examples::JS_DENY_HOST_SOCKETS, deny_host_sockets::SETTINGS, no),
+        ("the Python example pod-metadata-env", examples::PYTHON_POD_METADATA_ENV, pod_metadata_env::SETTINGS, no),
+        ("the JavaScript template", templates::JS, "{}", no),
+        ("the Python template", templates::PYTHON, "{}", no),
+        ("the JavaScript template without its declaration", js_undeclared.as_str(), "{}", yes),
+        ("the Python template without its declaration", python_undeclared.as_str(), "{}", yes),
     ] {
         let policy = load("50-reads", wasm, settings).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(policy.imports().node && policy.imports().state, "{what} imports every interface");

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use nri_wasm::policy::chain::ChainError;
 use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::{read_spec, PolicySpec};
+use nri_wasm::policy::manifest::{read_spec, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_languages::{call, chain, create, describe, engine, facts, load, settings_error, templates};
 
@@ -44,7 +44,14 @@ fn check(lang: &str, wasm: &str) {
     let req = fixture(&project);
     let spec = installed(wasm);
     let fuel = spec.limits.fuel;
+    // It can refuse containers: it fails closed, as the Rust template does.
+    assert_eq!(spec.on_error, OnError::Fail, "{lang}: the template's policy.toml");
     let policy = engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{lang}: {e}"));
+    // It declares what its example does: its events and its capabilities.
+    let events = policy.inspection().events.map(|e| e.describe());
+    assert_eq!(events.as_deref(), Some("create-container"), "{lang}: the template's events file");
+    let asks = policy.allowed().declared.map(|c| c.describe());
+    assert_eq!(asks.as_deref(), Some("env, deny"), "{lang}: the template's capabilities file");
     // As generated: the pod's `team` label as TEAM.
     let report = call(&policy, &req);
     assert!(report.fuel_used < fuel, "{lang}: {} fuel of {fuel}", report.fuel_used);
@@ -126,6 +133,34 @@ fn native_tests(lang: &str, wasm: &str, test_file: &str) {
     assert!(!ok, "{lang}: a wrong expectation passed:\n{output}");
     assert!(output.contains("env TEAM=payments") && output.contains("env TEAM=someone-else"), "{lang}: {output}");
     std::fs::remove_dir_all(&broken).unwrap();
+
+    // A declaration that does not list what the policy subscribes to fails
+    // the native tests as the host would refuse the load.
+    let undeclared = project.with_file_name("template-native-undeclared");
+    let _ = std::fs::remove_dir_all(&undeclared);
+    copy_dir(&project, &undeclared);
+    std::fs::write(undeclared.join("events"), "# not what the handlers are\nstop-container\n").unwrap();
+    let (ok, output) = run(&undeclared);
+    assert!(!ok, "{lang}: a policy subscribing beyond its events file passed:\n{output}");
+    let says = "configure subscribes to create-container, which the file events does not declare";
+    assert!(output.contains(says), "{lang}: {output}");
+    std::fs::remove_dir_all(&undeclared).unwrap();
+
+    // JavaScript: a type error the build refuses fails the native tests
+    // first, though the tests themselves would pass.
+    if lang == "JavaScript" {
+        let untyped = project.with_file_name("template-native-untyped");
+        let _ = std::fs::remove_dir_all(&untyped);
+        copy_dir(&project, &untyped);
+        let policy = untyped.join("policy.js");
+        let text = std::fs::read_to_string(&policy).unwrap();
+        std::fs::write(&policy, format!("{text}\nexport function untyped(e) {{\n  return e;\n}}\n")).unwrap();
+        let (ok, output) = run(&untyped);
+        assert!(!ok, "{lang}: a policy the build refuses passed its native tests:\n{output}");
+        assert!(output.contains("TS7006") && output.contains("policy.js"), "{lang}: {output}");
+        assert!(!output.contains("# pass"), "{lang}: the tests ran before the type check:\n{output}");
+        std::fs::remove_dir_all(&untyped).unwrap();
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -8,16 +8,19 @@ use crate::view::{ContainerFilter, ContainerInfo, PodInfo};
 struct Probe;
 
 impl Policy for Probe {
+    const EVENTS: &'static [EventKind] = &[
+        EventKind::CreateContainer,
+        EventKind::UpdateContainer,
+        EventKind::StartContainer,
+        EventKind::ValidateContainerAdjustment,
+        EventKind::Synchronize,
+    ];
+
     fn events() -> Vec<EventKind> {
         match settings() {
             "create-only" => vec![EventKind::CreateContainer],
-            _ => vec![
-                EventKind::CreateContainer,
-                EventKind::UpdateContainer,
-                EventKind::StartContainer,
-                EventKind::ValidateContainerAdjustment,
-                EventKind::Synchronize,
-            ],
+            "also-stop" => vec![EventKind::CreateContainer, EventKind::StopContainer, EventKind::RemoveContainer],
+            _ => Self::EVENTS.to_vec(),
         }
     }
 
@@ -305,6 +308,37 @@ fn configure_errors_and_subscriptions_are_the_policys() {
     let out = host.run::<Probe>(&fixture().as_kind(EventKind::StartContainer));
     assert!(!out.called, "the host does not call a policy for an event it did not subscribe to");
     assert_eq!(out.result, Ok(Reply::none()));
+}
+
+#[test]
+fn a_subscription_beyond_the_declaration_fails_configure_as_the_host_refuses_it() {
+    let e = TestHost::new().with_settings("also-stop").configure::<Probe>().unwrap_err();
+    assert_eq!(
+        e,
+        "Policy::events() answers stop-container, remove-container, which Policy::EVENTS does not declare \
+         (it declares create-container, update-container, start-container, validate-container-adjustment, \
+         synchronize): add them to EVENTS"
+    );
+}
+
+/// A policy that declares nothing and asks for nothing.
+struct Silent;
+
+impl Policy for Silent {
+    const EVENTS: &'static [EventKind] = &[];
+}
+
+#[test]
+fn the_declaration_is_made_at_compile_time_from_events() {
+    const LEN: usize = crate::__events_len(Probe::EVENTS);
+    const TEXT: [u8; LEN] = crate::__events_text::<LEN>(Probe::EVENTS);
+    assert_eq!(
+        std::str::from_utf8(&TEXT).unwrap(),
+        "create-container update-container start-container validate-container-adjustment synchronize "
+    );
+    const NONE: usize = crate::__events_len(Silent::EVENTS);
+    assert_eq!(crate::__events_text::<NONE>(Silent::EVENTS), [b' '], "an empty declaration is still one");
+    assert_eq!(TestHost::new().configure::<Silent>(), Ok(Vec::new()));
 }
 
 #[test]

@@ -60,10 +60,9 @@ struct MyPolicy;
 
 impl Policy for MyPolicy {
     /// The events the host sends this policy; every other handler keeps its
-    /// default, which changes nothing.
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    /// default, which changes nothing. Recorded in the component, where the
+    /// host reads it before compiling the policy.
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse_settings(settings).map(drop)

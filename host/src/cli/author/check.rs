@@ -6,8 +6,8 @@
 //! structure), compilation in the bounded child process, linking, and
 //! `configure` with the settings. Before the verdict, the report lists
 //! what an author needs to fix a refusal: the world's version ("rebuild
-//! against 0.3" for an older one) and every import, allowed or refused with
-//! the reason. For a policy that loads it measures what a node will pay:
+//! against 0.3" for an older one), the events the component declares, and
+//! every import, allowed or refused with the reason. For a policy that loads it measures what a node will pay:
 //! compiling, loading again from the compile cache (what every restart and
 //! reload costs), and a fresh instance with a call that does nothing, the
 //! floor of every event the policy handles.
@@ -169,6 +169,7 @@ fn write_inspection(spec: &PolicySpec, size: usize, found: &Inspection, out: &mu
         found.functions, found.code_bytes, found.core_modules, found.core_instances, found.memories, found.tables
     );
     let _ = writeln!(out, "world     {}", world_line(found));
+    let _ = writeln!(out, "declares  {}", declares_line(found));
     let _ = writeln!(out, "imports   {}", found.imports.len());
     for import in &found.imports {
         match import_verdict(&spec.name, import) {
@@ -176,6 +177,23 @@ fn write_inspection(spec: &PolicySpec, size: usize, found: &Inspection, out: &mu
             Err(why) => writeln!(out, "  refused  {import}: {why}"),
         }
         .unwrap_or_default();
+    }
+}
+
+/// The events the component declares (`policy::declared`): what a host
+/// registers for, and waits or fails for, before it has loaded the policy.
+fn declares_line(found: &Inspection) -> String {
+    match &found.events {
+        Some(events) => format!(
+            "{} ({}): what a host registers for before it has loaded the policy; configure may answer less, not more",
+            events.describe(),
+            crate::policy::declared::SECTION
+        ),
+        None => format!(
+            "no events (no {} section): a host knows what it subscribes to only from an earlier load of it, or once \
+             it has loaded it (the current SDKs record it: Policy::EVENTS in Rust, the file `events` in the others)",
+            crate::policy::declared::SECTION
+        ),
     }
 }
 
@@ -386,6 +404,19 @@ mod tests {
         assert_eq!(import_verdict("p", "wasi:http/outgoing-handler@0.2.0"), Err("the host does not provide it".into()));
         let old = import_verdict("p", "nri-wasm:policy/host@0.2.0").unwrap_err();
         assert!(old.contains("rebuild against 0.3"), "{old}");
+    }
+
+    #[test]
+    fn the_declares_line_names_the_events_or_says_there_is_no_declaration() {
+        let mut found = Inspection::default();
+        let line = declares_line(&found);
+        assert!(line.starts_with("no events (no nri-wasm:events section): a host knows"), "{line}");
+        found.events = Some(crate::policy::declared::DeclaredEvents::parse("synchronize create-container").unwrap());
+        let line = declares_line(&found);
+        assert!(
+            line.starts_with("create-container, synchronize (nri-wasm:events): what a host registers for"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -24,13 +24,14 @@ impl EvalContext {
 impl Chain {
     /// The start-up contract for the policies that are not ready yet and
     /// would see this event (the dispatcher already waited for them, within
-    /// the event's budget): a mandatory one fails the event, naming itself
-    /// and that it is not ready; any other is skipped, and the skip is
-    /// reported as its step ("skipped, not ready yet").
+    /// the event's budget): a mandatory one fails an event it refuses while
+    /// loading ([`super::REFUSED_WHILE_LOADING`]), naming itself and that
+    /// it is not ready; otherwise it is skipped, and the skip is reported
+    /// as its step ("skipped, not ready yet").
     fn pass_not_ready(&self, cx: &EvalContext, run: &mut Run<'_>) -> Result<(), ChainError> {
         for pending in self.not_ready(run.event) {
             let (policy, event, reason) = (pending.name.clone(), run.event.to_string(), pending.reason());
-            if pending.mandatory {
+            if pending.refuses(run.event) {
                 let failure = PolicyFailure::NotLoaded { policy, event, reason };
                 return Err(ChainError::Failed { target: run.target.to_string(), failure: Box::new(failure) });
             }

@@ -26,6 +26,7 @@ mod change;
 mod events;
 mod pipeline;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -421,32 +422,89 @@ pub struct Unloadable {
     pub mandatory: bool,
 }
 
+/// The events a mandatory policy still loading refuses, when it would see
+/// them: those whose refusal keeps something from happening (a pod, a
+/// container, its start or a resource change). Every other event goes on
+/// without the policy, reported as its step `skipped`:
+/// - the teardown events (StopContainer, RemoveContainer, StopPodSandbox,
+///   RemovePodSandbox): a refused stop or remove leaves a pod that cannot
+///   be torn down, which no policy still loading can justify;
+/// - the post-events: they report what already happened, so a refusal
+///   would change nothing but the runtime's log;
+/// - Synchronize: a runtime drops a plugin whose Synchronize fails, and
+///   with it every policy.
+pub const REFUSED_WHILE_LOADING: [EventKind; 5] = [
+    EventKind::RunPodSandbox,
+    EventKind::CreateContainer,
+    EventKind::StartContainer,
+    EventKind::UpdateContainer,
+    EventKind::UpdatePodSandbox,
+];
+
 /// A policy found in the directory that is not ready yet: it is still
 /// being read, compiled or configured. Until it is, the start-up contract
 /// (`policy/dispatcher.rs`) decides what an event it would see does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Pending {
     /// The policy's name (`NN-name`).
     pub name: String,
-    /// Its `on-error = "fail"` (in enforce mode) fails the events it would see.
+    /// Its `on-error = "fail"` (in enforce mode) refuses the events it
+    /// would see that are [refused while loading](REFUSED_WHILE_LOADING).
     pub mandatory: bool,
     /// When its load started.
     pub since: Instant,
     /// Its subscription as recorded at its last load, if there is a record.
     pub expected: Option<Subscription>,
+    /// What its component declares it may subscribe to, if it declares it
+    /// (`load/declared.rs`).
+    pub declared: Option<Subscription>,
+    /// Set once an event waited for it in vain; shared by the copies of
+    /// this entry in every chain installed while it loads.
+    waited_in_vain: Arc<AtomicBool>,
 }
 
 impl Pending {
+    /// A policy whose load started at `since`, of which nothing is known
+    /// yet (see [`Self::with_record`], [`Self::with_declared`]).
+    pub fn new(name: impl Into<String>, mandatory: bool, since: Instant) -> Self {
+        Self { name: name.into(), mandatory, since, expected: None, declared: None, waited_in_vain: Arc::default() }
+    }
+
+    /// With the subscription recorded at its last load.
+    pub fn with_record(mut self, record: Option<Subscription>) -> Self {
+        self.expected = record;
+        self
+    }
+
+    /// With what its component declares.
+    pub fn with_declared(mut self, declared: Option<Subscription>) -> Self {
+        self.declared = declared;
+        self
+    }
+
     /// Why it did not run, for errors and reports.
     pub fn reason(&self) -> String {
         format!("not ready yet: compiling/loading (started {} ms ago)", self.since.elapsed().as_millis())
     }
 
+    /// What it is expected to subscribe to: the record of its last load
+    /// (the exact answer of this file with these settings), narrowed by
+    /// its declaration; else its declaration (an upper bound); `None` when
+    /// neither is known.
+    pub fn subscription(&self) -> Option<Subscription> {
+        match (self.expected, self.declared) {
+            (Some(record), Some(declared)) => Some(record.within(declared)),
+            (Some(known), None) | (None, Some(known)) => Some(known),
+            (None, None) => None,
+        }
+    }
+
     /// Whether it would see `event` (an event kind's name, or
-    /// `Synchronize`): what it subscribed to last time, or, with no
-    /// record, every event.
+    /// `Synchronize`): what it is expected to subscribe to, or, when
+    /// nothing is known, CreateContainer only (the event every policy
+    /// checks and a mandatory one must be able to refuse).
     pub fn sees(&self, event: &str) -> bool {
-        let Some(expected) = &self.expected else { return true };
+        let Some(expected) = self.subscription() else { return event == EventKind::CreateContainer.name() };
         if event == "Synchronize" {
             return expected.synchronize;
         }
@@ -454,6 +512,99 @@ impl Pending {
             .events
             .iter()
             .any(|k| k.name() == event || (event == "CreateContainer" && k == EventKind::ValidateContainerAdjustment))
+    }
+
+    /// Whether, while it loads, it refuses `event`: it is mandatory, would
+    /// see the event, and the event is one of [`REFUSED_WHILE_LOADING`].
+    pub fn refuses(&self, event: &str) -> bool {
+        self.mandatory && self.sees(event) && REFUSED_WHILE_LOADING.iter().any(|k| k.name() == event)
+    }
+
+    /// Whether an event it would see still waits for it: until one event
+    /// has waited for it in vain (the start-up contract, `dispatcher.rs`).
+    pub fn awaited(&self) -> bool {
+        !self.waited_in_vain.load(Ordering::Relaxed)
+    }
+
+    /// An event waited for it in vain: later events do not wait for it.
+    pub fn waited_in_vain(&self) {
+        self.waited_in_vain.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod pending_tests {
+    use super::*;
+    use EventKind::*;
+
+    fn sub(events: &[EventKind], synchronize: bool, node: bool) -> Subscription {
+        Subscription { events: events.iter().copied().collect(), synchronize, node }
+    }
+
+    fn loading(name: &str, mandatory: bool) -> Pending {
+        Pending::new(name, mandatory, Instant::now())
+    }
+
+    #[test]
+    fn a_policy_still_loading_sees_what_it_declares_and_with_nothing_known_creates_only() {
+        let unknown = loading("10-u", true);
+        assert_eq!(unknown.subscription(), None);
+        for event in ["StopContainer", "RemoveContainer", "RunPodSandbox", "Synchronize", "PostCreateContainer"] {
+            assert!(!unknown.sees(event), "{event}");
+        }
+        assert!(unknown.sees("CreateContainer") && unknown.refuses("CreateContainer"));
+
+        let declared = loading("20-d", true).with_declared(Some(sub(&[CreateContainer, StopContainer], true, false)));
+        assert!(declared.sees("CreateContainer") && declared.sees("StopContainer") && declared.sees("Synchronize"));
+        assert!(!declared.sees("RemoveContainer") && !declared.sees("StartContainer"));
+        // Mandatory: refuses what keeps something from happening, never a
+        // teardown or Synchronize.
+        assert!(declared.refuses("CreateContainer"));
+        assert!(!declared.refuses("StopContainer") && !declared.refuses("Synchronize"));
+        let ignored = loading("30-i", false).with_declared(declared.declared);
+        assert!(ignored.sees("CreateContainer") && !ignored.refuses("CreateContainer"));
+
+        // A record is exact, but cannot widen the declaration.
+        let recorded = loading("40-r", true)
+            .with_declared(Some(sub(&[CreateContainer, StopContainer], false, true)))
+            .with_record(Some(sub(&[CreateContainer, RemoveContainer], true, true)));
+        assert_eq!(recorded.subscription(), Some(sub(&[CreateContainer], false, true)));
+        let record_only = loading("50-r", true).with_record(Some(sub(&[StartContainer], false, false)));
+        assert!(record_only.sees("StartContainer") && record_only.refuses("StartContainer"));
+        assert!(!record_only.sees("CreateContainer"), "known to see no create: a create does not fail for it");
+
+        // Validation runs inside CreateContainer.
+        let validator = loading("60-v", true).with_declared(Some(sub(&[ValidateContainerAdjustment], false, false)));
+        assert!(validator.sees("CreateContainer") && validator.refuses("CreateContainer"));
+
+        for kind in EventKind::ALL {
+            let all = loading("70-a", true).with_declared(Some(sub(&EventKind::ALL, true, false)));
+            assert_eq!(all.refuses(kind.name()), REFUSED_WHILE_LOADING.contains(&kind), "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_chain_expects_what_its_policies_still_loading_may_see() {
+        let declared = loading("10-d", true).with_declared(Some(sub(&[CreateContainer], false, false)));
+        let recorded = loading("20-r", false).with_record(Some(sub(&[StartContainer], true, true)));
+        let unknown = loading("30-u", false);
+        let chain = Chain::default().with_pending(vec![declared.clone(), recorded.clone()]);
+        assert!(chain.subscription_known());
+        assert_eq!(chain.expected_events(), sub(&[CreateContainer, StartContainer], false, false).events);
+        assert!(chain.wants(CreateContainer) && chain.wants(StartContainer) && chain.wants_synchronize());
+        assert!(!chain.wants(StopContainer) && !chain.wants(RemovePodSandbox));
+        assert!(chain.reads_node() && chain.keeps_view());
+        let chain = Chain::default().with_pending(vec![declared.clone(), unknown]);
+        assert!(!chain.subscription_known());
+        assert!(!chain.reads_node() && chain.keeps_view(), "what is not known may read the view once loaded");
+        assert!(chain.wants(CreateContainer) && !chain.wants(StopContainer) && !chain.wants_synchronize());
+
+        // Waited for in vain once, in any copy: no event waits again.
+        let chain = Chain::default().with_pending(vec![declared.clone()]);
+        assert_eq!(chain.awaited("CreateContainer").count(), 1);
+        declared.waited_in_vain();
+        assert_eq!(chain.awaited("CreateContainer").count(), 0);
+        assert_eq!(chain.not_ready("CreateContainer").count(), 1, "still not ready: refused or skipped");
     }
 }
 
@@ -584,24 +735,24 @@ impl Chain {
     }
 
     /// The policies still loading that an `event` waits for: those that
-    /// would see it by the record of their last load, which are most
-    /// likely about to be ready (compiled before). One with no record may
-    /// take as long as a compile: events do not wait for it.
+    /// would see it and that no earlier event waited for in vain (see
+    /// [`Pending::awaited`]).
     pub fn awaited<'a>(&'a self, event: &'a str) -> impl Iterator<Item = &'a Pending> + 'a {
-        self.not_ready(event).filter(|p| p.expected.is_some())
+        self.not_ready(event).filter(|p| p.awaited())
     }
 
     /// Whether the subscription of every policy is known: each is loaded,
-    /// failed, or has a record of its last load.
+    /// failed, declares its events or has a record of its last load.
     pub fn subscription_known(&self) -> bool {
-        self.pending.iter().all(|p| p.expected.is_some())
+        self.pending.iter().all(|p| p.subscription().is_some())
     }
 
-    /// What the policies still loading are expected to subscribe to.
+    /// What the policies still loading are expected to subscribe to
+    /// ([`Pending::subscription`]).
     pub fn expected_events(&self) -> EventMask {
         self.pending
             .iter()
-            .filter_map(|p| p.expected)
+            .filter_map(Pending::subscription)
             .fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.events.bits()))
     }
 
@@ -616,11 +767,11 @@ impl Chain {
         &self.unloadable
     }
 
-    /// A mandatory policy that is not loaded (failed, or not ready yet): it
-    /// fails container creation. Its name, and why.
+    /// A mandatory policy that failed to load: it fails container
+    /// creation. Its name, and why. (One still loading refuses what it
+    /// would see: [`Pending::refuses`].)
     fn mandatory_missing(&self) -> Option<(String, String)> {
-        let failed = self.unloadable.iter().find(|u| u.mandatory).map(|u| (u.name.clone(), u.reason.clone()));
-        failed.or_else(|| self.pending.iter().find(|p| p.mandatory).map(|p| (p.name.clone(), p.reason())))
+        self.unloadable.iter().find(|u| u.mandatory).map(|u| (u.name.clone(), u.reason.clone()))
     }
 
     /// How many policies are loaded.
@@ -668,20 +819,21 @@ impl Chain {
         self.synchronize || self.not_ready("Synchronize").next().is_some()
     }
 
-    /// Whether some policy reads the node view (or, still loading, read it
-    /// at its last load): imports it and may call it
-    /// ([`CompiledPolicy::reads_node`]).
+    /// Whether some policy reads the node view (or, still loading, is
+    /// expected to: by its record or its declaration): imports it and may
+    /// call it ([`CompiledPolicy::reads_node`]).
     pub fn reads_node(&self) -> bool {
         self.entries.iter().any(|e| e.policy.reads_node())
-            || self.pending.iter().any(|p| p.expected.is_some_and(|e| e.node))
+            || self.pending.iter().any(|p| p.subscription().is_some_and(|e| e.node))
     }
 
     /// Whether the node view must be kept: some policy reads it, or a
-    /// policy still loading has no record of its last load and may read it
-    /// once ready. A first start can register before such a policy is
-    /// loaded; the view built from that Synchronize is what it sees.
+    /// policy still loading, of which nothing is known (no declaration, no
+    /// record), may read it once ready. A first start can register before
+    /// such a policy is loaded; the view built from that Synchronize is
+    /// what it sees.
     pub fn keeps_view(&self) -> bool {
-        self.reads_node() || self.pending.iter().any(|p| p.expected.is_none())
+        self.reads_node() || self.pending.iter().any(|p| p.subscription().is_none())
     }
 
     fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {

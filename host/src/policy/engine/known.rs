@@ -1,16 +1,27 @@
-//! What each policy subscribed to the last time it loaded, kept beside its
-//! compiled form, so that the host registers with the right events at once.
+//! What the host knows of each policy's subscription before it loads it:
+//! what its component declares, and what it subscribed to the last time it
+//! loaded, kept beside its compiled form; so that the host registers with
+//! the right events at once.
 //!
 //! The runtime asks for the plugin's subscription in Configure, right after
 //! the registration, and a subscription can only change by connecting
 //! again, which loses what is in flight. A policy's subscription is only
-//! known once its `configure` ran, after reading, compiling and linking,
-//! which may take seconds. So after every successful `configure` the host
-//! writes a small record in the compile cache directory, keyed by what
-//! determines the answer: the SHA-256 of the policy file, of its settings,
-//! and the host's and WIT's versions. At start it hashes each file (cheap),
-//! reads the records, and registers with their union while the policies
-//! load (`cli/host.rs`).
+//! known for sure once its `configure` ran, after reading, compiling and
+//! linking, which may take seconds, or minutes on a busy node. Two things
+//! are known before:
+//! - the component's event declaration (`load/declared.rs`), read in one
+//!   pass over its bytes without compiling it: an upper bound of what
+//!   `configure` may answer (a load that answers more fails);
+//! - a record of its last load: after every successful `configure` the
+//!   host writes a small record in the compile cache directory, keyed by
+//!   what determines the answer: the SHA-256 of the policy file, of its
+//!   settings, and the host's and WIT's versions.
+//!
+//! At start the host reads each file (hashing it, and inspecting it for
+//! its declaration), reads the records, and registers with what they say
+//! while the policies load (`cli/host.rs`, [`foreknown`]); a record, the
+//! exact answer of the same file and settings, is preferred to the
+//! declaration, narrowed by it (`chain::Pending`).
 //!
 //! A record is only a hint. Whoever can write the cache directory could
 //! make the host subscribe to too little, so records are read under the
@@ -43,7 +54,7 @@ use sha2::{Digest, Sha256};
 
 use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
-use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::call::compiled::{CompiledPolicy, Imports};
 use crate::policy::engine::PolicyEngine;
 use crate::policy::load::manifest::PolicySpec;
 
@@ -66,6 +77,16 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// What this (a record) says that `declared` allows too: a record
+    /// cannot widen what the component declares.
+    pub fn within(self, declared: Subscription) -> Self {
+        Self {
+            events: self.events.intersect(declared.events),
+            synchronize: self.synchronize && declared.synchronize,
+            node: self.node && declared.node,
+        }
+    }
+
     /// What a loaded policy subscribed to.
     pub fn of(policy: &CompiledPolicy) -> Self {
         Self { events: policy.events(), synchronize: policy.wants_synchronize(), node: policy.reads_node() }
@@ -168,17 +189,55 @@ fn write(dir: &Path, policy: &str, digest: &str, settings: &str, subscription: S
     path
 }
 
-/// The recorded subscription of the policy of `spec` as its file is now,
-/// if there is a record the host may trust, with the record's file name.
-/// Reads the policy file (at most `max_bytes`, as the load would).
-pub(crate) fn lookup(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Option<(Subscription, String)> {
-    let dir = dir?;
+/// What the host knows of a policy's subscription before it loads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Foreknown {
+    /// The record of its last load, if the host may trust one, with the
+    /// record's file name.
+    pub record: Option<(Subscription, String)>,
+    /// What its component declares (`load/declared.rs`): the events it may
+    /// subscribe to, and whether it may read the node view (its imports
+    /// and capability declaration, as [`Imports::reads_node`] judges a
+    /// loaded one).
+    pub declared: Option<Subscription>,
+}
+
+/// What can be known of the subscription of the policy of `spec` as its
+/// file is now, without compiling it: its record, if there is one the host
+/// may trust, and its declaration, from one pass over its bytes. Reads the
+/// policy file (at most `max_bytes`, as the load would); a file that cannot
+/// be read or inspected gives nothing (its load will say why).
+pub(crate) fn foreknown(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -> Foreknown {
+    // A policy named by reference has no file before it is pulled.
     if spec.source.is_some() {
-        return None;
+        return Foreknown::default();
     }
-    let bytes = crate::policy::engine::prepare::read_policy_file(spec, max_bytes).ok()?;
-    let path = record_path(dir, &sha256_hex(&bytes), &spec.settings);
-    read_record(&path).map(|s| (s, file_name(&path)))
+    let Ok(bytes) = crate::policy::engine::prepare::read_policy_file(spec, max_bytes) else {
+        return Foreknown::default();
+    };
+    let record = dir.and_then(|dir| {
+        let path = record_path(dir, &sha256_hex(&bytes), &spec.settings);
+        read_record(&path).map(|s| (s, file_name(&path)))
+    });
+    Foreknown { record, declared: declared(spec, &bytes) }
+}
+
+/// The subscription the component of `bytes` declares, if it declares one
+/// the host can read.
+fn declared(spec: &PolicySpec, bytes: &[u8]) -> Option<Subscription> {
+    let binary = crate::policy::load::inspect::binary(&spec.name, bytes).ok()?;
+    let found = crate::policy::load::inspect::survey(&spec.name, &binary).ok()?;
+    let events = found.events?;
+    let caps = match &found.declaration {
+        Some(text) => Some(crate::policy::load::caps::parse_declaration(text).ok()?),
+        None => None,
+    };
+    let allowed = crate::policy::load::caps::Allowed { granted: spec.grant, declared: caps };
+    let imports = Imports {
+        node: found.imports.iter().any(|i| i.starts_with("nri-wasm:policy/node@")),
+        state: found.imports.iter().any(|i| i.starts_with("nri-wasm:policy/state@")),
+    };
+    Some(Subscription { events: events.events, synchronize: events.synchronize, node: imports.reads_node(allowed) })
 }
 
 /// Removes the records in `dir` that are not in `keep` (file names) and

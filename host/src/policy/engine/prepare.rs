@@ -8,7 +8,8 @@
 //! 3. compile within bounds (`compile.rs`), or take it from the cache if an
 //!    entry there is authenticated and bound to exactly these bytes (`cache.rs`);
 //! 4. link against the host's interfaces and check the world's types;
-//! 5. run `configure` with the policy's settings: its subscription.
+//! 5. run `configure` with the policy's settings: its subscription, which
+//!    must be within what the component declares (`load/declared.rs`).
 //!
 //! Every step is bounded and fails with a [`LoadError`] that names the
 //! policy, the file and the step.
@@ -29,6 +30,7 @@ use crate::policy::call::env::Facts;
 use crate::policy::engine::PolicyEngine;
 use crate::policy::load::cache::Binding;
 use crate::policy::load::caps::{parse_declaration, Allowed};
+use crate::policy::load::declared::answer_name;
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::inspect::{self, Inspection};
 use crate::policy::load::manifest::PolicySpec;
@@ -239,6 +241,19 @@ impl PolicyEngine {
             .await
             .map_err(|e| LoadError::Init { policy: name.into(), reason: e.to_string() })?;
         compiled.timings.configure = step.elapsed();
+        // The declaration is an upper bound: a component that answers more
+        // than it declared is not what the host registered for.
+        if let Some(declared) = &compiled.inspection.events {
+            let undeclared = declared.undeclared(&kinds);
+            if !undeclared.is_empty() {
+                let names: Vec<String> = undeclared.into_iter().map(answer_name).collect();
+                return Err(LoadError::Undeclared {
+                    policy: name.into(),
+                    undeclared: names.join(", "),
+                    declared: declared.describe(),
+                });
+            }
+        }
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
         crate::policy::engine::known::record(self, &compiled);

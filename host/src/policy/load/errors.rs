@@ -96,6 +96,25 @@ pub enum LoadError {
         /// What in the declaration could not be parsed.
         reason: String,
     },
+    /// Its event declaration (`declared.rs`) cannot be read: more than one
+    /// section, too large, not UTF-8, a control character, an unknown name.
+    #[error("policy {policy}: event declaration ({section}): {reason}", section = super::declared::SECTION)]
+    EventDeclaration {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Its `configure` answered events its event declaration does not list.
+    #[error("policy {policy}: configure subscribes to {undeclared}, which its event declaration ({section}) does not list: it declares {declared}; declare every event configure may answer, or answer fewer", section = super::declared::SECTION)]
+    Undeclared {
+        /// The policy's name (`NN-name`).
+        policy: String,
+        /// The events answered and not declared (WIT names, comma-separated).
+        undeclared: String,
+        /// What the component declares (WIT names, or `none`).
+        declared: String,
+    },
     /// The component creates more instances, memories or tables, or a larger
     /// memory, than the engine's pool and the policy's limits allow.
     #[error("policy {policy}: {what} ({limit})")]
@@ -180,13 +199,15 @@ impl LoadError {
             Self::Read { .. } | Self::NotAFile { .. } | Self::Permissions { .. } | Self::Pin { .. } => "read",
             Self::Registry { .. } => "pull",
             Self::TooLarge { .. } | Self::NotWasm { .. } | Self::CoreModule { .. } | Self::Invalid { .. } => "validate",
-            Self::ForbiddenImport { .. } | Self::Version { .. } | Self::World { .. } | Self::Declaration { .. } => {
-                "world"
-            }
+            Self::ForbiddenImport { .. }
+            | Self::Version { .. }
+            | Self::World { .. }
+            | Self::Declaration { .. }
+            | Self::EventDeclaration { .. } => "world",
             Self::Structure { .. } | Self::Limits { .. } => "limits",
             Self::Compile { .. } => "compile",
             Self::Link { .. } => "link",
-            Self::Init { .. } => "configure",
+            Self::Init { .. } | Self::Undeclared { .. } => "configure",
         }
     }
 }

@@ -8,12 +8,17 @@
 //! module, the interfaces it imports (versions included), that it exports
 //! the world's two functions, and that its structure fits the limits its
 //! instances will get (instances, memories, tables, their initial sizes).
+//! The same pass reads what the component declares in its custom sections:
+//! its capabilities (`caps.rs`) and its events (`declared.rs`), the latter
+//! also at start, before any compile, to know what a policy may subscribe
+//! to (`engine/known.rs`).
 //! Only a file that passes is compiled, within bounds (`compile.rs`).
 
 // Imported memories and tables belong to another instance and are not
 // counted; only those a module defines are.
 use wasmtime::wasmparser::{ComponentExternalKind, ComponentTypeRef, Encoding, Instance, Parser, Payload};
 
+use super::declared::DeclaredEvents;
 use super::errors::{LoadError, WIT_VERSION};
 use super::limits::Limits;
 
@@ -59,6 +64,9 @@ pub struct Inspection {
     /// The text of its capability declaration (`caps::SECTION`), if it has
     /// one: every such section of the component and its modules, joined.
     pub declaration: Option<String>,
+    /// The events it declares it may subscribe to (`declared::SECTION`),
+    /// if it has a declaration.
+    pub events: Option<DeclaredEvents>,
 }
 
 /// Most bytes of a capability declaration.
@@ -128,6 +136,8 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
     // The module being read, if any: (memories, tables).
     let mut module: Option<(usize, usize)> = None;
     let mut depth = 0usize;
+    // The event declaration's sections: there must be at most one.
+    let mut event_sections: Vec<&[u8]> = Vec::new();
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(invalid)? {
             Payload::Version { encoding, .. } => {
@@ -211,6 +221,9 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
                 declaration.push(' ');
                 declaration.push_str(text);
             }
+            Payload::CustomSection(reader) if reader.name() == super::declared::SECTION => {
+                event_sections.push(reader.data());
+            }
             Payload::ComponentImportSection(reader) if depth == 1 => {
                 for import in reader {
                     let import = import.map_err(invalid)?;
@@ -231,10 +244,38 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
             _ => {}
         }
     }
+    found.events = events_declared(policy, &event_sections)?;
     found.wit_version = found.imports.iter().find_map(|i| {
         i.strip_prefix("nri-wasm:policy/").and_then(|rest| rest.split_once('@')).map(|(_, v)| v.to_string())
     });
     Ok(found)
+}
+
+/// The event declaration of a component whose sections named
+/// `declared::SECTION` hold `sections`: none, or exactly one that reads.
+/// Nothing of a refused section is echoed but an unknown name, escaped.
+fn events_declared(policy: &str, sections: &[&[u8]]) -> Result<Option<DeclaredEvents>, LoadError> {
+    let refuse = |reason: String| LoadError::EventDeclaration { policy: policy.into(), reason };
+    let data = match sections {
+        [] => return Ok(None),
+        [one] => *one,
+        many => {
+            return Err(refuse(format!(
+                "the component has {} such sections; one declaration is expected (which would be the policy's?)",
+                many.len()
+            )))
+        }
+    };
+    // The size first: a hostile section is refused before it is read.
+    if data.len() > super::declared::MAX_BYTES {
+        return Err(refuse(format!(
+            "{} bytes, more than the {} a declaration may have",
+            data.len(),
+            super::declared::MAX_BYTES
+        )));
+    }
+    let text = std::str::from_utf8(data).map_err(|e| refuse(format!("not UTF-8 (at byte {})", e.valid_up_to())))?;
+    DeclaredEvents::parse(text).map(Some).map_err(refuse)
 }
 
 /// The refusals of an inspection, cheapest first.
@@ -286,13 +327,64 @@ mod tests {
 
     const POOL: PoolShape = PoolShape { core_instances: 16, memories: 4, tables: 16, max_memory_bytes: 256 << 20 };
 
-    /// A custom section: id 0, size, name length, name, content (sizes
-    /// under 128 bytes, so one LEB128 byte each).
+    /// Unsigned LEB128.
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    /// A custom section: id 0, size, name length, name, content.
     fn custom(name: &str, content: &[u8]) -> Vec<u8> {
-        let mut out = vec![0, (1 + name.len() + content.len()) as u8, name.len() as u8];
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(content);
+        let mut body = Vec::new();
+        leb128(name.len(), &mut body);
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(content);
+        let mut out = vec![0];
+        leb128(body.len(), &mut out);
+        out.extend(body);
         out
+    }
+
+    #[test]
+    fn the_event_declaration_is_one_section_of_known_names() {
+        use super::super::declared::SECTION;
+        let with = |sections: &[(&str, &[u8])]| {
+            let mut bytes = wat::parse_str("(component)").unwrap();
+            for (name, content) in sections {
+                bytes.extend(custom(name, content));
+            }
+            survey("10-p", &bytes)
+        };
+        assert_eq!(with(&[]).unwrap().events, None, "no declaration: nothing known");
+        let found = with(&[(SECTION, b"create-container, synchronize"), ("other", b"stop-container")]).unwrap();
+        assert_eq!(found.events.unwrap().describe(), "create-container, synchronize");
+        let refused = |sections: &[(&str, &[u8])]| with(sections).unwrap_err().to_string();
+        let prefix = "policy 10-p: event declaration (nri-wasm:events): ";
+        let e = refused(&[(SECTION, b"create-container"), (SECTION, b"stop-container")]);
+        assert_eq!(
+            e,
+            format!(
+                "{prefix}the component has 2 such sections; one declaration is expected (which would be the policy's?)"
+            )
+        );
+        let e = refused(&[(SECTION, b"create-container, exec-into-host")]);
+        assert!(
+            e.starts_with(&format!("{prefix}declares event \"exec-into-host\", which this host does not know")),
+            "{e}"
+        );
+        let e = refused(&[(SECTION, b"create-container\x1b]0;owned\x07")]);
+        assert_eq!(e, format!("{prefix}holds the control character U+001B at byte 16"));
+        assert!(!e.contains("owned"));
+        let e = refused(&[(SECTION, &vec![b' '; 1 << 20])]);
+        assert_eq!(e, format!("{prefix}1048576 bytes, more than the 1024 a declaration may have"));
+        let e = refused(&[(SECTION, b"create-container \xff")]);
+        assert_eq!(e, format!("{prefix}not UTF-8 (at byte 17)"));
     }
 
     #[test]

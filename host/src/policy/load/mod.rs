@@ -1,7 +1,8 @@
 //! What a policy file is and what it becomes, before any engine is
 //! involved: its settings file (`manifest`), its limits and capabilities
 //! (`limits`, `caps`, and `bounds`: what the default grant allows of each
-//! field), the cheap checks before compiling (`inspect`),
+//! field), the events it declares (`declared`), the cheap checks before
+//! compiling (`inspect`),
 //! compiling within bounds (`compile`), the compiled forms kept on disk
 //! (`cache`), and the errors of these steps (`errors`).
 //!
@@ -14,6 +15,7 @@ pub(crate) mod bounds;
 pub(crate) mod cache;
 pub(crate) mod caps;
 pub(crate) mod compile;
+pub(crate) mod declared;
 pub(crate) mod errors;
 pub(crate) mod inspect;
 pub(crate) mod limits;

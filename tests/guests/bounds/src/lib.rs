@@ -125,9 +125,7 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
 }
 
 impl Policy for Bounds {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn create_container(e: &Event) -> Result<Reply, String> {
         reply(settings(), &e.container_meta().id)

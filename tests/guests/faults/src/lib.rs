@@ -30,6 +30,8 @@ fn native(n: u64) -> u64 {
 }
 
 impl Policy for Faults {
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer, EventKind::ValidateContainerAdjustment];
+
     fn events() -> Vec<EventKind> {
         match settings() {
             "validate" => vec![EventKind::ValidateContainerAdjustment],

@@ -317,6 +317,8 @@ fn count(mode: &str, name: &str) -> Option<usize> {
 }
 
 impl Policy for Hostile {
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer, EventKind::Synchronize];
+
     fn events() -> Vec<EventKind> {
         match mode() {
             "read-view" => vec![EventKind::CreateContainer, EventKind::Synchronize],

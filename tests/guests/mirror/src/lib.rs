@@ -22,9 +22,7 @@ use nri_wasm_sdk::*;
 struct Mirror;
 
 impl Policy for Mirror {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse(settings).map(drop)

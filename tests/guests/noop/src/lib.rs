@@ -4,9 +4,7 @@ use nri_wasm_sdk::*;
 struct Noop;
 
 impl Policy for Noop {
-    fn events() -> Vec<EventKind> {
-        LIFECYCLE_EVENTS.to_vec()
-    }
+    const EVENTS: &'static [EventKind] = &LIFECYCLE_EVENTS;
 }
 
 export_policy!(Noop);

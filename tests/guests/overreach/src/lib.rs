@@ -15,9 +15,7 @@ fn mode() -> String {
 }
 
 impl Policy for Overreach {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn create_container(_e: &Event) -> Result<Reply, String> {
         let env = ContainerAdjustment::new().set_env("OVERREACH", "1");

@@ -139,11 +139,11 @@ impl Policy for Probe {
         Ok(())
     }
 
+    const EVENTS: &'static [EventKind] = &ALL_EVENTS;
+
     fn events() -> Vec<EventKind> {
         if settings() == "every-event" {
-            let mut all = LIFECYCLE_EVENTS.to_vec();
-            all.extend([EventKind::ValidateContainerAdjustment, EventKind::Synchronize]);
-            return all;
+            return ALL_EVENTS.to_vec();
         }
         match settings().contains("sync-trap") {
             true => vec![EventKind::CreateContainer, EventKind::Synchronize],

@@ -41,9 +41,7 @@ fn pick(settings: &str, n: usize) -> usize {
 }
 
 impl Policy for Realistic {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         if !valid_settings(settings) {

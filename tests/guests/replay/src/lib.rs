@@ -27,9 +27,8 @@ use nri_wasm_sdk::*;
 struct Replay;
 
 impl Policy for Replay {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer, EventKind::UpdateContainer, EventKind::StopContainer]
-    }
+    const EVENTS: &'static [EventKind] =
+        &[EventKind::CreateContainer, EventKind::UpdateContainer, EventKind::StopContainer];
 
     /// Checks the text; a `deny` line only takes effect on events.
     fn init(settings: &str) -> Result<(), String> {

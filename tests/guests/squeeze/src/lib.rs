@@ -28,9 +28,7 @@ fn quota() -> Result<i64, String> {
 }
 
 impl Policy for Squeeze {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::StartContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::StartContainer];
 
     fn init(_settings: &str) -> Result<(), String> {
         quota().map(drop)

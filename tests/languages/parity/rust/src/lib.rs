@@ -100,9 +100,7 @@ fn parse(text: &str) -> Result<Settings, String> {
 struct Parity;
 
 impl Policy for Parity {
-    fn events() -> Vec<EventKind> {
-        vec![EventKind::CreateContainer]
-    }
+    const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
         parse(settings).map(drop)
