@@ -336,15 +336,9 @@ impl Host {
 /// and a compile cache, do not wait at all. A launched plugin must register
 /// within the runtime's registration timeout (containerd: 5 s), which the
 /// configuration keeps the wait below; a policy still unknown then is
-<<<<<<< HEAD
-/// registered for what is known, plus CreateContainer if it is mandatory,
-/// so that it can refuse; if it needs more once loaded, the host
-/// registers a second connection with it, which takes over from the first.
-=======
 /// registered for what is known, plus CreateContainer, so that it can
-/// refuse; if it needs more once loaded, the host reconnects (answering
-/// what is in flight first).
->>>>>>> wip/declared
+/// refuse; if it needs more once loaded, the host registers a second
+/// connection with it, which takes over from the first.
 async fn wait_for_subscription(dispatcher: &PolicyDispatcher, limit: std::time::Duration) {
     let started = std::time::Instant::now();
     match tokio::time::timeout(limit, dispatcher.subscription_known()).await {

@@ -24,21 +24,12 @@
 //!   is answered with every policy skipped (each policy's on-error decides).
 //!
 //! It also decides what the runtime sends: the events the policies
-<<<<<<< HEAD
-//! subscribed to (for a policy still loading, what it subscribed to at its
-//! last load, `known.rs`), and, only if some policy reads the node view,
-//! the events that keep the view current ([`VIEW_EVENTS`]). When a new
-//! chain changes that, the supervisor registers a second connection with
-//! the new subscription, which takes over from the first
-//! (`nri/handover.rs`).
-=======
 //! subscribed to (for a policy still loading, what it is expected to
 //! subscribe to: its record, else its declaration, `known.rs`), and, only
 //! if some policy reads the node view, the events that keep the view
-//! current ([`VIEW_EVENTS`]). When a new chain changes that, the session
-//! reconnects with the new subscription, after answering what is in flight
-//! (`nri/session.rs`).
->>>>>>> wip/declared
+//! current ([`VIEW_EVENTS`]). When a new chain changes that, the
+//! supervisor registers a second connection with the new subscription,
+//! which takes over from the first (`nri/handover.rs`).
 //!
 //! # The start-up contract
 //!
@@ -900,16 +891,10 @@ mod tests {
         use crate::node::topology::Topology;
         use crate::policy::chain::ChainSettings;
         use crate::policy::engine::EngineSettings;
-<<<<<<< HEAD
         // No compile cache: root's default is the node's /var/cache/nri-wasm.
         let engine = PolicyEngine::new(&EngineSettings { pooling: false, cache_dir: None, ..Default::default() })
             .expect("engine");
-        let pending = Pending { name: "10-loading".into(), mandatory, since: Instant::now(), expected: None };
-        let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(vec![pending]);
-=======
-        let engine = PolicyEngine::new(&EngineSettings { pooling: false, ..Default::default() }).expect("engine");
         let chain = Chain::new(Vec::new(), ChainSettings::default()).with_pending(pending);
->>>>>>> wip/declared
         let node = wit::NodeInfo { hostname: "node-1".into(), arch: "x86_64".into(), cpus: 1, memory_bytes: 1 << 30 };
         let topology = Topology { online_cpus: vec![0], numa_nodes: Vec::new(), memory_bytes: 1 << 30 };
         PolicyDispatcher::new(Arc::new(engine), chain, Facts::unconfigured(node, &topology), 1)
