@@ -24,6 +24,19 @@
 //! connection closes in turn; it lingers until the next event as the main one
 //! would have, harmlessly, since no validator requires its name.
 //!
+//! A connection retired after a handover (`handover.rs`) leaves the same
+//! way. It answers as a plugin that changes nothing by then, so a plain close
+//! would lose nothing, but the runtime's next event would still call it,
+//! fail, and log that it closed the plugin: an error line in the runtime's
+//! log at every policy change, indistinguishable from a plugin that died.
+//!
+//! The farewell plugin subscribes to the rarest notification the runtime
+//! knows (`PostUpdatePodSandbox`, sent on a pod's in-place resize, where the
+//! runtime's NRI has it; `PostUpdateContainer` before), since it too closes
+//! and lingers until the end of the runtime's next event: only if that
+//! event is its notification does the runtime call it, fail, and log the
+//! farewell's name (never the plugin's), changing nothing.
+//!
 //! What remains: a host killed with SIGKILL (or the OOM killer) cannot say
 //! farewell, and the runtime lets the first event after it through; the
 //! next registration of any plugin (the restarted host's) removes it too.
@@ -44,7 +57,7 @@ use super::mux::MuxHandle;
 use super::registration::PluginIdentity;
 use super::session::{Session, SessionContext, SessionEnd};
 use super::transport;
-use super::version::EventMask;
+use super::version::{EventKind, EventMask};
 
 /// How long the host waits, after its main connection ended, before it
 /// answers the farewell's `Synchronize`. The runtime marks a plugin closed
@@ -65,6 +78,18 @@ pub fn farewell_identity(identity: &PluginIdentity) -> PluginIdentity {
         .expect("a valid name with a valid suffix is valid")
 }
 
+/// Why a connection leaves: what its log lines say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaving {
+    /// The host was asked to stop: the plugin leaves the runtime.
+    Stop,
+    /// A connection retired after its successor took over.
+    Retired {
+        /// The retired connection's number (`supervisor.rs`).
+        conn: u64,
+    },
+}
+
 /// Closes the main connection (`main`) inside the `Synchronize` of a
 /// farewell registration on `socket`, so that the runtime removes the
 /// plugin before its next event. Returns whether that is how it closed; on
@@ -76,11 +101,18 @@ pub fn leave<'a>(
     identity: &'a PluginIdentity,
     main: &'a MuxHandle,
     register_timeout: Duration,
+    why: Leaving,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
-    Box::pin(leave_inner(socket, identity, main, register_timeout))
+    Box::pin(leave_inner(socket, identity, main, register_timeout, why))
 }
 
-async fn leave_inner(socket: &Path, identity: &PluginIdentity, main: &MuxHandle, register_timeout: Duration) -> bool {
+async fn leave_inner(
+    socket: &Path,
+    identity: &PluginIdentity,
+    main: &MuxHandle,
+    register_timeout: Duration,
+    why: Leaving,
+) -> bool {
     let farewell = farewell_identity(identity);
     let closed = Arc::new(watch::Sender::new(false));
     let stop = CancellationToken::new();
@@ -99,20 +131,32 @@ async fn leave_inner(socket: &Path, identity: &PluginIdentity, main: &MuxHandle,
         Ok(r) => r,
         Err(_) => Err(format!("not registered and synchronized within {deadline:?}")),
     };
-    match outcome {
-        Ok(()) => {
+    match (outcome, why) {
+        (Ok(()), Leaving::Stop) => {
             tracing::info!(plugin = %identity, farewell = %farewell, "left the runtime: it removed the plugin before its next event");
             true
         }
-        Err(reason) => {
+        (Ok(()), Leaving::Retired { conn }) => {
+            tracing::info!(plugin = %identity, farewell = %farewell, conn, "retired connection removed by the runtime through a farewell registration");
+            true
+        }
+        (Err(reason), why) => {
             // Ends the farewell's session too, wherever it got.
             stop.cancel();
             main.close();
-            tracing::warn!(
-                plugin = %identity,
-                %reason,
-                "could not leave through a farewell registration; connection closed (the runtime may let its next event through without the plugin)"
-            );
+            match why {
+                Leaving::Stop => tracing::warn!(
+                    plugin = %identity,
+                    %reason,
+                    "could not leave through a farewell registration; connection closed (the runtime may let its next event through without the plugin)"
+                ),
+                Leaving::Retired { conn } => tracing::warn!(
+                    plugin = %identity,
+                    conn,
+                    %reason,
+                    "could not retire a connection through a farewell registration; closed it (the runtime may log that it closed the plugin at its next event, which its successor serves)"
+                ),
+            }
             false
         }
     }
@@ -129,9 +173,10 @@ struct Farewell {
 #[async_trait]
 impl Dispatcher for Farewell {
     fn events(&self) -> EventMask {
-        // Nothing: the transport subscribes to the one notification every
-        // runtime knows (`version::subscription`).
-        EventMask::EMPTY
+        // The rarest notification; a runtime that does not know it leaves
+        // the subscription empty, and the transport subscribes to the one
+        // every runtime knows (`version::subscription`).
+        EventMask::EMPTY.with(EventKind::PostUpdatePodSandbox)
     }
 
     async fn synchronize(

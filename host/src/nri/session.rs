@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use ttrpc::r#async::transport::{Listener, Socket};
 
 use super::dispatch::Dispatcher;
+use super::farewell::Leaving;
 use super::handover::ConnId;
 use super::mux::{self, AnswerClock, MuxEnd};
 use super::registration::{self, PluginIdentity, RegistrationError};
@@ -207,7 +208,8 @@ pub struct SessionContext {
     /// Cancelled to end every session (a signal): each closes cleanly.
     pub stop: CancellationToken,
     /// The runtime's socket, to leave through a farewell registration when
-    /// stopped (`farewell.rs`); `None` closes the connection directly.
+    /// stopped or retired (`farewell.rs`); `None` closes the connection
+    /// directly.
     pub farewell: Option<std::path::PathBuf>,
 }
 
@@ -446,10 +448,16 @@ impl Run {
         if matches!(end, SessionEnd::Retired) {
             self.quiesce(&link, &handle).await;
         }
-        if let (SessionEnd::Stopped, Some(socket)) = (&end, &cx.farewell) {
-            // Serving on meanwhile: the connection closes inside the
-            // farewell's Synchronize.
-            super::farewell::leave(socket, &cx.identity, &handle, cx.register_timeout).await;
+        let leaving = match end {
+            SessionEnd::Stopped => Some(Leaving::Stop),
+            SessionEnd::Retired => Some(Leaving::Retired { conn: self.id }),
+            _ => None,
+        };
+        if let (Some(why), Some(socket)) = (leaving, &cx.farewell) {
+            // Serving on meanwhile (a retired one as a plugin that changes
+            // nothing): the connection closes inside the farewell's
+            // Synchronize, and the runtime removes it before its next event.
+            super::farewell::leave(socket, &cx.identity, &handle, cx.register_timeout, why).await;
         }
         finish(&mut server, &handle).await;
         end

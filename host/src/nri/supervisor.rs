@@ -14,7 +14,9 @@
 //! connection registers under the same name and index with the new
 //! subscription while the first keeps serving; once the runtime sends it an
 //! event it takes over and the first is closed (make before break,
-//! `handover.rs`). A second connection that fails leaves the first serving
+//! `handover.rs`), inside a farewell registration's `Synchronize` when the
+//! binary asked for farewells, so that the runtime removes it quietly
+//! instead of failing a call on it (`farewell.rs`). A second connection that fails leaves the first serving
 //! and is tried again after a back-off. A launched plugin cannot open a
 //! second connection: it logs that the new subscription waits for its next
 //! start.

@@ -516,10 +516,29 @@ fn subscription_changes_under_creates_lose_no_create() {
         host.log().tail(30)
     );
     assert!(created.len() >= rounds, "too few creates to tell: {}", created.len());
-    // A retired connection may still be in the runtime's list when the next
-    // event comes (it drops closed plugins lazily): that call fails and is
-    // logged as a closed plugin, after its successor has served the event.
-    eprintln!("runtime log lines about closed plugins: {}", node.runtime_log().count(CLOSING_PLUGIN));
+    // Each retired connection left through a farewell registration, so the
+    // runtime removed it before its next event instead of failing a call on
+    // it and logging that it closed the plugin (it drops closed plugins
+    // lazily). The farewell itself lingers the same way, subscribed to the
+    // rarest notification: only its own name may appear, never the plugin's.
+    // The last successor takes over at its first event.
+    node.crictl.create(&pod, &Container::sleeper("after-last-change")).unwrap();
+    let retired = || host.log().lines_with("retired connection removed by the runtime");
+    let by = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while retired().len() < rounds && std::time::Instant::now() < by {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(retired().len() >= rounds, "every handover retired its connection through a farewell: {:?}", retired());
+    // One more event after the last retirement, where a lazy drop would show.
+    node.crictl.create(&pod, &Container::sleeper("after-retirements")).unwrap();
+    let log = node.runtime_log();
+    let main = format!("{CLOSING_PLUGIN} 10-nri-wasm,");
+    assert_eq!(
+        log.count(&main),
+        0,
+        "the runtime failed a call on a retired connection:\n{}",
+        log.lines_with(&main).join("\n")
+    );
 }
 
 /// A file of a container's cgroup (v1 controller `controller`, or the v2
