@@ -139,8 +139,10 @@ debian() {
         return 0
     fi
     say "apt-get install ${absent[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${absent[@]}" >/dev/null
+    # Another apt (a suite's install script in the background) may hold the
+    # lock for a while.
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${absent[@]}" >/dev/null
 }
 
 # ---- npm: componentize-js, componentize-qjs, jco, typescript, rolldown ----------

@@ -38,28 +38,9 @@ for arg in "$@"; do
     esac
 done
 
-step_start=0
-cpu_start=0
-times_file=$(mktemp)
-trap 'rm -f "$times_file"' EXIT
-# User and system seconds of this shell's finished children (the builds),
-# from the builtin `times` run in this shell (not in a subshell, whose
-# children are not these).
-cpu=0
-cpu_seconds() { # sets cpu
-    times >"$times_file"
-    cpu=$(awk 'NR == 2 { n = split($0, f, /[ ms]+/); t = 0; for (i = 1; i + 1 <= n; i += 2) t += f[i] * 60 + f[i + 1]; printf "%d", t }' "$times_file")
-}
-begin() {
-    step_start=$SECONDS
-    cpu_seconds
-    cpu_start=$cpu
-    echo "cluster/install.sh: $*"
-}
-done_step() {
-    cpu_seconds
-    echo "cluster/install.sh:   done in $((SECONDS - step_start)) s wall, $((cpu - cpu_start)) s CPU"
-}
+step_prefix=cluster/install.sh
+# shellcheck source=../support/sh/install-steps.sh
+. "$repo/tests/support/sh/install-steps.sh"
 
 mkdir -p "$dest"
 
@@ -68,21 +49,9 @@ mkdir -p "$dest"
 bash "$repo/tests/runtimes/install.sh"
 bash "$repo/tests/registry/install.sh"
 
-missing=()
-for p in "${DEBIAN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    begin "Debian packages: ${missing[*]}"
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
-    done_step
-fi
+debian_packages "${DEBIAN_PACKAGES[@]}"
 
-command -v go >/dev/null || {
-    echo "cluster/install.sh: go is not installed; Kubernetes and etcd are built from their Go modules" >&2
-    exit 1
-}
+need_go "Kubernetes and etcd"
 
 # Kubernetes. k8s.io/kubernetes's go.mod replaces its staging modules by
 # paths inside its repository that the module's zip does not hold, so it

@@ -16,8 +16,9 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "registry tests: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y --no-install-recommends "${missing[@]}"; then
-    apt-get update
-    apt-get install -y --no-install-recommends "${missing[@]}"
+lock=(-o DPkg::Lock::Timeout=600)
+if ! apt-get "${lock[@]}" install -y --no-install-recommends "${missing[@]}"; then
+    apt-get "${lock[@]}" update
+    apt-get "${lock[@]}" install -y --no-install-recommends "${missing[@]}"
 fi
 command -v docker-registry >/dev/null

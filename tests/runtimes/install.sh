@@ -45,34 +45,13 @@ for arg in "$@"; do
     esac
 done
 
-step_start=0
-begin() {
-    step_start=$SECONDS
-    echo "install.sh: $*"
-}
-done_step() {
-    echo "install.sh:   done in $((SECONDS - step_start)) s"
-}
+step_prefix=install.sh
+# shellcheck source=../support/sh/install-steps.sh
+. "$repo/tests/support/sh/install-steps.sh"
 
 mkdir -p "$dest"
-
-# Debian's packages, only those missing.
-missing=()
-for p in "${DEBIAN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    begin "Debian packages: ${missing[*]}"
-    # Another apt may hold the lock for a while on a shared machine.
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
-    done_step
-fi
-
-command -v go >/dev/null || {
-    echo "install.sh: go is not installed; the runtimes are built from their Go modules" >&2
-    exit 1
-}
+debian_packages "${DEBIAN_PACKAGES[@]}"
+need_go "the runtimes"
 
 # go install of a module's commands, into a directory of its own.
 go_install() { # dir module@version package...

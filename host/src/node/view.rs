@@ -181,7 +181,7 @@ pub const COPY_UNITS: u64 = 64;
 /// deadline, whatever the filter and the node.
 #[derive(Debug)]
 pub struct WorkClock {
-    deadline: Option<Instant>,
+    deadline: Bound,
     /// Units since the clock was last read.
     pending: u64,
     /// Units in all.
@@ -196,15 +196,35 @@ pub struct Expired {
     pub units: u64,
 }
 
+/// Whatever says when work for a caller must stop: a policy call's clock,
+/// which charges the time the call used rather than the wall clock's
+/// (`policy/call/meter.rs`).
+pub trait Expiry: Send + Sync + std::fmt::Debug {
+    /// Whether the caller's time is up.
+    fn expired(&self) -> bool;
+}
+
+#[derive(Debug)]
+enum Bound {
+    None,
+    At(Instant),
+    By(std::sync::Arc<dyn Expiry>),
+}
+
 impl WorkClock {
     /// Work that must end by `deadline`.
     pub fn until(deadline: Instant) -> Self {
-        Self { deadline: Some(deadline), pending: 0, spent: 0 }
+        Self { deadline: Bound::At(deadline), pending: 0, spent: 0 }
+    }
+
+    /// Work that must end when `expiry` says so.
+    pub fn charged_to(expiry: std::sync::Arc<dyn Expiry>) -> Self {
+        Self { deadline: Bound::By(expiry), pending: 0, spent: 0 }
     }
 
     /// Work without a deadline (the host's own, bounded by the node).
     pub fn unbounded() -> Self {
-        Self { deadline: None, pending: 0, spent: 0 }
+        Self { deadline: Bound::None, pending: 0, spent: 0 }
     }
 
     /// Charges `units` of work; fails once the deadline has passed.
@@ -220,9 +240,14 @@ impl WorkClock {
     /// Reads the clock now.
     pub fn check(&mut self) -> Result<(), Expired> {
         self.spent += std::mem::take(&mut self.pending);
-        match self.deadline {
-            Some(at) if Instant::now() >= at => Err(Expired { units: self.spent }),
-            _ => Ok(()),
+        let expired = match &self.deadline {
+            Bound::None => false,
+            Bound::At(at) => Instant::now() >= *at,
+            Bound::By(expiry) => expiry.expired(),
+        };
+        match expired {
+            true => Err(Expired { units: self.spent }),
+            false => Ok(()),
         }
     }
 

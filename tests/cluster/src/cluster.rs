@@ -355,46 +355,14 @@ impl Cluster {
     fn containerd_config(&self) -> Result<String, Error> {
         let d = self.containerd_dir();
         let d = d.display();
-        let runc = runc()?;
-        let runc = runc.display();
+        let runc_path = runc()?;
         let cni = self.dir.path().join("cni-conf");
         let cni = cni.display();
-        let pause = nri_wasm_runtimes::images::PAUSE;
-        let mut text = format!(
-            r#"version = 3
-root = "{d}/root"
-state = "{d}/state"
-
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-[debug]
-  level = "info"
-
-[plugins.'io.containerd.internal.v1.opt']
-  path = "{d}/opt"
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "{pause}"
-[plugins.'io.containerd.cri.v1.runtime']
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = "{runc}"
-        SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "{cni}"
-[plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-"#
-        );
+        let cni = nri_wasm_runtimes::containerd::Cni { bin_dir: "/usr/lib/cni".into(), conf_dir: cni.to_string() };
+        // The runtime suite's configuration, as the kubelet's runtime: only
+        // the annotations containerd passes by default reach the spec.
+        let mut text =
+            nri_wasm_runtimes::containerd::config_v3_without_nri(&self.containerd_dir(), &runc_path, &cni, false);
         // NRI at its standard socket, as docs/deploy/runtimes.md writes it
         // (the DaemonSet's hostPath is /var/run/nri), and with the fail-closed
         // validator, its snippet from there too: what the tests run is what

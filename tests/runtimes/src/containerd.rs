@@ -99,8 +99,42 @@ fn runc() -> Result<PathBuf, Error> {
 /// containerd 2.x: configuration version 3.
 fn config_v3(dir: &Path, runc: &Path) -> String {
     let d = dir.display();
+    let cni = Cni { bin_dir: format!("{d}/cni-bin"), conf_dir: format!("{d}/cni-conf") };
+    let mut text = config_v3_without_nri(dir, runc, &cni, true);
+    text += &format!(
+        r#"[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "{d}/nri.sock"
+  plugin_path = "{d}/nri-plugins"
+  plugin_config_path = "{d}/nri-conf"
+"#
+    );
+    text
+}
+
+/// Where containerd finds the CNI plugins and their configuration.
+#[derive(Debug, Clone)]
+pub struct Cni {
+    /// The plugins' directory.
+    pub bin_dir: String,
+    /// The configuration directory.
+    pub conf_dir: String,
+}
+
+/// containerd 2.x's configuration (version 3) for a node in `dir` with
+/// `runc`, up to the NRI section, which the caller adds: its own socket for
+/// this suite, the standard one with the docs' validator for the cluster
+/// suite. `all_annotations` passes every pod and container annotation to
+/// the OCI spec (the suite's tests read them there).
+pub fn config_v3_without_nri(dir: &Path, runc: &Path, cni: &Cni, all_annotations: bool) -> String {
+    let d = dir.display();
     let runc = runc.display();
     let pause = images::PAUSE;
+    let annotations = match all_annotations {
+        true => "\n      pod_annotations = [\"*\"]\n      container_annotations = [\"*\"]",
+        false => "",
+    };
+    let (cni_bin, cni_conf) = (&cni.bin_dir, &cni.conf_dir);
     format!(
         r#"version = 3
 root = "{d}/root"
@@ -124,23 +158,16 @@ state = "{d}/state"
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      pod_annotations = ["*"]
-      container_annotations = ["*"]
+      runtime_type = "io.containerd.runc.v2"{annotations}
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "{runc}"
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{d}/cni-bin"]
-    conf_dir = "{d}/cni-conf"
+    bin_dirs = ["{cni_bin}"]
+    conf_dir = "{cni_conf}"
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-[plugins.'io.containerd.nri.v1.nri']
-  disable = false
-  socket_path = "{d}/nri.sock"
-  plugin_path = "{d}/nri-plugins"
-  plugin_config_path = "{d}/nri-conf"
 "#
     )
 }

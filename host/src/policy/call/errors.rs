@@ -8,6 +8,7 @@
 use wasmtime::Trap;
 
 use super::limiter::Refusal;
+use super::meter::Cut;
 use crate::policy::load::limits::Limits;
 use crate::text::one_line;
 
@@ -16,7 +17,8 @@ use crate::text::one_line;
 pub enum LimitKind {
     /// The policy's fuel (`fuel`).
     Fuel,
-    /// Its wall-clock time (`timeout-ms`, or less when the chain's budget cut it).
+    /// Its time (`timeout-ms`: the time it used, `meter.rs`), or the
+    /// wall-clock time the chain's budget left it.
     Time,
     /// Its linear memory (`memory-mib`).
     Memory,
@@ -57,14 +59,21 @@ pub enum CallErrorKind {
     /// names the host function (`node.containers`) that was working for
     /// the policy when the deadline came, if one was: the time went to the
     /// host's work on the policy's request, not to the guest's own code.
-    #[error("time limit of {limit_ms} ms exceeded{}{}", inside(*host_call), cut_note(*limit_ms, *configured_ms))]
+    ///
+    /// `wall` says that the wall-clock time the chain's budget left the
+    /// call ran out (`limit_ms` is that time) before the policy had used
+    /// its own limit: on a busy node, or when the budget left it less.
+    #[error("{}", timeout_text(*limit_ms, *configured_ms, *host_call, *wall))]
     Timeout {
-        /// The time limit the call had, in milliseconds.
+        /// The limit that ended the call, in milliseconds.
         limit_ms: u64,
         /// The policy's own `timeout-ms`.
         configured_ms: u64,
         /// The host function that was running at the deadline, if any.
         host_call: Option<&'static str>,
+        /// Whether the chain's wall-clock budget, not the policy's own
+        /// time, ended it.
+        wall: bool,
     },
     /// The policy tried to grow its memory past its `memory-mib`.
     #[error("memory limit of {limit_mib} MiB exceeded")]
@@ -127,11 +136,16 @@ fn inside(host_call: Option<&'static str>) -> String {
     host_call.map(|f| format!(" inside host call {f}")).unwrap_or_default()
 }
 
-fn cut_note(limit_ms: u64, configured_ms: u64) -> String {
-    if configured_ms > limit_ms {
-        format!(" (its timeout-ms is {configured_ms}; the chain's budget left it {limit_ms})")
-    } else {
-        String::new()
+fn timeout_text(limit_ms: u64, configured_ms: u64, host_call: Option<&'static str>, wall: bool) -> String {
+    let inside = inside(host_call);
+    match wall {
+        true if configured_ms > limit_ms => format!(
+            "time limit of {limit_ms} ms exceeded{inside} (its timeout-ms is {configured_ms}; the chain's budget left it {limit_ms})"
+        ),
+        true => format!(
+            "the chain's budget left it {limit_ms} ms of wall-clock time, which ran out{inside} before its time limit of {configured_ms} ms (the node's CPUs were busy)"
+        ),
+        false => format!("time limit of {limit_ms} ms exceeded{inside}"),
     }
 }
 
@@ -186,8 +200,8 @@ pub(crate) struct Attempt<'a> {
     pub policy: &'a str,
     pub event: &'a str,
     pub limits: &'a Limits,
-    /// The time limit the call had (its own, or less if the chain's budget cut it).
-    pub applied_ms: u64,
+    /// The call's time: its limit, its wall-clock deadline, what it used.
+    pub time: &'a super::meter::CallClock,
     /// What the call's limiter refused.
     pub refused: Option<Refusal>,
     /// The end of what the guest wrote to stderr.
@@ -240,7 +254,20 @@ pub(crate) fn timeout(a: &Attempt<'_>) -> CallError {
     CallError::new(
         a.policy,
         a.event,
-        CallErrorKind::Timeout { limit_ms: a.applied_ms, configured_ms: a.limits.timeout_ms, host_call: a.host_call },
+        match a.time.cut() {
+            Cut::Limit => CallErrorKind::Timeout {
+                limit_ms: a.time.limit().as_millis() as u64,
+                configured_ms: a.limits.timeout_ms,
+                host_call: a.host_call,
+                wall: false,
+            },
+            Cut::Wall => CallErrorKind::Timeout {
+                limit_ms: a.time.wall_limit().as_millis() as u64,
+                configured_ms: a.limits.timeout_ms,
+                host_call: a.host_call,
+                wall: true,
+            },
+        },
     )
 }
 
@@ -253,7 +280,7 @@ mod tests {
         let e = CallError::new(
             "10-p",
             "CreateContainer",
-            CallErrorKind::Timeout { limit_ms: 480, configured_ms: 10_000, host_call: None },
+            CallErrorKind::Timeout { limit_ms: 480, configured_ms: 10_000, host_call: None, wall: true },
         );
         assert_eq!(
             e.to_string(),
@@ -262,9 +289,20 @@ mod tests {
         let e = CallError::new(
             "10-p",
             "CreateContainer",
-            CallErrorKind::Timeout { limit_ms: 100, configured_ms: 100, host_call: None },
+            CallErrorKind::Timeout { limit_ms: 100, configured_ms: 100, host_call: None, wall: false },
         );
         assert_eq!(e.to_string(), "policy 10-p on CreateContainer: time limit of 100 ms exceeded");
+        // On a busy node the wall-clock time runs out first.
+        let e = CallError::new(
+            "10-p",
+            "CreateContainer",
+            CallErrorKind::Timeout { limit_ms: 1_400, configured_ms: 100, host_call: None, wall: true },
+        );
+        assert_eq!(
+            e.to_string(),
+            "policy 10-p on CreateContainer: the chain's budget left it 1400 ms of wall-clock time, which ran out \
+             before its time limit of 100 ms (the node's CPUs were busy)"
+        );
     }
 
     #[test]
@@ -272,7 +310,12 @@ mod tests {
         let e = CallError::new(
             "10-p",
             "CreateContainer",
-            CallErrorKind::Timeout { limit_ms: 480, configured_ms: 10_000, host_call: Some("node.containers") },
+            CallErrorKind::Timeout {
+                limit_ms: 480,
+                configured_ms: 10_000,
+                host_call: Some("node.containers"),
+                wall: true,
+            },
         );
         assert_eq!(
             e.to_string(),

@@ -3,8 +3,9 @@
 //! - `compiled`: what a call runs (a loaded policy, pre-linked);
 //! - `event`, `env`, `state`: what a call reads and writes;
 //! - `store`: a call's store, its limits and what it collects;
-//! - `limiter`: memory and tables; `watchdog`: ends calls at their
-//!   deadlines, idle otherwise;
+//! - `limiter`: memory and tables; `meter`: the time a call is charged
+//!   (CPU and waits) and its wall-clock deadline; `watchdog`: wakes calls
+//!   when their time could run out, idle otherwise;
 //! - `output`: what a guest says, bounded and made one line;
 //! - `errors`: why a call gave no answer, named after the limit or trap.
 //!
@@ -17,6 +18,7 @@ pub(crate) mod env;
 pub(crate) mod errors;
 pub(crate) mod event;
 pub(crate) mod limiter;
+pub(crate) mod meter;
 pub(crate) mod output;
 pub(crate) mod state;
 pub(crate) mod store;

@@ -4,8 +4,10 @@
 //! A store lives for exactly one call (`configure` at load, `handle` per
 //! event) and is dropped with everything the guest did. What it may cost is
 //! fixed here, before the guest runs:
-//! - fuel and the wall-clock deadline (checked by the epoch callback when
-//!   the deadline thread advances the epoch, see `watchdog.rs`);
+//! - fuel, and time: the time the call is charged against the policy's
+//!   limit and the wall-clock time the chain leaves it (`meter.rs`),
+//!   checked by the epoch callback when the deadline thread advances the
+//!   epoch (`watchdog.rs`);
 //! - memory and table growth ([`CallLimiter`]);
 //! - how much the guest may hand the host in one transfer (wasmtime's
 //!   *hostcall fuel*, which bounds the copy of every string and list the
@@ -15,17 +17,16 @@
 //!   ([`GuestOutput`]).
 //!
 //! Epochs interrupt guest code only: a host function runs to its end on the
-//! thread that made the call. So the deadline is also the host's: every host
-//! function whose work grows with the node or with its arguments charges a
-//! [`WorkClock`] made from the call's deadline ([`CallState::clock`]), and
-//! one that reaches the deadline gives up ([`CallState::gave_up`]), which
+//! thread that made the call. So the call's time is also the host's: every
+//! host function whose work grows with the node or with its arguments
+//! charges a [`WorkClock`] made from the call's clock ([`CallState::clock`]),
+//! and one that reaches a limit gives up ([`CallState::gave_up`]), which
 //! ends the call as the policy's timeout. The store remembers which
 //! function gave up, so that the error the runtime gets says where the
 //! policy's time went ("... exceeded inside host call node.containers"),
 //! not only the host's log.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -37,8 +38,10 @@ use super::compiled::CompiledPolicy;
 use super::env::CallEnv;
 use super::event::CallEvent;
 use super::limiter::CallLimiter;
+use super::meter::{CallClock, Cut, Verdict};
 use super::output::{GuestOutput, Written};
 use super::state::StateTxn;
+use super::watchdog::{Armed, Arming};
 use crate::node::view::{ContainerEntry, Expired, NodeView, WorkClock};
 use crate::text as clip;
 
@@ -78,10 +81,13 @@ pub(crate) struct CallState {
     pub(crate) state: StateTxn,
     /// The event being handled; `None` in `configure`.
     pub(crate) event: Option<CallEvent>,
-    /// When the call must have ended.
-    deadline: Instant,
-    /// When the store was made (the call's time limit is from here).
-    started: Instant,
+    /// The call's time: what it was charged, its limit, its wall-clock
+    /// deadline.
+    time: Arc<CallClock>,
+    /// Registers the next instant the call's time could run out.
+    arming: Arming,
+    /// The instant registered now; withdrawn when the store is dropped.
+    armed: Option<Armed>,
     /// The engine, to end the call at once when a host function gives up.
     engine: wasmtime::Engine,
     /// The first host function that stopped at the deadline.
@@ -113,15 +119,15 @@ impl CallState {
         &self.env.view
     }
 
-    /// The clock host functions charge their work to: it ends at the call's
-    /// deadline.
+    /// The clock host functions charge their work to: it ends when the
+    /// call's time does.
     pub(crate) fn clock(&self) -> WorkClock {
-        WorkClock::until(self.deadline)
+        WorkClock::charged_to(self.time.clone())
     }
 
-    /// Whether the call's deadline has passed.
+    /// Whether the call's time is up.
     pub(crate) fn past_deadline(&self) -> bool {
-        Instant::now() >= self.deadline
+        matches!(self.time.verdict(), Verdict::Over(_))
     }
 
     /// A host function reached the call's deadline and stops: says so,
@@ -134,15 +140,18 @@ impl CallState {
         if self.stopped_in.get().is_none() {
             self.stopped_in.set(Some(function));
         }
-        let limit_ms = self.deadline.saturating_duration_since(self.started).as_millis() as u64;
         let event = self.event.as_ref().map_or("configure", CallEvent::name);
+        let (limit_ms, what) = match self.time.cut() {
+            Cut::Limit => (self.time.limit().as_millis() as u64, "the policy's time limit"),
+            Cut::Wall => (self.time.wall_limit().as_millis() as u64, "the wall-clock time the chain left the policy"),
+        };
         tracing::warn!(
             policy = &*self.policy,
             event,
             function,
             limit_ms,
             work = expired.units,
-            "host call stopped at the policy's time limit of {limit_ms} ms"
+            "host call stopped at {what} of {limit_ms} ms"
         );
         self.engine.increment_epoch();
     }
@@ -241,7 +250,9 @@ impl LogBudget {
     }
 }
 
-/// A fresh store for one call of `policy`, ending at `deadline`.
+/// A fresh store for one call of `policy`, timed by `time`, with the first
+/// check of its time registered through `arming`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn new_store(
     engine: &wasmtime::Engine,
     policy: &CompiledPolicy,
@@ -249,7 +260,8 @@ pub(crate) fn new_store(
     state: StateTxn,
     current: Option<Arc<ContainerEntry>>,
     event: Option<CallEvent>,
-    deadline: Instant,
+    time: Arc<CallClock>,
+    arming: &Arming,
 ) -> Store<CallState> {
     let limits = &policy.spec.limits;
     let data = CallState {
@@ -263,8 +275,9 @@ pub(crate) fn new_store(
         current: if policy.reads_node() { current } else { None },
         state,
         event,
-        deadline,
-        started: Instant::now(),
+        armed: Some(arming.arm(time.first_check())),
+        time,
+        arming: arming.clone(),
         engine: engine.clone(),
         stopped_in: std::cell::Cell::new(None),
         node_allowed: policy.allowed().effective().contains(crate::policy::load::caps::Capability::Node),
@@ -276,13 +289,17 @@ pub(crate) fn new_store(
     store.set_fuel(limits.fuel).expect("fuel is enabled");
     store.set_hostcall_fuel(TRANSFER_LIMIT);
     store.set_max_component_handles(HANDLE_LIMIT);
-    // The epoch moves only when some call's deadline passes; every store
-    // then checks its own.
+    // The epoch moves only when some call's time could run out; every
+    // store then checks its own, and one with time left registers the next
+    // instant it could run out. (The deadline thread may advance the epoch
+    // for that instant before this callback returns: it advances again for
+    // a registered instant until the instant is withdrawn, `watchdog.rs`.)
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|cx| {
-        if Instant::now() >= cx.data().deadline {
-            Err(Trap::Interrupt.into())
-        } else {
+    store.epoch_deadline_callback(|mut cx| match cx.data().time.verdict() {
+        Verdict::Over(_) => Err(Trap::Interrupt.into()),
+        Verdict::Within { check_at } => {
+            let data = cx.data_mut();
+            data.armed = Some(data.arming.arm(check_at));
             Ok(UpdateDeadline::Continue(1))
         }
     });

@@ -4,21 +4,21 @@
 //! a store's deadline. The usual way to use that is a ticker thread that
 //! advances the epoch every millisecond, forever: a thousand wake-ups a
 //! second on an idle node, and a share of a small node's CPU under load.
-//! Here the epoch moves only when it must: each call registers its
-//! wall-clock deadline ([`Watchdog::arm`]), one thread sleeps until the
-//! earliest registered deadline and advances the epoch when it passes, and
-//! every store's epoch callback compares the clock with its own deadline
-//! (`store.rs`). With no call under way the thread sleeps without a timeout;
+//! Here the epoch moves only when it must: each call registers the first
+//! instant a limit could end it ([`Arming::arm`]), one thread sleeps until
+//! the earliest registered instant and advances the epoch when it passes,
+//! and every store's epoch callback looks at its own call's time
+//! (`meter.rs`), registering the next instant if some is left (`store.rs`). With no call under way the thread sleeps without a timeout;
 //! with calls that end in time it wakes at most once per call's time limit.
 //!
 //! Guest code in a host call (a WASI sleep, a poll) is not interrupted by
-//! epochs; the call's future is cancelled at the same deadline instead
-//! (`engine.rs`). Between the two, a call ends at its deadline whatever the
+//! epochs; the call's future is cancelled when its time runs out instead
+//! (`meter.rs`). Between the two, a call ends at its limit whatever the
 //! guest does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::Engine;
 
@@ -34,11 +34,20 @@ struct Shared {
     wake: Condvar,
 }
 
+/// How soon a registered instant that passed fires again, while its call
+/// has not withdrawn it. A store's epoch callback registers its next
+/// instant and only then tells the engine to wait for the next epoch; if
+/// the thread advances the epoch in between (an instant that close), the
+/// store waits for one more advance, which this gives it.
+const REFIRE: Duration = Duration::from_millis(2);
+
 #[derive(Debug, Default)]
 struct State {
-    /// Deadlines of the calls under way (with a sequence number: two calls
-    /// may have the same deadline).
+    /// Deadlines of the calls under way, by when they fire (with a sequence
+    /// number: two calls may have the same deadline).
     deadlines: BTreeSet<(Instant, u64)>,
+    /// When each registered deadline fires next, by sequence number.
+    by_seq: HashMap<u64, Instant>,
     next: u64,
     /// When the thread will wake by itself; `None` while it waits for a call.
     sleeping_until: Option<Instant>,
@@ -51,14 +60,17 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct Armed {
     shared: Arc<Shared>,
-    key: (Instant, u64),
+    seq: u64,
 }
 
 impl Drop for Armed {
     fn drop(&mut self) {
         // No wake-up: the thread may wake once at the withdrawn deadline and
         // find nothing to do, which costs less than waking it now.
-        lock(&self.shared).deadlines.remove(&self.key);
+        let mut state = lock(&self.shared);
+        if let Some(at) = state.by_seq.remove(&self.seq) {
+            state.deadlines.remove(&(at, self.seq));
+        }
     }
 }
 
@@ -87,21 +99,43 @@ impl Watchdog {
     }
 
     /// Registers a call's deadline until the returned guard is dropped.
+    #[cfg(test)]
     pub(crate) fn arm(&self, deadline: Instant) -> Armed {
-        let mut state = lock(&self.shared);
-        let key = (deadline, state.next);
-        state.next += 1;
-        state.deadlines.insert(key);
-        if state.sleeping_until.is_none_or(|t| deadline < t) {
-            self.shared.wake.notify_one();
-        }
-        Armed { shared: self.shared.clone(), key }
+        self.arming().arm(deadline)
+    }
+
+    /// A handle that registers deadlines (a store keeps one, to ask for the
+    /// next check from its epoch callback).
+    pub(crate) fn arming(&self) -> Arming {
+        Arming { shared: self.shared.clone() }
     }
 
     /// How many times the epoch was advanced so far.
     #[cfg(test)]
     pub(crate) fn advances(&self) -> u64 {
         lock(&self.shared).advances
+    }
+}
+
+/// Registers deadlines with a [`Watchdog`]; keeps its thread's state alive,
+/// not the thread (a handle outliving the watchdog arms nothing that fires).
+#[derive(Debug, Clone)]
+pub(crate) struct Arming {
+    shared: Arc<Shared>,
+}
+
+impl Arming {
+    /// Registers a deadline until the returned guard is dropped.
+    pub(crate) fn arm(&self, deadline: Instant) -> Armed {
+        let mut state = lock(&self.shared);
+        let seq = state.next;
+        state.next += 1;
+        state.deadlines.insert((deadline, seq));
+        state.by_seq.insert(seq, deadline);
+        if state.sleeping_until.is_none_or(|t| deadline < t) {
+            self.shared.wake.notify_one();
+        }
+        Armed { shared: self.shared.clone(), seq }
     }
 }
 
@@ -113,7 +147,8 @@ impl Drop for Watchdog {
 }
 
 /// The thread's loop: sleep until the earliest deadline, advance the epoch
-/// when one has passed. `advance` returns false once the engine is gone.
+/// when one has passed, and again every [`REFIRE`] while it stays
+/// registered. `advance` returns false once the engine is gone.
 fn run(shared: &Shared, mut advance: impl FnMut() -> bool) {
     let mut state = lock(shared);
     loop {
@@ -122,14 +157,21 @@ fn run(shared: &Shared, mut advance: impl FnMut() -> bool) {
         }
         let now = Instant::now();
         let mut due = false;
-        while let Some(&first) = state.deadlines.first() {
-            if first.0 > now {
+        let mut again = Vec::new();
+        while let Some(&(at, seq)) = state.deadlines.first() {
+            if at > now {
                 break;
             }
-            // Its store now sees the deadline at the next check; the call's
-            // own guard is a no-op when it is dropped.
+            // Its store sees the advance at its next check, and registers
+            // its next instant (or ends) in place of this one.
             state.deadlines.pop_first();
+            again.push(seq);
             due = true;
+        }
+        for seq in again {
+            let at = now + REFIRE;
+            state.deadlines.insert((at, seq));
+            state.by_seq.insert(seq, at);
         }
         if due {
             state.advances += 1;
@@ -183,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn advances_once_per_passed_deadline_and_not_for_withdrawn_ones() {
+    fn advances_for_a_passed_deadline_until_it_is_withdrawn() {
         let engine = Engine::default();
         let dog = Watchdog::start(&engine).unwrap();
         // A call that ends in time: no advance.
@@ -191,16 +233,20 @@ mod tests {
         drop(armed);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(dog.advances(), 0);
-        // A call that overruns: one advance, soon after its deadline.
-        let _overrun = dog.arm(Instant::now() + Duration::from_millis(5));
+        // A call that overruns: an advance soon after its deadline, and
+        // more while it stays registered (its store may have missed one).
+        let overrun = dog.arm(Instant::now() + Duration::from_millis(5));
         let waited = Instant::now();
-        while dog.advances() == 0 {
-            assert!(waited.elapsed() < Duration::from_secs(10), "deadline never fired");
+        while dog.advances() < 2 {
+            assert!(waited.elapsed() < Duration::from_secs(10), "deadline never fired again");
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(dog.advances(), 1);
+        // Withdrawn: no more.
+        drop(overrun);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(dog.advances(), 1, "a passed deadline advances the epoch once");
+        let after = dog.advances();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(dog.advances(), after, "a withdrawn deadline fires no more");
     }
 
     #[test]

@@ -119,9 +119,10 @@ pub enum PolicyFailure {
         /// that set it.
         conflict: MergeError,
     },
-    /// The call and the host's work on its reply together took longer than
-    /// the policy's time limit.
-    #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded: its call took {call_ms} ms and the host's work on its reply {host_ms} ms")]
+    /// The call and the host's work on its reply together used more than
+    /// the policy's time limit (the time each was charged: CPU time and
+    /// waits, `policy/call/meter.rs`).
+    #[error("policy {policy} on {event}: time limit of {limit_ms} ms exceeded: its call used {call_ms} ms and the host's work on its reply {host_ms} ms")]
     Overran {
         /// The policy's name (`NN-name`).
         policy: String,

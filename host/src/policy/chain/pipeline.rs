@@ -2,8 +2,9 @@
 //! allowance, refuse what it has no capability for (`caps.rs`), then
 //! convert its reply, bound it, validate and merge it, and
 //! tell a conflict with an earlier policy apart from the policy's own
-//! failure. The host's work on a reply counts against the policy's time
-//! limit, so a reply built to make the host work is that policy's failure.
+//! failure. The host's work on a reply (its CPU time) counts against the
+//! policy's time limit, so a reply built to make the host work is that
+//! policy's failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use super::{
 use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
 use crate::node::view::ContainerEntry;
 use crate::policy::call::event::CallEvent;
+use crate::policy::call::meter::cpu_time;
 use crate::policy::load::caps::{self, Capability};
 use crate::policy::load::manifest::OnConflict;
 use crate::wit::wit;
@@ -235,8 +237,7 @@ impl Chain {
                 return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
             }
         }
-        let own = entry.policy.spec.limits.timeout();
-        let allowance = run.plan.allowance(index, own, cx.deadline);
+        let allowance = run.plan.allowance(index, cx.deadline);
         if allowance < Duration::from_millis(self.settings.min_call_ms) {
             let reason = "no time left in the chain's budget".to_string();
             let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
@@ -278,17 +279,16 @@ impl Chain {
             },
         };
         let host_started = Instant::now();
-        let taken = take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain);
-        let host = host_started.elapsed();
-        let elapsed = elapsed + host;
+        let (taken, host) = cpu_time(|| take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain));
+        let elapsed = elapsed + host_started.elapsed();
         let taken = match taken {
-            Ok(t) if elapsed > report.limit => {
+            Ok(t) if report.charged + host > report.limit => {
                 drop(t);
                 Err(PolicyFailure::Overran {
                     policy: policy.into(),
                     event: name.into(),
                     limit_ms: report.limit.as_millis() as u64,
-                    call_ms: report.elapsed.as_millis() as u64,
+                    call_ms: report.charged.as_millis() as u64,
                     host_ms: host.as_millis() as u64,
                 })
             }

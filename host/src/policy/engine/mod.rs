@@ -9,9 +9,11 @@
 //! seen by the next one.
 //!
 //! Every guest call is asynchronous:
-//! - a call ends at its deadline whatever the guest does: guest code is
-//!   interrupted through the epoch (`watchdog.rs`), a guest waiting in a
-//!   host call (a WASI sleep or poll) is cancelled with the call's future;
+//! - a call ends when its time runs out whatever the guest does: the time
+//!   the policy used against its own limit, or the wall-clock time the
+//!   chain left it (`meter.rs`); guest code is interrupted through the
+//!   epoch (`watchdog.rs`), a guest waiting in a host call (a WASI sleep or
+//!   poll) is cancelled with the call's future;
 //! - WASI's implementations are async and never start a nested runtime, so
 //!   whatever a guest calls, at load or per event, is safe wherever the
 //!   host makes the call.
@@ -59,6 +61,7 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use crate::node::view::ContainerEntry;
 use crate::policy::call::errors::{classify, timeout, Attempt};
 use crate::policy::call::event::CallEvent;
+use crate::policy::call::meter::{metered, CallClock};
 use crate::policy::call::state::{StateSnapshot, StateTxn, StateWrites};
 use crate::policy::call::store::{drain_output, new_store, CallState};
 use crate::policy::call::watchdog::Watchdog;
@@ -92,6 +95,11 @@ pub const CONFIGURE_YIELD_FUEL: u64 = 1_000_000;
 /// went past 100 ms with the load average at 9 on 2 cores, and the policy
 /// was left out). Fuel still bounds its work.
 pub const CONFIGURE_MIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The wall-clock time a `configure` may take, in multiples of its time
+/// limit: its limit counts the time it used (`meter.rs`), and a load has
+/// no runtime waiting on it, so a busy node may stretch it this far.
+pub const CONFIGURE_WALL_FACTOR: u32 = 4;
 /// Threads that read policy files and records at the same time, beside the
 /// compiles' (a file on a stalled mount holds one until it answers).
 const READ_THREADS: usize = 8;
@@ -244,7 +252,10 @@ pub struct CallReport {
     pub fuel_used: u64,
     /// Wall-clock time the call took.
     pub elapsed: Duration,
-    /// The time limit the call had.
+    /// The time the call was charged against its limit: CPU time and
+    /// waits, not the time a busy node kept it from running (`meter.rs`).
+    pub charged: Duration,
+    /// The policy's time limit.
     pub limit: Duration,
     /// What the call wrote to the policy's state (answered calls only).
     pub writes: Option<StateWrites>,
@@ -544,12 +555,11 @@ impl PolicyEngine {
         // An instance slot of the pool; the policy's time starts once it has one.
         let _slot = self.configures.acquire().await.expect("the configure semaphore is never closed");
         let limit = limits.timeout().max(CONFIGURE_MIN_TIMEOUT);
-        let deadline = Instant::now() + limit;
+        let time = Arc::new(CallClock::new(limit, Instant::now() + limit * CONFIGURE_WALL_FACTOR));
         let state = self.state_for(policy, &env);
-        let mut store = new_store(&self.engine, policy, &env, state, None, None, deadline);
+        let mut store = new_store(&self.engine, policy, &env, state, None, None, time.clone(), &self.watchdog.arming());
         // Other loads are polled from the same task: let them run.
         store.fuel_async_yield_interval(Some(CONFIGURE_YIELD_FUEL)).expect("fuel and async are enabled");
-        let _armed = self.watchdog.arm(deadline);
         let settings = policy.spec.settings.clone();
         let run = async {
             let instance = policy.instance_pre.instantiate_async(&mut store).await?;
@@ -557,14 +567,14 @@ impl PolicyEngine {
                 .get_typed_func::<(String,), (Result<Vec<wit::EventKind>, String>,)>(&mut store, &policy.configure)?;
             configure.call_async(&mut store, (settings,)).await.map(|(r,)| r)
         };
-        let result = cut_at(deadline, run).await;
+        let result = metered(&time, run).await;
         let event = "configure";
         let stderr = drain_output(store.data(), event);
         let attempt = Attempt {
             policy: &policy.name,
             event,
             limits,
-            applied_ms: limit.as_millis() as u64,
+            time: &time,
             refused: store.data().limiter.refused(),
             stderr,
             host_call: store.data().stopped_in(),
@@ -583,8 +593,9 @@ impl PolicyEngine {
     }
 
     /// Runs one event through one policy in a fresh instance, within its
-    /// limits and at most `budget` of wall-clock time. `current` is the
-    /// event's container as the chain has it, shown in the node view.
+    /// limits (its time limit charged as `meter.rs` says) and at most
+    /// `budget` of wall-clock time. `current` is the event's container as
+    /// the chain has it, shown in the node view.
     pub async fn call_async(
         &self,
         policy: &CompiledPolicy,
@@ -597,11 +608,11 @@ impl PolicyEngine {
         let name = event.name();
         let kind = event.kind();
         let limits = &policy.spec.limits;
-        let limit = budget.min(limits.timeout());
-        let deadline = started + limit;
+        let time = Arc::new(CallClock::new(limits.timeout(), started + budget));
         let state = self.state_for(policy, env);
-        let mut store = new_store(&self.engine, policy, env, state, current.cloned(), Some(event), deadline);
-        let _armed = self.watchdog.arm(deadline);
+        let arming = self.watchdog.arming();
+        let mut store =
+            new_store(&self.engine, policy, env, state, current.cloned(), Some(event), time.clone(), &arming);
         let run = async {
             let instance = policy.instance_pre.instantiate_async(&mut store).await?;
             let func = instance.get_func(&mut store, policy.handle).expect("export found at load");
@@ -612,14 +623,14 @@ impl PolicyEngine {
             let handle = unsafe { TypedFunc::<(wit::EventKind,), (Result<wit::Reply, String>,)>::new_unchecked(func) };
             handle.call_async(&mut store, (kind,)).await.map(|(r,)| r)
         };
-        let result = cut_at(deadline, run).await;
+        let result = metered(&time, run).await;
         let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         let stderr = drain_output(store.data(), name);
         let attempt = Attempt {
             policy: &policy.name,
             event: name,
             limits,
-            applied_ms: limit.as_millis() as u64,
+            time: &time,
             refused: store.data().limiter.refused(),
             stderr,
             host_call: store.data().stopped_in(),
@@ -640,7 +651,14 @@ impl PolicyEngine {
             Ok(Ok(_)) => store.data_mut().state.take_writes(),
             _ => None,
         };
-        CallReport { outcome, fuel_used, elapsed: started.elapsed(), limit, writes }
+        CallReport {
+            outcome,
+            fuel_used,
+            elapsed: started.elapsed(),
+            charged: time.charged(),
+            limit: time.limit(),
+            writes,
+        }
     }
 
     /// [`Self::call_async`] for callers that are not async.
@@ -654,26 +672,6 @@ impl PolicyEngine {
     ) -> CallReport {
         self.block_on(self.call_async(policy, event, env, current, budget))
     }
-}
-
-/// Runs a guest call, cancelling it at `deadline` if it is waiting in a host
-/// call then (guest code itself is interrupted through the epoch). The
-/// timer is armed only once the call waits: most calls never do, and pay
-/// nothing for it.
-async fn cut_at<T>(deadline: Instant, run: impl Future<Output = wasmtime::Result<T>>) -> wasmtime::Result<T> {
-    let mut run = std::pin::pin!(run);
-    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-    std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(result) = run.as_mut().poll(cx) {
-            return std::task::Poll::Ready(result);
-        }
-        let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
-        match timer.as_mut().poll(cx) {
-            std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(wasmtime::Trap::Interrupt.into())),
-            std::task::Poll::Pending => std::task::Poll::Pending,
-        }
-    })
-    .await
 }
 
 /// The call read the node view without the capability.
