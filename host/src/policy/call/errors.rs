@@ -275,31 +275,21 @@ pub(crate) fn timeout(a: &Attempt<'_>) -> CallError {
 mod tests {
     use super::*;
 
+    fn timeout(limit_ms: u64, configured_ms: u64, wall: bool) -> String {
+        let kind = CallErrorKind::Timeout { limit_ms, configured_ms, host_call: None, wall };
+        CallError::new("10-p", "CreateContainer", kind).to_string()
+    }
+
     #[test]
     fn a_cut_time_limit_names_both_limits() {
-        let e = CallError::new(
-            "10-p",
-            "CreateContainer",
-            CallErrorKind::Timeout { limit_ms: 480, configured_ms: 10_000, host_call: None, wall: true },
-        );
         assert_eq!(
-            e.to_string(),
+            timeout(480, 10_000, true),
             "policy 10-p on CreateContainer: time limit of 480 ms exceeded (its timeout-ms is 10000; the chain's budget left it 480)"
         );
-        let e = CallError::new(
-            "10-p",
-            "CreateContainer",
-            CallErrorKind::Timeout { limit_ms: 100, configured_ms: 100, host_call: None, wall: false },
-        );
-        assert_eq!(e.to_string(), "policy 10-p on CreateContainer: time limit of 100 ms exceeded");
+        assert_eq!(timeout(100, 100, false), "policy 10-p on CreateContainer: time limit of 100 ms exceeded");
         // On a busy node the wall-clock time runs out first.
-        let e = CallError::new(
-            "10-p",
-            "CreateContainer",
-            CallErrorKind::Timeout { limit_ms: 1_400, configured_ms: 100, host_call: None, wall: true },
-        );
         assert_eq!(
-            e.to_string(),
+            timeout(1_400, 100, true),
             "policy 10-p on CreateContainer: the chain's budget left it 1400 ms of wall-clock time, which ran out \
              before its time limit of 100 ms (the node's CPUs were busy)"
         );

@@ -47,27 +47,27 @@ use crate::node::view::Expiry;
 /// `poll_cpu_ns` when no poll is under way.
 const NO_POLL: u64 = u64::MAX;
 
-/// The CPU time of the calling thread, in nanoseconds; `None` if the clock
-/// cannot be read (the caller charges wall-clock time instead).
-fn thread_cpu_ns() -> Option<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid clock id and a pointer to a timespec that outlives
-    // the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (rc == 0).then(|| (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
+/// The CPU time of the calling thread, in nanoseconds. Should the kernel
+/// refuse that clock, the monotonic clock stands in (wall-clock time is
+/// charged then, as before this module): differences stay consistent.
+fn thread_cpu_ns() -> u64 {
+    let read = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid clock id and a pointer to a timespec that
+        // outlives the call.
+        let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+        (rc == 0).then(|| (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
+    };
+    read(libc::CLOCK_THREAD_CPUTIME_ID).or_else(|| read(libc::CLOCK_MONOTONIC)).unwrap_or(0)
 }
 
 /// Runs `work` and returns what it took of the thread's CPU time (of the
 /// wall clock's if the CPU clock cannot be read): the host's own work for
 /// a policy, charged to it as its call is.
 pub(crate) fn cpu_time<T>(work: impl FnOnce() -> T) -> (T, Duration) {
-    let (cpu, wall) = (thread_cpu_ns(), Instant::now());
+    let before = thread_cpu_ns();
     let out = work();
-    let took = match (cpu, thread_cpu_ns()) {
-        (Some(a), Some(b)) => Duration::from_nanos(b.saturating_sub(a)),
-        _ => wall.elapsed(),
-    };
-    (out, took)
+    (out, Duration::from_nanos(thread_cpu_ns().saturating_sub(before)))
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -107,9 +107,6 @@ pub(crate) struct CallClock {
     /// The polling thread's CPU time when the poll under way started
     /// ([`NO_POLL`] between polls).
     poll_cpu_ns: AtomicU64,
-    /// When the poll under way started: what is charged if the CPU clock
-    /// cannot be read.
-    poll_wall: std::sync::Mutex<Option<Instant>>,
 }
 
 impl CallClock {
@@ -122,7 +119,6 @@ impl CallClock {
             started: Instant::now(),
             charged_ns: AtomicU64::new(0),
             poll_cpu_ns: AtomicU64::new(NO_POLL),
-            poll_wall: std::sync::Mutex::new(None),
         }
     }
 
@@ -143,19 +139,15 @@ impl CallClock {
     /// The time charged so far; with a poll under way, read on its thread,
     /// what that poll used until now.
     pub(crate) fn charged(&self) -> Duration {
-        let done = self.charged_ns.load(Ordering::Relaxed);
-        let running = match self.poll_cpu_ns.load(Ordering::Relaxed) {
-            NO_POLL => 0,
-            at => match thread_cpu_ns() {
-                Some(now) => now.saturating_sub(at),
-                None => self.poll_wall().map_or(0, |w| nanos(w.elapsed())),
-            },
-        };
-        Duration::from_nanos(done.saturating_add(running))
+        Duration::from_nanos(self.charged_ns.load(Ordering::Relaxed).saturating_add(self.running_ns()))
     }
 
-    fn poll_wall(&self) -> Option<Instant> {
-        *self.poll_wall.lock().unwrap_or_else(|p| p.into_inner())
+    /// What the poll under way used so far (read on its thread).
+    fn running_ns(&self) -> u64 {
+        match self.poll_cpu_ns.load(Ordering::Relaxed) {
+            NO_POLL => 0,
+            at => thread_cpu_ns().saturating_sub(at),
+        }
     }
 
     /// The first instant a limit could be reached: charged time grows no
@@ -191,19 +183,13 @@ impl CallClock {
     }
 
     fn poll_started(&self) {
-        match thread_cpu_ns() {
-            Some(ns) => self.poll_cpu_ns.store(ns, Ordering::Relaxed),
-            None => {
-                *self.poll_wall.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                self.poll_cpu_ns.store(0, Ordering::Relaxed);
-            }
-        }
+        self.poll_cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
 
     fn poll_ended(&self) {
-        let running = self.charged().saturating_sub(Duration::from_nanos(self.charged_ns.load(Ordering::Relaxed)));
+        let running = self.running_ns();
         self.poll_cpu_ns.store(NO_POLL, Ordering::Relaxed);
-        self.add(running);
+        self.charged_ns.fetch_add(running, Ordering::Relaxed);
     }
 }
 
@@ -282,8 +268,8 @@ mod tests {
     /// Uses `d` of this thread's CPU time, however long that takes on a
     /// busy machine.
     fn spin(d: Duration) {
-        let start = thread_cpu_ns().unwrap();
-        while thread_cpu_ns().unwrap() - start < nanos(d) {
+        let start = thread_cpu_ns();
+        while thread_cpu_ns() - start < nanos(d) {
             std::hint::black_box(0u64);
         }
     }
