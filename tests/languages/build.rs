@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+#[path = "../../host/components/target_dir.rs"]
+mod shared;
+
 /// One component to build.
 #[derive(Debug, Clone)]
 struct Job {
@@ -83,14 +86,9 @@ fn main() {
     std::fs::write(out_dir.join("components.rs"), code).expect("writing components.rs");
 }
 
-/// The target directory (recognised by cargo's `CACHEDIR.TAG`), or OUT_DIR.
+/// The target directory, or OUT_DIR if the layout is not cargo's.
 fn target_dir(out: &Path) -> PathBuf {
-    // OUT_DIR is <target>/[<triple>/]<profile>/build/<crate>-<hash>/out.
-    out.ancestors()
-        .skip(4)
-        .take(2)
-        .find(|d| d.join("CACHEDIR.TAG").exists())
-        .map_or_else(|| out.to_path_buf(), Path::to_path_buf)
+    shared::target_dir(out, std::env::var_os("TARGET").as_deref()).unwrap_or_else(|| out.to_path_buf())
 }
 
 fn check_tools(root: &Path, tools: &Path) {

@@ -13,3 +13,9 @@ include!(concat!(env!("OUT_DIR"), "/components.rs"));
 
 /// Where compiled components may be cached across the tests of one build.
 pub const COMPONENT_CACHE: &str = env!("NRI_WASM_COMPONENT_CACHE");
+
+/// The build script's target-directory rule, tested here (a build script has
+/// no tests of its own).
+#[cfg(test)]
+#[path = "../target_dir.rs"]
+mod target_dir;
