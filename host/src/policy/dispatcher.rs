@@ -95,7 +95,7 @@ use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
 use crate::policy::call::event::CallEvent;
 use crate::policy::call::state::StateStore;
 use crate::policy::chain::{
-    container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer,
+    container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer, Waits,
 };
 use crate::policy::engine::{CallEnv, Facts, PolicyEngine};
 use crate::policy::tally::{Tally, Uncounted};
@@ -478,13 +478,15 @@ impl PolicyDispatcher {
         let deadline = start + budget;
         // What earlier events decided reaches the runtime first.
         self.outbox_flushed((budget / 4).min(OUTBOX_WAIT)).await;
+        let flushed = Instant::now();
         let chain = self.ready_chain(kind, start + budget / READY_WAIT_DIVISOR).await;
+        let ready = Instant::now();
         let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
         // The view is complete (and may refuse updates of unknown
         // containers) only when the host subscribes to what keeps it so.
         let mut cx = EvalContext::new(self.engine.clone(), env, deadline).observed_by(self.observer.clone());
         cx.explain = self.explain;
-        let cx = if chain.reads_node() { cx.knowing_view() } else { cx };
+        let mut cx = if chain.reads_node() { cx.knowing_view() } else { cx };
         if !wants {
             // No policy runs: only conversion and merge, cheap enough inline.
             let done = f(chain, cx).await.map_err(DispatchError::from)?;
@@ -494,6 +496,7 @@ impl PolicyDispatcher {
         // time the chain still runs: every call finds no time left and is
         // skipped, so each policy's on-error decides, without running wasm.
         let permit = tokio::time::timeout_at(deadline.into(), self.permits.clone().acquire_owned()).await.ok();
+        cx.waits = Waits { outbox: flushed - start, loading: ready - flushed, slot: ready.elapsed() };
         // Inline (see the module's documentation); a panic of the host's
         // own code fails the event, not the connection.
         let task = std::panic::AssertUnwindSafe(async move {

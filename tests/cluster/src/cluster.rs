@@ -484,6 +484,7 @@ imageGCLowThresholdPercent: 99
         for dir in cgroup_dirs(&self.cgroup_root, true) {
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
+        weigh_like_a_node(&self.cgroup_root);
         let d = self.dir.path().join("kubelet");
         let config = d.join("config.yaml");
         std::fs::write(&config, self.kubelet_config()).map_err(|e| Error::io("writing the kubelet's config", e))?;
@@ -584,6 +585,32 @@ fn runtimes_md_snippet(head: &str) -> Result<String, Error> {
 
 /// The cgroup directories of `root` in each mounted v1 hierarchy (and the
 /// v2 one if `unified`).
+/// Gives the cluster's cgroup root the CPU weight a real node's `kubepods`
+/// has at the machine's root: the kubelet gives `kubepods` the node's CPUs
+/// (1024 shares each), but here `kubepods` lies one level down, under a
+/// root of the test's own that would otherwise weigh as one busy thread
+/// against every other thread of the machine (its control plane, other
+/// tests, a build). With that weight, two busy threads elsewhere on a
+/// two-core machine left the plugin's pod without CPU for over two seconds
+/// during a churn (its probes timed out), which no real node does to its
+/// pods.
+fn weigh_like_a_node(root: &str) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let shares = cpus * 1024;
+    // cgroup v2's weight for those shares, as the kubelet converts them.
+    let weight = 1 + (shares.saturating_sub(2) * 9999) / 262_142;
+    for dir in cgroup_dirs(root, true) {
+        for (file, value) in [("cpu.shares", shares), ("cpu.weight", weight)] {
+            let path = dir.join(file);
+            if path.exists() {
+                if let Err(e) = std::fs::write(&path, value.to_string()) {
+                    eprintln!("cluster: cannot set {}: {e}", path.display());
+                }
+            }
+        }
+    }
+}
+
 fn cgroup_dirs(root: &str, include_unified: bool) -> Vec<PathBuf> {
     let rel = root.trim_start_matches('/');
     let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") else { return Vec::new() };

@@ -557,3 +557,39 @@ async fn time_warnings_are_logged_when_a_chain_is_installed_after_configure() {
     assert_eq!(log.matches(warning).count(), 1, "warned once when the chain was installed:\n{log}");
     h.shutdown().await;
 }
+
+/// A policy skipped for want of time says where the chain's budget went:
+/// here, two creates at once with one call slot (`max-concurrent-calls =
+/// 1`); the first holds the slot while its policy loops through the whole
+/// budget, so the second waits for the slot until its deadline, and its
+/// policy is skipped naming that wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_skipped_for_time_says_where_the_budget_went() {
+    use nri_wasm::nri::Dispatcher as _;
+    let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 10_000, ..roomy() };
+    // A call needs 900 ms left to start: the second create, whatever the
+    // machine's load, finds less once the first lets the slot go.
+    let settings = ChainSettings { min_call_ms: 900, ..ChainSettings::default() };
+    let chain = Chain::new(vec![faulty("10-loop", "loop", OnError::Fail, looping)], settings);
+    let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, (*facts()).clone(), 1));
+    let (first, second) = (dispatcher.clone(), dispatcher.clone());
+    let holds = tokio::spawn(async move { first.create_container(request()).await });
+    // The first takes the slot before the second asks for it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waits = tokio::spawn(async move { second.create_container(request()).await });
+    let held = holds.await.unwrap().unwrap_err().to_string();
+    assert!(held.contains("10-loop") && held.contains("time limit"), "{held}");
+    let waited = waits.await.unwrap().unwrap_err().to_string();
+    assert!(waited.contains("10-loop") && waited.contains("no time left in the chain's budget"), "{waited}");
+    // The default budget is half of a 2 s request timeout: the second
+    // waited for the slot until the first's 1,000 ms were over (about
+    // 900 ms, less if this thread was slow to send it), the chain took none.
+    let slot_ms = waited
+        .split(" ms for a call slot")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no slot wait in: {waited}"));
+    assert!(slot_ms >= 200, "{waited}");
+    assert!(waited.contains("the policies before this one took 0 ms"), "{waited}");
+}

@@ -640,6 +640,21 @@ pub struct EvalContext {
     pub known: crate::merge::Known,
     /// Told of every step (see [`Observer`]).
     pub observer: Option<Arc<dyn Observer>>,
+    /// What the event waited for before its chain started, out of its
+    /// budget: said when a policy is skipped for want of time.
+    pub waits: Waits,
+}
+
+/// The time an event spent, out of its chain's budget, before the chain
+/// started (`dispatcher.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waits {
+    /// For the runtime to take the updates earlier events sent.
+    pub outbox: Duration,
+    /// For policies still loading.
+    pub loading: Duration,
+    /// For a call slot (`max-concurrent-calls`).
+    pub slot: Duration,
 }
 
 impl std::fmt::Debug for EvalContext {
@@ -651,7 +666,15 @@ impl std::fmt::Debug for EvalContext {
 impl EvalContext {
     /// A context ending at `deadline`, keeping no changes, knowing no containers.
     pub fn new(engine: Arc<PolicyEngine>, env: CallEnv, deadline: Instant) -> Self {
-        Self { engine, env, deadline, explain: false, known: Arc::new(crate::merge::Unknown), observer: None }
+        Self {
+            engine,
+            env,
+            deadline,
+            explain: false,
+            known: Arc::new(crate::merge::Unknown),
+            observer: None,
+            waits: Waits::default(),
+        }
     }
 
     /// Keeps each policy's change in its step, for a report to describe.

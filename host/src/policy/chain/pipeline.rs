@@ -159,6 +159,8 @@ pub(super) struct Run<'t> {
     /// Bytes of replies merged so far.
     total: usize,
     plan: Plan,
+    /// When the chain's plan was made (its first policy about to start).
+    planned_at: Option<Instant>,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -171,6 +173,7 @@ impl<'t> Run<'t> {
             effects: Effects::default(),
             total: 0,
             plan: Plan::default(),
+            planned_at: None,
             observer: None,
         }
     }
@@ -183,6 +186,7 @@ impl<'t> Run<'t> {
         start: Instant,
     ) {
         self.plan = Plan::new(entries, cx.deadline.saturating_duration_since(start));
+        self.planned_at = Some(start);
         self.observer = cx.observer.clone();
     }
 
@@ -239,7 +243,7 @@ impl Chain {
         }
         let allowance = run.plan.allowance(index, cx.deadline);
         if allowance < Duration::from_millis(self.settings.min_call_ms) {
-            let reason = "no time left in the chain's budget".to_string();
+            let reason = no_time_left(cx, run.planned_at);
             let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
             return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
         }
@@ -443,4 +447,23 @@ fn take<S: Sink>(
     // Moved, not printed: a report makes its text when it shows it.
     let change = if explain { S::change(reply) } else { None };
     Ok(Taken { changed, nonempty: size > 0, change })
+}
+
+/// Why a policy is skipped for want of time: where the chain's budget went
+/// (waits before the chain started, the policies before it), so that an
+/// operator can tell a slow runtime from a crowded host or a slow policy.
+fn no_time_left(cx: &EvalContext, planned_at: Option<Instant>) -> String {
+    let ms = |d: Duration| d.as_millis();
+    let w = cx.waits;
+    let chain = planned_at.map(|t| t.elapsed()).unwrap_or_default();
+    format!(
+        "no time left in the chain's budget ({} ms left): before the chain started the event waited {} ms for the \
+         runtime to take earlier updates, {} ms for policies still loading and {} ms for a call slot \
+         (max-concurrent-calls); the policies before this one took {} ms",
+        ms(cx.deadline.saturating_duration_since(Instant::now())),
+        ms(w.outbox),
+        ms(w.loading),
+        ms(w.slot),
+        ms(chain)
+    )
 }
