@@ -304,14 +304,17 @@ impl Host {
         };
         let supervisor = Supervisor::new(options, dispatcher, stop).with_link(link).with_farewell();
         let mut status = supervisor.handles().status;
-        let wanted = policies.clone();
         tokio::spawn(async move {
             while status.changed().await.is_ok() {
                 let s = *status.borrow_and_update();
                 let registered = s.phase == crate::nri::Phase::Registered;
                 metrics.set_registered(registered, s.registrations, s.registration_failures);
                 if registered {
-                    metrics.set_subscribed(wanted.events().to_string());
+                    // What the serving connection subscribed to: a change
+                    // the policies want shows once a connection with it
+                    // serves (or never, if it was given up as no longer
+                    // wanted).
+                    metrics.set_subscribed(s.subscribed.to_string());
                 }
             }
         });

@@ -52,6 +52,10 @@ pub struct Status {
     /// Subscription changes completed by a second connection taking over
     /// from the first (make before break).
     pub handovers: u64,
+    /// The events the connection serving the runtime subscribed to (empty
+    /// before it is configured): not what the policies want, which a
+    /// successor may still be registering for, or may have given up.
+    pub subscribed: EventMask,
 }
 
 /// The phase of the connection to the runtime.

@@ -419,6 +419,7 @@ impl Supervisor {
                 Step::Retired(id, end) => tracing::debug!(conn = id, %end, "a retired connection is closed"),
             }
             self.reconcile(&mut c, path).await;
+            self.publish_subscription(&c);
         };
         if let Some(next) = c.next.take() {
             c.retire(next);
@@ -431,6 +432,17 @@ impl Supervisor {
         self.dispatcher.disconnected().await;
         self.status.send_modify(|s| s.phase = Phase::Disconnected);
         end
+    }
+
+    /// Says in the status what the serving connection subscribed to, when
+    /// that changed (a configure, a takeover, a promotion).
+    fn publish_subscription(&self, c: &Connections) {
+        let mask = c.live.configured().map_or(EventMask::EMPTY, |(_, m, _)| m);
+        self.status.send_if_modified(|s| {
+            let changed = s.subscribed != mask;
+            s.subscribed = mask;
+            changed
+        });
     }
 
     /// A successor failed or was given up: the live connection keeps

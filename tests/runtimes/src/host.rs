@@ -128,14 +128,25 @@ impl Host {
         let proc = self.process.as_mut();
         let Some(proc) = proc else { return Err(Error::Unsupported("the host is not running".into())) };
         let metrics = self.metrics;
+        let mut last = None;
         let exited = wait_for(what, Duration::from_secs(60), || {
             if !proc.running() {
                 return Some(true);
             }
             let s: Value = serde_json::from_str(&http_get(metrics, "/status")?).ok()?;
-            check(&s).then_some(false)
+            let met = check(&s);
+            last = Some(s);
+            met.then_some(false)
         })
-        .map_err(|e| Error::Parse { what: e.to_string(), detail: log.tail(20) })?;
+        .map_err(|e| {
+            // The status last seen and what the host said besides its
+            // decisions (one line per policy call, which would bury it).
+            let text = log.text();
+            let said: Vec<&str> = text.lines().filter(|l| !l.contains("policy decision")).collect();
+            let said = said[said.len().saturating_sub(30)..].join("\n");
+            let last = last.map_or_else(|| "none".to_string(), |s| s.to_string());
+            Error::Parse { what: e.to_string(), detail: format!("last status: {last}\n{said}") }
+        })?;
         if exited {
             return Err(Error::Command {
                 command: "nri-wasm run".into(),
