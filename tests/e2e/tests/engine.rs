@@ -149,6 +149,44 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// Threads that compute without a pause on one CPU until dropped: a busy
+/// CPU for the calling thread, whatever else the machine does.
+struct BusyCpu {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCpu {
+    /// `n` busy threads on the CPU the caller runs on; the caller is pinned
+    /// there too.
+    fn here(n: usize) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).expect("a CPU");
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    pin_to(cpu);
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::black_box(0u64);
+                    }
+                })
+            })
+            .collect();
+        pin_to(cpu);
+        Self { stop, threads }
+    }
+}
+
+impl Drop for BusyCpu {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads.drain(..).for_each(|t| t.join().unwrap());
+    }
+}
+
 /// Sets the calling thread's scheduling policy (threads it starts inherit it).
 fn schedule(policy: libc::c_int) {
     let param = libc::sched_param { sched_priority: 0 };
@@ -161,13 +199,12 @@ fn schedule(policy: libc::c_int) {
 /// it needs: the policy is not failed for that. Its `timeout-ms` counts the
 /// time it uses (its CPU time and its waits), and only the wall-clock time
 /// the chain leaves it bounds the rest (`policy/call/meter.rs`). Made busy
-/// here, whatever the machine: the calling thread shares one CPU with a
+/// here, whatever the machine: the calling thread shares one CPU with two
 /// threads that compute without a pause, at the lowest priority
 /// (`SCHED_IDLE`), so that calls are descheduled in the middle for tens of
 /// milliseconds. Each of those used to fail as a timeout.
 #[test]
 fn a_call_kept_waiting_by_a_busy_cpu_is_not_charged_for_the_wait() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let engine = engine();
     let f = facts();
     // Far above what a call uses on an idle machine (well under a
@@ -179,21 +216,7 @@ fn a_call_kept_waiting_by_a_busy_cpu_is_not_charged_for_the_wait() {
     let warm = engine.call(&p, create_event(), &env, None, Duration::from_secs(10));
     assert!(matches!(warm.outcome, Ok(Ok(_))), "{:?}", warm.outcome);
 
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).expect("a CPU");
-    let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                pin_to(cpu);
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::black_box(0u64);
-                }
-            })
-        })
-        .collect();
-    pin_to(cpu);
+    let busy = BusyCpu::here(2);
     schedule(libc::SCHED_IDLE);
     let mut stretched = Vec::new();
     let mut wrong = Vec::new();
@@ -214,8 +237,7 @@ fn a_call_kept_waiting_by_a_busy_cpu_is_not_charged_for_the_wait() {
         }
     }
     schedule(libc::SCHED_OTHER);
-    stop.store(true, Ordering::Relaxed);
-    hogs.into_iter().for_each(|h| h.join().unwrap());
+    drop(busy);
     eprintln!("{calls} calls; longer than the limit of {limit:?}: {stretched:?}");
     assert!(wrong.is_empty(), "failed for time it did not use: {wrong:#?}");
     assert!(!stretched.is_empty(), "the busy CPU never kept a call past its limit in {calls} calls");
@@ -372,7 +394,6 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
 /// came, and such a policy ran on until its memory ran out, 8 s later.)
 #[test]
 fn a_call_is_interrupted_however_close_its_last_check_falls() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let engine = engine();
     let f = facts();
     let policies: Vec<_> = ["facts", "log"]
@@ -383,19 +404,7 @@ fn a_call_is_interrupted_however_close_its_last_check_falls() {
             (*case, p.unwrap())
         })
         .collect();
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).expect("a CPU");
-    let stop = Arc::new(AtomicBool::new(false));
-    let hog = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            pin_to(cpu);
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::black_box(0u64);
-            }
-        })
-    };
-    pin_to(cpu);
+    let busy = BusyCpu::here(1);
     let mut wrong = Vec::new();
     for (case, p) in &policies {
         for run in 0..20 {
@@ -412,7 +421,6 @@ fn a_call_is_interrupted_however_close_its_last_check_falls() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    hog.join().unwrap();
+    drop(busy);
     assert!(wrong.is_empty(), "not cut at the time limit: {wrong:#?}");
 }
