@@ -153,6 +153,27 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     let bare = s.bare.policies().next().expect("bare policy");
     let realistic = s.chain(1).policies().next().expect("realistic policy");
     let full = s.full_10.policies().next().expect("realistic policy reading everything");
+    // The realistic policy's work at the sandbox's floor, then taken apart
+    // one part at a time (tests/guests/lean): each step's difference is what
+    // that part costs.
+    let steps: Vec<(String, Chain)> = ["", "e", "er", "erm", "erma", "ermap", "z"]
+        .into_iter()
+        .map(|skip| match skip {
+            "" => ("engine_call_lean".to_string(), s.bench.lean(1, skip)),
+            "z" => ("engine_call_lean_settings_only".to_string(), s.bench.lean(1, skip)),
+            _ => (format!("engine_call_lean_without_{skip}"), s.bench.lean(1, skip)),
+        })
+        .collect();
+    for (name, chain) in &steps {
+        let policy = chain.policies().next().expect("lean policy");
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let report = s.bench.engine.call(policy, black_box(event.clone()), &env, None, BUDGET);
+                assert!(report.outcome.is_ok());
+                report
+            })
+        });
+    }
     for (name, policy) in [
         ("engine_call_bare", bare),
         ("engine_call_noop", noop),

@@ -64,8 +64,20 @@ impl Bench {
 
     /// `n` instances of the realistic guest, settings `0` to `n - 1`.
     pub fn realistic(&self, n: usize) -> Chain {
+        self.instances(guests::REALISTIC, n, "")
+    }
+
+    /// `n` instances of the lean guest: the realistic policy's reads and
+    /// reply without the standard library, WASI or the SDK, less the parts
+    /// named by the letters of `skip` (tests/guests/lean).
+    pub fn lean(&self, n: usize, skip: &str) -> Chain {
+        self.instances(guests::LEAN, n, &if skip.is_empty() { String::new() } else { format!("{skip}_") })
+    }
+
+    /// `n` instances of `wasm`, settings `<prefix>0` to `<prefix><n - 1>`.
+    fn instances(&self, wasm: &str, n: usize, prefix: &str) -> Chain {
         let policies = (0..n)
-            .map(|i| self.load(&policy_name(i), guests::REALISTIC, &i.to_string(), OnError::Fail, bench_limits()))
+            .map(|i| self.load(&policy_name(i), wasm, &format!("{prefix}{i}"), OnError::Fail, bench_limits()))
             .collect();
         Chain::new(policies, ChainSettings::default())
     }
@@ -74,10 +86,7 @@ impl Bench {
     /// (settings `full-0` to `full-<n - 1>`): what records handed over
     /// whole would cost.
     pub fn realistic_full(&self, n: usize) -> Chain {
-        let policies = (0..n)
-            .map(|i| self.load(&policy_name(i), guests::REALISTIC, &format!("full-{i}"), OnError::Fail, bench_limits()))
-            .collect();
-        Chain::new(policies, ChainSettings::default())
+        self.instances(guests::REALISTIC, n, "full-")
     }
 
     /// One instance of the no-op guest.

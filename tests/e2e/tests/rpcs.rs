@@ -185,10 +185,11 @@ async fn a_slow_dispatcher_is_answered_for_inside_the_request_timeout() {
     let h = Harness::start(profile, recorder.clone()).await;
     let conn = h.connect().await;
     let w = nri_sim::workload::Workload::generate(1, 1);
-    let started = std::time::Instant::now();
+    // The simulated runtime times the request out at 400 ms itself, as a
+    // runtime does: an answer it got is one inside its timeout (no wall-clock
+    // bound of the test's own, which a busy machine could break).
     let err = conn.create_container(&w.pods[0], &w.containers[0]).await.unwrap_err();
     assert!(matches!(err, SimError::Failed { .. }), "the runtime got an answer, not a timeout: {err}");
-    assert!(started.elapsed() < Duration::from_millis(400), "answered in {:?}", started.elapsed());
     assert!(!conn.is_closed(), "plugin must not be dropped");
     h.shutdown().await;
 }

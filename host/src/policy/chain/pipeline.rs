@@ -37,6 +37,12 @@ pub(super) trait Sink: Clone {
     /// Validates and merges a reply, transactionally; says whether the
     /// policies after see something different.
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError>;
+    /// Whether nothing else holds the parts a merge changes in place: a
+    /// reference left over from the call (the event's container) makes the
+    /// merge copy them first, a whole container per policy.
+    fn exclusive(&self) -> bool {
+        true
+    }
 }
 
 /// CreateContainer: an adjustment, updates of other containers, evictions.
@@ -54,6 +60,9 @@ impl Sink for CreateSink<'_> {
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
         self.0.apply(policy, reply)?;
         Ok(reply.adjust.is_some())
+    }
+    fn exclusive(&self) -> bool {
+        Arc::strong_count(self.0.shared_container()) == 1
     }
 }
 
@@ -249,6 +258,8 @@ impl Chain {
         }
         // The event's own container: updating it needs only the capability
         // of the resources changed; updating any other needs `updates`.
+        // Both are let go once the reply is checked, before it is merged
+        // (`Sink::exclusive`).
         let own_container = event.container_shared();
         // On UpdateContainer, what the runtime asks for the container now:
         // the default grant's bounds measure against it too.
@@ -282,6 +293,7 @@ impl Chain {
                 None => reply,
             },
         };
+        drop((own_container, requested));
         let host_started = Instant::now();
         let (taken, host) = cpu_time(|| take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain));
         let elapsed = elapsed + host_started.elapsed();
@@ -428,6 +440,9 @@ fn take<S: Sink>(
             format!("reply of {size} bytes would take the merged reply past {MAX_TOTAL_REPLY_BYTES} bytes"),
         ));
     }
+    // An audited policy's reply is merged into a copy, which shares the
+    // container until it changes it; any other merge changes it in place.
+    debug_assert!(audit || sink.exclusive(), "{policy} on {event}: something still holds what the merge changes");
     let merged = if audit { sink.clone().merge(policy, &reply) } else { sink.merge(policy, &reply) };
     let changed = merged.map_err(|e| match e {
         MergeError::Invalid { reason, .. } => invalid(policy, event, reason),
