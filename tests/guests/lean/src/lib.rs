@@ -78,10 +78,10 @@ impl Guest for Lean {
     }
 
     fn handle(kind: EventKind) -> Result<Reply, String> {
-        if kind != EventKind::CreateContainer {
-            return Ok(Reply { adjust: None, update: Vec::new(), evict: Vec::new() });
-        }
         let no_change = || Ok(Reply { adjust: None, update: Vec::new(), evict: Vec::new() });
+        if kind != EventKind::CreateContainer {
+            return no_change();
+        }
         let settings = host::settings();
         let (skip, tag) = settings.split_once('_').unwrap_or(("", settings.as_str()));
         let does = |part: char| !skip.contains(part);
