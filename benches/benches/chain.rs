@@ -158,10 +158,13 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
     // that part costs.
     let steps: Vec<(String, Chain)> = ["", "e", "er", "erm", "erma", "ermap", "z"]
         .into_iter()
-        .map(|skip| match skip {
-            "" => ("engine_call_lean".to_string(), s.bench.lean(1, skip)),
-            "z" => ("engine_call_lean_settings_only".to_string(), s.bench.lean(1, skip)),
-            _ => (format!("engine_call_lean_without_{skip}"), s.bench.lean(1, skip)),
+        .map(|skip| {
+            let name = match skip {
+                "" => "engine_call_lean".to_string(),
+                "z" => "engine_call_lean_settings_only".to_string(),
+                _ => format!("engine_call_lean_without_{skip}"),
+            };
+            (name, s.bench.lean(1, skip))
         })
         .collect();
     for (name, chain) in &steps {

@@ -120,6 +120,14 @@ impl CallEvent {
         self.container.clone()
     }
 
+    /// The same, shared: kept past the call without a copy.
+    pub fn requested_shared(&self) -> Option<Arc<pb::LinuxResources>> {
+        match &self.detail {
+            Detail::Requested(r) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
     /// On update-container, the requested resources.
     pub fn requested_resources(&self) -> Option<&pb::LinuxResources> {
         match &self.detail {

@@ -263,7 +263,7 @@ impl Chain {
         let own_container = event.container_shared();
         // On UpdateContainer, what the runtime asks for the container now:
         // the default grant's bounds measure against it too.
-        let requested = event.requested_resources().cloned();
+        let requested = event.requested_shared();
         let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
         let may = entry.policy.allowed().effective();
@@ -283,7 +283,7 @@ impl Chain {
             }
             Ok(Ok(reply)) => match caps::missing(
                 &reply,
-                caps::Baseline { own: own_container.as_deref(), requested: requested.as_ref() },
+                caps::Baseline { own: own_container.as_deref(), requested: requested.as_deref() },
                 may,
             ) {
                 Some(refusal) => {

@@ -55,18 +55,6 @@ fn valid(s: &str) -> bool {
     s.len() <= 40 && tag.is_some_and(word)
 }
 
-fn empty_cpu() -> LinuxCpu {
-    LinuxCpu {
-        shares: None,
-        quota: None,
-        period: None,
-        realtime_runtime: None,
-        realtime_period: None,
-        cpus: String::new(),
-        mems: String::new(),
-    }
-}
-
 impl Guest for Lean {
     fn configure(settings: String) -> Result<Vec<EventKind>, String> {
         if !valid(&settings) {
@@ -141,7 +129,15 @@ impl Guest for Lean {
                     devices: Vec::new(),
                     resources: Some(LinuxResources {
                         memory: None,
-                        cpu: Some(LinuxCpu { shares: Some(wanted), ..empty_cpu() }),
+                        cpu: Some(LinuxCpu {
+                            shares: Some(wanted),
+                            quota: None,
+                            period: None,
+                            realtime_runtime: None,
+                            realtime_period: None,
+                            cpus: String::new(),
+                            mems: String::new(),
+                        }),
                         hugepage_limits: Vec::new(),
                         blockio_class: None,
                         rdt_class: None,
