@@ -20,7 +20,7 @@
 //!   and fuzz targets, not part of the stable surface.
 //!
 //! Layers, lowest first: what the modules import from each other today.
-//! What is checked (`host/tests/module_circles.rs`) is that no two of
+//! What is checked (`host/tests/integration/module_circles.rs`) is that no two of
 //! these modules, and no two groups of `policy/`, import each other,
 //! directly or around a circle:
 //! 1. `alloc`, `files`, `text`, `watch`, `wit`;

@@ -2,7 +2,7 @@
 //!
 //! The code is grouped by job, and the groups are layered, lowest first;
 //! a group imports only from the groups above it in this list, never back
-//! (`host/tests/module_circles.rs` fails on a circle):
+//! (`host/tests/integration/module_circles.rs` fails on a circle):
 //! - `load/`: what a policy file is and what it becomes without an engine:
 //!   its settings file (`manifest`), limits, capabilities (`caps`), the
 //!   cheap checks before compiling (`inspect`), compiling within bounds

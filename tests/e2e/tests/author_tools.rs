@@ -5,7 +5,7 @@
 //!
 //! The binary's author commands themselves (`check`, `eval`, `new`, a
 //! recording made by the binary replayed against its live run) are tested
-//! with the binary, in `host/tests/author_tools.rs`: an integration test of
+//! with the binary, in `host/tests/integration/author_tools.rs`: an integration test of
 //! another package cannot run it.
 
 use std::sync::Arc;

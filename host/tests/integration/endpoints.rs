@@ -148,19 +148,33 @@ fn raise_fd_limit() -> u64 {
     limit.rlim_cur
 }
 
-/// One probe, as the kubelet makes it: connect, GET, read the response.
-/// The status code and how long it took, or why it failed.
+/// One probe, as the kubelet makes it: connect, GET, read the response,
+/// and give up (a failed probe) once [`PROBE_LIMIT`] has passed since it
+/// started, as the kubelet does at the probe's `timeoutSeconds`. The
+/// status code and how long it took, or why it failed.
 fn probe(addr: SocketAddr, path: &str) -> Result<(u16, Duration), String> {
     let started = Instant::now();
-    // Generous socket timeouts: the assertion is on the time measured.
-    let wait = Duration::from_secs(10);
-    let mut s = std::net::TcpStream::connect_timeout(&addr, wait).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(wait)).unwrap();
-    s.set_write_timeout(Some(wait)).unwrap();
+    let deadline = started + PROBE_LIMIT;
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| format!("no answer within the probe's timeout of {PROBE_LIMIT:?}"))
+    };
+    let mut s = std::net::TcpStream::connect_timeout(&addr, left()?).map_err(|e| format!("connect: {e}"))?;
+    s.set_write_timeout(Some(left()?)).unwrap();
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.33\r\n\r\n").as_bytes())
         .map_err(|e| format!("write: {e}"))?;
     let mut response = Vec::new();
-    s.read_to_end(&mut response).map_err(|e| format!("read: {e}"))?;
+    let mut buf = [0u8; 4096];
+    loop {
+        s.set_read_timeout(Some(left()?)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("read after {:?}: {e}", started.elapsed())),
+        }
+    }
     let took = started.elapsed();
     let text = String::from_utf8_lossy(&response);
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or(format!("no status: {text:?}"))?;
@@ -187,7 +201,6 @@ async fn probe_rounds(addr: SocketAddr, rounds: usize, ready: u16) {
         let (code, took) = result.unwrap_or_else(|e| panic!("{path} was not answered: {e}"));
         eprintln!("{path}: {code} in {took:?}");
         assert_eq!(code, want, "{path}");
-        assert!(took < PROBE_LIMIT, "{path} took {took:?} (the limit is {PROBE_LIMIT:?})");
     }
 }
 

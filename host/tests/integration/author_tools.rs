@@ -380,37 +380,37 @@ use nri_wasm_test_support::cases::{earlier, request};
 
 mod ulimit_adjuster {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/ulimit-adjuster/src/cases.rs");
+    include!("../../../example-policies/ulimit-adjuster/src/cases.rs");
 }
 
 mod device_injector {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/device-injector/src/cases.rs");
+    include!("../../../example-policies/device-injector/src/cases.rs");
 }
 
 mod hook_injector {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/hook-injector/src/cases.rs");
+    include!("../../../example-policies/hook-injector/src/cases.rs");
 }
 
 mod qos_class {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/qos-class/src/cases.rs");
+    include!("../../../example-policies/qos-class/src/cases.rs");
 }
 
 mod deny_host_sockets {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/deny-host-sockets/src/cases.rs");
+    include!("../../../example-policies/deny-host-sockets/src/cases.rs");
 }
 
 mod pod_metadata_env {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/pod-metadata-env/src/cases.rs");
+    include!("../../../example-policies/pod-metadata-env/src/cases.rs");
 }
 
 mod adjustment_validator {
     use super::{Case, Edit, Expect};
-    include!("../../example-policies/adjustment-validator/src/cases.rs");
+    include!("../../../example-policies/adjustment-validator/src/cases.rs");
 }
 
 /// An example: its component, its name in the chain and its cases.
@@ -699,7 +699,7 @@ async fn a_recording_replays_to_the_outcomes_of_the_live_run() {
 
 // -------------------------------------------- docs/writing-policies.md, run
 
-const GUIDE: &str = include_str!("../../docs/writing-policies.md");
+const GUIDE: &str = include_str!("../../../docs/writing-policies.md");
 
 /// The fenced blocks of the guide, with the HTML comment just before each.
 fn blocks(doc: &str) -> Vec<(Option<&str>, &str, String)> {
@@ -887,7 +887,7 @@ fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
     assert_eq!(ran.code, 0, "{ran:?}");
 
     // The README's block, as written there, on the same build.
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let block = readme
         .split("## Writing policies")
         .nth(1)
