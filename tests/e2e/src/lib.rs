@@ -306,13 +306,6 @@ pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
     ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
 }
 
-/// How late past the chain's budget an answer may arrive in a test: the
-/// socket and the simulator's own reading take microseconds, but a
-/// virtualised machine can stall for a few hundred milliseconds (steal
-/// time), which no host can prevent. Half the margin the runtime leaves
-/// between the chain's budget and its request timeout.
-pub const STALL: Duration = Duration::from_millis(500);
-
 /// The variable that sets how long the fault and attack matrices run.
 pub const MATRIX_VAR: &str = "NRI_WASM_MATRIX";
 

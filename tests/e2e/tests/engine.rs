@@ -110,32 +110,30 @@ fn settings_are_validated_at_load() {
     );
 }
 
-fn run_fault(mode: &str, limits: Limits) -> (CallError, Duration) {
-    let (err, took, _) = run_fault_charged(mode, limits);
-    (err, took)
+fn run_fault(mode: &str, limits: Limits) -> CallError {
+    run_fault_charged(mode, limits).0
 }
 
-/// The error, the wall-clock time the call took, and the time it was charged.
-fn run_fault_charged(mode: &str, limits: Limits) -> (CallError, Duration, Duration) {
+/// The error, and the time the call was charged.
+fn run_fault_charged(mode: &str, limits: Limits) -> (CallError, Duration) {
     let engine = engine();
     let f = facts();
     let p = engine.load(&spec("20-faults", guests::FAULTS, mode, limits), &f).unwrap();
-    let started = Instant::now();
     let report = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(5));
-    (report.outcome.expect_err("the call fails"), started.elapsed(), report.charged)
+    (report.outcome.expect_err("the call fails"), report.charged)
 }
 
 #[test]
 fn an_infinite_loop_is_interrupted_by_the_time_limit() {
     let limits = Limits { fuel: u64::MAX / 2, timeout_ms: 30, ..Limits::default() };
-    let (err, took, charged) = run_fault_charged("loop", limits);
+    let (err, charged) = run_fault_charged("loop", limits);
     assert_eq!(err.limit(), Some(LimitKind::Time), "{err}");
     assert!(err.to_string().contains("20-faults") && err.to_string().contains("CreateContainer"), "{err}");
     assert!(err.to_string().contains("time limit of 30 ms exceeded"), "its own limit ended it: {err}");
     // Cut once it used its 30 ms (however long a busy machine took to give
-    // it them), well before the 5 s of wall-clock time it was left.
+    // it them): the error names its time limit, not the 5 s of wall-clock
+    // time it was left, which would have ended it otherwise.
     assert!(charged >= Duration::from_millis(30) && charged < Duration::from_millis(30 + 50), "charged {charged:?}");
-    assert!(took < Duration::from_secs(5), "returned after {took:?}");
 }
 
 /// Pins the calling thread to `cpu`.
@@ -246,29 +244,29 @@ fn a_call_kept_waiting_by_a_busy_cpu_is_not_charged_for_the_wait() {
 #[test]
 fn an_infinite_loop_runs_out_of_fuel() {
     let limits = Limits { fuel: 5_000_000, timeout_ms: 10_000, ..Limits::default() };
-    let (err, _) = run_fault("loop", limits);
+    let err = run_fault("loop", limits);
     assert_eq!(err.limit(), Some(LimitKind::Fuel), "{err}");
 }
 
 #[test]
 fn memory_growth_stops_at_the_cap() {
     let limits = Limits { memory_mib: 16, ..roomy() };
-    let (err, _) = run_fault("grow", limits);
+    let err = run_fault("grow", limits);
     assert_eq!(err.limit(), Some(LimitKind::Memory), "{err}");
     assert!(err.to_string().contains("16 MiB"), "{err}");
 }
 
 #[test]
 fn traps_panics_and_stack_overflows_are_reported() {
-    let (err, _) = run_fault("unreachable", roomy());
+    let err = run_fault("unreachable", roomy());
     assert!(matches!(err.kind, CallErrorKind::Trap { .. }), "{err}");
-    let (err, _) = run_fault("panic", roomy());
+    let err = run_fault("panic", roomy());
     assert!(matches!(err.kind, CallErrorKind::Trap { .. }), "{err}");
     // The panic message the guest wrote to stderr is part of the error.
     assert!(err.to_string().contains("policy panicked on purpose for app"), "{err}");
     // Rust keeps its stack in linear memory: overflowing it faults below
     // address 0 rather than exhausting the engine's call stack.
-    let (err, _) = run_fault("stack", roomy());
+    let err = run_fault("stack", roomy());
     let text = err.to_string();
     assert!(err.limit() == Some(LimitKind::Stack) || text.contains("out of bounds"), "{err}");
 }

