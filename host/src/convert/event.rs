@@ -62,7 +62,7 @@ macro_rules! plain_event {
 /// its kind. The record is the row's `shape`: one the WIT variant does not
 /// carry, or one without a conversion from the request, does not compile.
 macro_rules! wit_events {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {$(
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {$(
         plain_event!($shape, $request);
 
         impl From<&pb::$request> for wit::Event {

@@ -11,7 +11,7 @@ use crate::wit::wit;
 /// (`nri/events.rs`): an event the WIT world lacks does not compile.
 pub fn event_kind(k: wit::EventKind) -> Option<EventKind> {
     macro_rules! from_wit {
-        ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+        ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
             match k {
                 $(wit::EventKind::$kind => Some(EventKind::$kind),)*
                 wit::EventKind::Synchronize => None,

@@ -54,7 +54,7 @@ pub enum DispatchError {
 }
 
 macro_rules! dispatcher_trait {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// Handles NRI events. Every method has a default that changes nothing, so an
         /// implementation overrides only the events it cares about.
         #[async_trait]

@@ -8,12 +8,18 @@
 //! holds the list; a module that needs it defines a `macro_rules!` that
 //! takes the rows and passes it to `nri_events!`, which calls it with them.
 //!
-//! A row reads `Kind = number, method, Request => Response, reply, carries, shape;`:
+//! A row reads `Kind = number since version, method, Request => Response,
+//! reply, carries, shape;`:
 //!
 //! - `Kind`: the RPC name, which is also the event's name in logs, metrics,
 //!   recordings and `eval --event`;
 //! - `number`: NRI's event number (the bit `1 << (number - 1)` in a
 //!   subscription);
+//! - `since`: the first NRI version whose runtimes accept the event in a
+//!   subscription, `any` for those every NRI runtime knows, else
+//!   `(major, minor, patch)`. A runtime refuses a subscription to an event
+//!   it does not know and drops the plugin, so this column is what the
+//!   host's subscription is cut to (`NriVersion::known_events`);
 //! - `method`: the [`Dispatcher`](super::Dispatcher) method that handles it;
 //! - `Request => Response`: the ttrpc messages of the `Plugin` RPC;
 //! - `reply`: `notify` when the runtime gets nothing but success or failure
@@ -38,7 +44,8 @@
 //! [`EventKind::ALL`](super::EventKind::ALL) is sorted by number.
 //!
 //! Generated from the table: [`EventKind`](super::EventKind) (variants,
-//! numbers, [`ALL`](super::EventKind::ALL), names); the
+//! numbers, [`ALL`](super::EventKind::ALL), names, the version each
+//! appeared in, and so which events a runtime's version accepts); the
 //! [`Dispatcher`](super::Dispatcher) trait's per-event methods; the
 //! `Plugin` service's per-event RPCs and the `StateChange` routing
 //! (`service.rs`); the recording's [`Request`](super::record::Request) enum
@@ -98,31 +105,31 @@
 macro_rules! nri_events {
     ($then:ident) => {
         $then! {
-            RunPodSandbox = 1, run_pod_sandbox, RunPodSandboxRequest => RunPodSandboxResponse, notify, pod, PodEvent;
-            UpdatePodSandbox = 12, update_pod_sandbox,
+            RunPodSandbox = 1 since any, run_pod_sandbox, RunPodSandboxRequest => RunPodSandboxResponse, notify, pod, PodEvent;
+            UpdatePodSandbox = 12 since (0, 10, 0), update_pod_sandbox,
                 UpdatePodSandboxRequest => UpdatePodSandboxResponse, notify, pod, UpdatePodSandboxEvent;
-            PostUpdatePodSandbox = 13, post_update_pod_sandbox,
+            PostUpdatePodSandbox = 13 since (0, 10, 0), post_update_pod_sandbox,
                 PostUpdatePodSandboxRequest => PostUpdatePodSandboxResponse, notify, pod, PodEvent;
-            StopPodSandbox = 2, stop_pod_sandbox, StopPodSandboxRequest => StopPodSandboxResponse, notify, pod, PodEvent;
-            RemovePodSandbox = 3, remove_pod_sandbox,
+            StopPodSandbox = 2 since any, stop_pod_sandbox, StopPodSandboxRequest => StopPodSandboxResponse, notify, pod, PodEvent;
+            RemovePodSandbox = 3 since any, remove_pod_sandbox,
                 RemovePodSandboxRequest => RemovePodSandboxResponse, notify, pod, PodEvent;
-            CreateContainer = 4, create_container,
+            CreateContainer = 4 since any, create_container,
                 CreateContainerRequest => CreateContainerResponse, answer, container, ContainerEvent;
-            PostCreateContainer = 5, post_create_container,
+            PostCreateContainer = 5 since any, post_create_container,
                 PostCreateContainerRequest => PostCreateContainerResponse, notify, container, ContainerEvent;
-            StartContainer = 6, start_container,
+            StartContainer = 6 since any, start_container,
                 StartContainerRequest => StartContainerResponse, notify, container, ContainerEvent;
-            PostStartContainer = 7, post_start_container,
+            PostStartContainer = 7 since any, post_start_container,
                 PostStartContainerRequest => PostStartContainerResponse, notify, container, ContainerEvent;
-            UpdateContainer = 8, update_container,
+            UpdateContainer = 8 since any, update_container,
                 UpdateContainerRequest => UpdateContainerResponse, answer, container, UpdateContainerEvent;
-            PostUpdateContainer = 9, post_update_container,
+            PostUpdateContainer = 9 since any, post_update_container,
                 PostUpdateContainerRequest => PostUpdateContainerResponse, notify, container, ContainerEvent;
-            StopContainer = 10, stop_container,
+            StopContainer = 10 since any, stop_container,
                 StopContainerRequest => StopContainerResponse, answer, container, ContainerEvent;
-            RemoveContainer = 11, remove_container,
+            RemoveContainer = 11 since any, remove_container,
                 RemoveContainerRequest => RemoveContainerResponse, notify, container, ContainerEvent;
-            ValidateContainerAdjustment = 14, validate_container_adjustment,
+            ValidateContainerAdjustment = 14 since (0, 10, 0), validate_container_adjustment,
                 ValidateContainerAdjustmentRequest => ValidateContainerAdjustmentResponse, verdict, container,
                 ValidationEvent;
         }

@@ -387,7 +387,7 @@ impl Connection {
 }
 
 macro_rules! connection_dispatcher {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         #[async_trait]
         impl Dispatcher for Connection {
             fn events(&self) -> EventMask {

@@ -315,7 +315,7 @@ macro_rules! state_change_request {
 /// The `Plugin` service's RPCs, one per row of the event table
 /// (`nri/events.rs`), and the routing of the generic StateChange.
 macro_rules! plugin_service {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// Delivers an event of kind `kind` that arrived through the generic
         /// StateChange RPC, with the pod and container it carried.
         async fn deliver_state_change(

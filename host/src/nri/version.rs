@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 macro_rules! event_kinds {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// Event numbers of the NRI protocol (the bit of event `n` is
         /// `1 << (n - 1)`): one variant per row of the event table
         /// (`nri/events.rs`).
@@ -32,7 +32,26 @@ macro_rules! event_kinds {
                     $(Self::$kind => stringify!($kind)),*
                 }
             }
+
+            /// The first NRI version whose runtimes accept the event in a
+            /// subscription (the table's `since` column).
+            pub const fn since(self) -> NriVersion {
+                match self {
+                    $(Self::$kind => since!($since)),*
+                }
+            }
         }
+    };
+}
+
+/// A `since` column of the event table as a version: `any` for the events
+/// every NRI runtime knows, `(major, minor, patch)` for a later one.
+macro_rules! since {
+    (any) => {
+        NriVersion::new(0, 0, 0)
+    };
+    (($major:literal, $minor:literal, $patch:literal)) => {
+        NriVersion::new($major, $minor, $patch)
     };
 }
 super::events::nri_events!(event_kinds);
@@ -165,20 +184,13 @@ impl NriVersion {
 
     /// The version whose event set every NRI runtime accepts (mask 0x7FF).
     pub const BASELINE: NriVersion = NriVersion::new(0, 6, 0);
-    /// First version with UpdatePodSandbox, PostUpdatePodSandbox and validation.
-    pub const POD_UPDATE_AND_VALIDATION: NriVersion = NriVersion::new(0, 10, 0);
     /// The version of the API this project implements.
     pub const IMPLEMENTED: NriVersion = NriVersion::new(0, 12, 0);
 
-    /// Events a runtime of this version knows and accepts in a subscription.
+    /// Events a runtime of this version knows and accepts in a subscription
+    /// (from the event table's `since` column).
     pub fn known_events(self) -> EventMask {
-        let mask = EventKind::ALL.iter().copied().filter(|e| match e {
-            EventKind::UpdatePodSandbox | EventKind::PostUpdatePodSandbox | EventKind::ValidateContainerAdjustment => {
-                self >= Self::POD_UPDATE_AND_VALIDATION
-            }
-            _ => true,
-        });
-        mask.collect()
+        EventKind::ALL.iter().copied().filter(|e| self >= e.since()).collect()
     }
 }
 

@@ -822,7 +822,7 @@ impl PolicyDispatcher {
 /// The dispatcher: its per-event methods generated from the event table
 /// (`nri/events.rs`), each the event's [`ViewChange`] around the chain.
 macro_rules! policy_dispatcher {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         #[async_trait]
         impl Dispatcher for PolicyDispatcher {
             /// What the policies subscribed to, and what the node view needs if a

@@ -415,7 +415,7 @@ macro_rules! event_reply {
 /// `eval`'s naming and dispatch of every request: Configure and
 /// Synchronize, then one arm per row of the event table (`nri/events.rs`).
 macro_rules! eval_requests {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         /// How reports name what an event is about.
         fn target(request: &Request) -> String {
             match request {

@@ -40,7 +40,7 @@ impl RecordingDispatcher {
 /// Every event is recorded, then passed on: one method per row of the
 /// event table (`nri/events.rs`).
 macro_rules! recording_dispatcher {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         #[async_trait]
         impl Dispatcher for RecordingDispatcher {
             fn events(&self) -> EventMask {

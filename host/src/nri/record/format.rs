@@ -86,7 +86,7 @@ macro_rules! requests {
 /// The requests of the recording: Configure and Synchronize, then every
 /// event of the table (`nri/events.rs`), in its order.
 macro_rules! requests_of_events {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         requests! {
             Configure => ConfigureRequest,
             Synchronize => SynchronizeRequest,

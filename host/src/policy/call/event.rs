@@ -235,7 +235,7 @@ macro_rules! plain_call_event {
 /// whole event of every kind (a kind the WIT world lacks, or a record
 /// without a [`Whole`], does not compile).
 macro_rules! call_events {
-    ($($kind:ident = $number:literal, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
+    ($($kind:ident = $number:literal since $since:tt, $method:ident, $request:ident => $response:ident, $reply:ident, $carries:ident, $shape:ident;)*) => {
         $(plain_call_event!($shape, $kind, $request);)*
 
         impl CallEvent {
