@@ -3,11 +3,11 @@
 //! validation step, determinism, and loading a directory.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{
-    Chain, ChainError, ChainSettings, EvalContext, Evaluated, Outcome, PolicyFailure, Step, Unloadable,
+    Chain, ChainError, ChainSettings, EvalContext, Evaluated, ManualClock, Outcome, PolicyFailure, Step, Unloadable,
 };
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
@@ -187,8 +187,10 @@ async fn a_global_of_a_policy_starts_afresh_in_every_call() {
 
 /// A reply of tens of thousands of removal markers, updates and evictions,
 /// within the 1 MiB reply limit, is merged in linear time: the runtime gets
-/// its answer inside the chain's budget, and the conflict at the end of the
-/// reply is that policy's failure, handled by its on-error.
+/// its answer inside its request timeout (the simulated runtime's own: a
+/// quadratic merge of this reply takes seconds, and a late answer is a
+/// timeout, which fails the run), and the conflict at the end of the reply
+/// is that policy's failure, handled by its on-error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
     let request_timeout = Duration::from_secs(2);
@@ -198,29 +200,22 @@ async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
         let generous = Limits { timeout_ms: 900, ..Limits::default() };
         let flood = load("20-flood", guests::FAULTS, "flood", on_error, Mode::Enforce, generous);
         let chain = Chain::new(vec![annotate("10-a", "a"), flood, annotate("30-c", "c")], ChainSettings::default());
-        let budget = chain.settings().budget(request_timeout);
         let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
         for run in 0..3 {
-            let started = Instant::now();
             let result = conn.create_container(&pod, &ctr).await;
-            let took = started.elapsed();
-            assert!(
-                took <= budget + nri_wasm_e2e::STALL,
-                "{on_error:?} run {run}: answered after {took:?}, budget {budget:?}"
-            );
             match on_error {
                 OnError::Ignore => {
-                    let reply = result.unwrap();
+                    let reply = result.unwrap_or_else(|e| panic!("run {run}: {e}"));
                     let keys: Vec<_> = annotations(&reply).into_iter().map(|(k, _)| k).collect();
-                    assert_eq!(keys, ["example.com/a", "example.com/c"]);
+                    assert_eq!(keys, ["example.com/a", "example.com/c"], "run {run}");
                     assert!(reply.update.is_empty() && reply.evict.is_empty(), "nothing of the flood is kept");
                     assert!(env(&reply).iter().all(|(k, _)| !k.starts_with('-')), "no marker of the flood");
                 }
                 OnError::Fail => {
-                    let err = result.unwrap_err();
-                    let SimError::Failed { status, .. } = &err else { panic!("{err}") };
+                    let err = result.expect_err("the flood's conflict fails the event");
+                    let SimError::Failed { status, .. } = &err else { panic!("run {run}: {err}") };
                     let message = status.message();
-                    assert!(message.contains("20-flood") && message.contains("invalid output"), "{message}");
+                    assert!(message.contains("20-flood") && message.contains("invalid output"), "run {run}: {message}");
                     assert!(message.contains("memory limit") && message.contains("twice"), "{message}");
                 }
             }
@@ -284,11 +279,15 @@ fn audit_mode_reports_but_changes_and_denies_nothing() {
     assert!(text.contains(&req.container.id) && text.contains("denied by annotation: no"), "{text}");
 }
 
+/// Three failures in a row quarantine a policy for its back-off, by the
+/// chain's clock: a manual one here, moved on instead of slept through.
 #[test]
 fn a_failing_policy_is_quarantined_then_retried() {
-    let settings = ChainSettings { breaker_failures: 3, breaker_backoff_ms: 300, ..ChainSettings::default() };
+    const BACKOFF_MS: u64 = 30_000;
+    let settings = ChainSettings { breaker_failures: 3, breaker_backoff_ms: BACKOFF_MS, ..ChainSettings::default() };
     let p = faulty("20-trap", "unreachable", OnError::Ignore, roomy());
-    let chain = Chain::new(vec![annotate("10-a", "a"), p], settings);
+    let clock = Arc::new(ManualClock::new());
+    let chain = Chain::new(vec![annotate("10-a", "a"), p], settings).with_clock(clock.clone());
     let req = request();
     let failure_of = |steps: &[Step]| match steps.last().map(|s| &s.outcome) {
         Some(Outcome::Failed { failure, ignored: true }) => failure.clone(),
@@ -304,10 +303,17 @@ fn a_failing_policy_is_quarantined_then_retried() {
     let last = steps.last().unwrap();
     assert_eq!((last.fuel, last.elapsed), (0, Duration::ZERO), "a quarantined policy is not called");
     assert_eq!(annotations(&resp).len(), 1, "the healthy policy still applies");
-    // After the back-off the policy is tried again (and fails again).
-    std::thread::sleep(Duration::from_millis(350));
+    // A millisecond short of the back-off it is still quarantined.
+    clock.advance(Duration::from_millis(BACKOFF_MS - 1));
+    let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
+    assert!(matches!(failure_of(&steps), PolicyFailure::Quarantined { .. }), "{steps:?}");
+    // After the back-off the policy is tried again (and fails again), on
+    // probation: that one failure sends it straight back.
+    clock.advance(Duration::from_millis(1));
     let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
     assert!(matches!(failure_of(&steps), PolicyFailure::Call(_)), "{steps:?}");
+    let Evaluated { value: _, steps, .. } = create(&chain, TWO_S, &req).unwrap();
+    assert!(matches!(failure_of(&steps), PolicyFailure::Quarantined { .. }), "{steps:?}");
 
     // With on-error = fail a quarantined policy fails the event, and says so.
     let settings = ChainSettings { breaker_failures: 1, breaker_backoff_ms: 60_000, ..ChainSettings::default() };
@@ -428,7 +434,8 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
 }
 
 /// 30 policies that loop forever: the runtime still gets its answer in
-/// time, and the policy after them still gets its share of the budget.
+/// time, and the policy after them still gets its share of the budget. The
+/// simulated runtime's own request timeout is the judge of "in time".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_looping_policies_answer_inside_the_request_timeout() {
     let request_timeout = Duration::from_millis(4_000);
@@ -441,17 +448,18 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
         policies.push(load("90-last", guests::ANNOTATE, "last", on_error, Mode::Enforce, roomy()));
         let chain = Chain::new(policies, ChainSettings { budget_fraction: 0.9, ..ChainSettings::default() });
         let Served { h, conn, dispatcher: _, pod, ctr } = serve(chain, request_timeout).await;
-        for _ in 0..3 {
-            let started = Instant::now();
+        for run in 0..3 {
+            // The runtime's own request timeout is the bound: an answer too
+            // late is its timeout error (and the plugin dropped), which
+            // neither arm below takes.
             let result = conn.create_container(&pod, &ctr).await;
-            let took = started.elapsed();
-            assert!(took < request_timeout, "{on_error:?}: the runtime would have dropped us after {took:?}");
+            assert!(!conn.is_closed(), "{on_error:?} run {run}: the runtime dropped the plugin: {result:?}");
             match on_error {
                 // Limits of 30 x 200 ms + 2 s in a budget of 3.6 s: every
                 // limit is cut to a share of about 116 ms; each loop is cut
                 // at its share, and the last policy runs in its own.
                 OnError::Ignore => {
-                    let reply = result.unwrap();
+                    let reply = result.unwrap_or_else(|e| panic!("run {run}: {e}"));
                     assert!(
                         annotations(&reply).contains(&("example.com/last".to_string(), ctr.name.clone())),
                         "90-last got its share: {:?}",
@@ -459,9 +467,11 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
                     );
                 }
                 OnError::Fail => {
+                    // The policy's failure, not the runtime's timeout.
                     let err = result.unwrap_err();
-                    let SimError::Failed { status, .. } = &err else { panic!("{err}") };
-                    assert!(status.message().contains("10-loop") && status.message().contains("time limit"));
+                    let SimError::Failed { status, .. } = &err else { panic!("run {run}: {err}") };
+                    let message = status.message();
+                    assert!(message.contains("10-loop") && message.contains("time limit"), "run {run}: {message}");
                 }
             }
         }

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use nri_sim::workload::Workload;
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
-use nri_wasm::policy::chain::{Chain, ChainSettings, EvalContext, Evaluated, Outcome, PolicyFailure, Step};
+use nri_wasm::policy::chain::{
+    Chain, ChainSettings, EvalContext, Evaluated, ManualClock, Outcome, PolicyFailure, Step,
+};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::CompiledPolicy;
 use nri_wasm::policy::limits::Limits;
@@ -336,14 +338,19 @@ fn failure_of(steps: &[Step]) -> PolicyFailure {
 
 /// A policy that fails again after its back-off goes straight back into
 /// quarantine, for twice as long; it used to be called, and fail, on every
-/// event after its first back-off.
+/// event after its first back-off. The breaker reads a manual clock, moved
+/// on instead of slept through, to a millisecond short of each back-off's
+/// end and then to its end.
 #[test]
 fn a_policy_failing_after_its_back_off_is_quarantined_again_for_longer() {
-    const BASE_MS: u64 = 2_000;
+    const BASE_MS: u64 = 30_000;
     let base = Duration::from_millis(BASE_MS);
+    let ms = Duration::from_millis(1);
     let settings = ChainSettings { breaker_failures: 2, breaker_backoff_ms: BASE_MS, ..ChainSettings::default() };
     let trap = load("20-trap", guests::FAULTS, "unreachable", OnError::Ignore, roomy());
-    let chain = Chain::new(vec![load("10-a", guests::ANNOTATE, "a", OnError::Fail, roomy()), trap], settings);
+    let clock = Arc::new(ManualClock::new());
+    let chain = Chain::new(vec![load("10-a", guests::ANNOTATE, "a", OnError::Fail, roomy()), trap], settings)
+        .with_clock(clock.clone());
     let req: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
     let create = || {
         let cx = EvalContext::new(
@@ -359,19 +366,21 @@ fn a_policy_failing_after_its_back_off_is_quarantined_again_for_longer() {
 
     assert!(ran(&create()));
     assert!(ran(&create()));
-    let first_trip = Instant::now();
     assert!(quarantined(&create()), "two failures in a row trip the breaker");
+    clock.advance(base - ms);
+    assert!(quarantined(&create()), "still quarantined a millisecond before its back-off ends");
     // The back-off is over: the policy is called again, fails, and is back
     // in quarantine at once.
-    std::thread::sleep((first_trip + base + Duration::from_millis(50)).saturating_duration_since(Instant::now()));
+    clock.advance(ms);
     assert!(ran(&create()), "called again after its back-off");
-    let second_trip = Instant::now();
     let f = create();
     assert!(quarantined(&f), "one failure after the back-off sends it back: {f}");
     // For twice as long: still quarantined well past the first back-off's length.
-    std::thread::sleep((second_trip + base + base / 2).saturating_duration_since(Instant::now()));
+    clock.advance(base + base / 2);
     assert!(quarantined(&create()), "the second back-off is longer than the first");
-    std::thread::sleep((second_trip + base * 2 + Duration::from_millis(50)).saturating_duration_since(Instant::now()));
+    clock.advance(base / 2 - ms);
+    assert!(quarantined(&create()), "still quarantined a millisecond before the doubled back-off ends");
+    clock.advance(ms);
     assert!(ran(&create()), "called again after the doubled back-off");
     assert!(quarantined(&create()));
 }

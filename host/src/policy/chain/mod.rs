@@ -17,12 +17,13 @@
 //!
 //! A circuit breaker quarantines a policy after repeated consecutive
 //! failures, so that a broken policy does not cost every event its full time
-//! limit. Time is shared out (`budget.rs`): each policy gets its own limit,
-//! but never so much that the policies after it are left less than their
-//! share of the chain's budget.
+//! limit; it reads the chain's own clock (`clock.rs`). Time is shared out
+//! (`budget.rs`): each policy gets its own limit, but never so much that the
+//! policies after it are left less than their share of the chain's budget.
 
 mod budget;
 mod change;
+mod clock;
 mod events;
 mod pipeline;
 
@@ -43,6 +44,7 @@ use crate::policy::load::manifest::{Mode, OnError};
 
 pub use budget::shares;
 pub use change::Change;
+pub use clock::{Clock, ManualClock, SystemClock};
 
 /// Largest reply one policy may give, encoded as the runtime would receive
 /// it: NRI's transport carries at most 4 MiB per message.
@@ -392,6 +394,8 @@ pub struct ChainEntry {
     /// The compiled policy, shared with the chains a reload builds.
     pub policy: Arc<CompiledPolicy>,
     breaker: Mutex<Breaker>,
+    /// The chain's clock, which its breaker reads.
+    clock: Arc<dyn Clock>,
 }
 
 impl ChainEntry {
@@ -400,9 +404,9 @@ impl ChainEntry {
         self.breaker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the breaker is open now.
+    /// Whether the breaker is open now, by the chain's clock.
     pub fn quarantined(&self) -> bool {
-        self.breaker().open_at(Instant::now())
+        self.breaker().open_at(self.clock.now())
     }
 
     /// Consecutive failures so far.
@@ -610,7 +614,7 @@ mod pending_tests {
 }
 
 /// The loaded policies, in order. Immutable once built; reloads build a new one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Chain {
     entries: Vec<ChainEntry>,
     /// Policies that failed to load.
@@ -622,6 +626,14 @@ pub struct Chain {
     /// Some policy subscribed to `synchronize`.
     synchronize: bool,
     settings: ChainSettings,
+    /// What the breakers read the time from ([`Chain::with_clock`]).
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Self::of(Vec::new(), ChainSettings::default())
+    }
 }
 
 /// Everything an evaluation needs besides the request.
@@ -732,14 +744,34 @@ impl Chain {
         Self::of(policies.into_iter().map(Arc::new).collect(), settings)
     }
 
-    /// A chain of shared policies (a reload keeps the unchanged ones).
+    /// A chain of shared policies (a reload keeps the unchanged ones), on
+    /// the [`SystemClock`].
     pub fn of(policies: Vec<Arc<CompiledPolicy>>, settings: ChainSettings) -> Self {
-        let entries: Vec<ChainEntry> =
-            policies.into_iter().map(|policy| ChainEntry { policy, breaker: Mutex::default() }).collect();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let entries: Vec<ChainEntry> = policies
+            .into_iter()
+            .map(|policy| ChainEntry { policy, breaker: Mutex::default(), clock: clock.clone() })
+            .collect();
         let events =
             entries.iter().fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.policy.events().bits()));
         let synchronize = entries.iter().any(|e| e.policy.wants_synchronize());
-        Self { entries, unloadable: Vec::new(), pending: Vec::new(), events, synchronize, settings }
+        Self { entries, unloadable: Vec::new(), pending: Vec::new(), events, synchronize, settings, clock }
+    }
+
+    /// The same chain with its breakers on `clock` (a [`ManualClock`] in
+    /// tests of quarantine and back-off). Only the breakers read it: time
+    /// limits and the chain's budget stay on the real clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        for entry in &mut self.entries {
+            entry.clock = clock.clone();
+        }
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the breakers read.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
     }
 
     /// Adds the policies still loading; see [`Chain::pending`].
@@ -868,7 +900,7 @@ impl Chain {
     fn failed(&self, entry: &ChainEntry, failure: PolicyFailure) -> PolicyFailure {
         let mut b = entry.breaker();
         let base = Duration::from_millis(self.settings.breaker_backoff_ms);
-        if let Some(backoff) = b.fail(Instant::now(), self.settings.breaker_failures, base) {
+        if let Some(backoff) = b.fail(self.clock.now(), self.settings.breaker_failures, base) {
             tracing::warn!(
                 policy = entry.policy.name(),
                 failures = b.failures,

@@ -243,7 +243,7 @@ impl Chain {
         let audit = audited(entry);
         {
             let b = entry.breaker();
-            if b.open_at(Instant::now()) {
+            if b.open_at(self.clock.now()) {
                 let failure =
                     PolicyFailure::Quarantined { policy: policy.into(), event: name.into(), failures: b.failures };
                 drop(b);
