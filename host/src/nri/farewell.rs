@@ -43,7 +43,7 @@
 //! If the farewell cannot register (the runtime is gone, or refuses it), the
 //! main connection is closed as before, and the same holds.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use super::dispatch::{DispatchError, Dispatcher};
 use super::mux::MuxHandle;
 use super::registration::PluginIdentity;
-use super::session::{Session, SessionContext, SessionEnd};
+use super::session::{Farewell as Leave, Leaving, Session, SessionContext, SessionEnd};
 use super::transport;
 use super::version::{EventKind, EventMask};
 
@@ -78,35 +78,22 @@ pub fn farewell_identity(identity: &PluginIdentity) -> PluginIdentity {
         .expect("a valid name with a valid suffix is valid")
 }
 
-/// Why a connection leaves: what its log lines say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Leaving {
-    /// The host was asked to stop: the plugin leaves the runtime.
-    Stop,
-    /// A connection retired after its successor took over.
-    Retired {
-        /// The retired connection's number (`supervisor.rs`).
-        conn: u64,
-    },
+/// How a stopped or retired session leaves through the runtime's `socket`
+/// (given to its [`SessionContext`] by the supervisor): it closes the main
+/// connection inside the `Synchronize` of a farewell registration, so that
+/// the runtime removes the plugin before its next event, and says whether
+/// that is how it closed; on any failure the main connection is closed
+/// directly.
+pub fn through(socket: PathBuf) -> Leave {
+    Leave::new(move |main, identity, register_timeout, why| {
+        let socket = socket.clone();
+        // Boxed (and `Send`): a session ends with a farewell, which runs a
+        // session.
+        Box::pin(async move { leave(&socket, identity, main, register_timeout, why).await })
+    })
 }
 
-/// Closes the main connection (`main`) inside the `Synchronize` of a
-/// farewell registration on `socket`, so that the runtime removes the
-/// plugin before its next event. Returns whether that is how it closed; on
-/// any failure the main connection is closed directly.
-///
-/// Boxed (and `Send`): a session ends with a farewell, which runs a session.
-pub fn leave<'a>(
-    socket: &'a Path,
-    identity: &'a PluginIdentity,
-    main: &'a MuxHandle,
-    register_timeout: Duration,
-    why: Leaving,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
-    Box::pin(leave_inner(socket, identity, main, register_timeout, why))
-}
-
-async fn leave_inner(
+async fn leave(
     socket: &Path,
     identity: &PluginIdentity,
     main: &MuxHandle,

@@ -26,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 use ttrpc::r#async::transport::{Listener, Socket};
 
 use super::dispatch::Dispatcher;
-use super::farewell::Leaving;
 use super::handover::ConnId;
 use super::mux::{self, AnswerClock, MuxEnd};
 use super::registration::{self, PluginIdentity, RegistrationError};
@@ -202,6 +201,61 @@ impl RuntimeLink {
     }
 }
 
+/// Why a connection leaves: what its log lines say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaving {
+    /// The host was asked to stop: the plugin leaves the runtime.
+    Stop,
+    /// A connection retired after its successor took over.
+    Retired {
+        /// The retired connection's number (`supervisor.rs`).
+        conn: u64,
+    },
+}
+
+/// How a stopped or retired session leaves the runtime instead of just
+/// closing its connection: given the connection, the plugin's identity,
+/// the registration timeout and why, it closes the connection and says
+/// whether it left as planned. The supervisor injects it (`farewell.rs`
+/// leaves through a farewell registration, which runs a session of its
+/// own), so that a session names no farewell and the two do not import
+/// each other.
+#[derive(Clone)]
+pub struct Farewell(Arc<FarewellFn>);
+
+/// The function a [`Farewell`] runs.
+type FarewellFn = dyn for<'a> Fn(
+        &'a mux::MuxHandle,
+        &'a PluginIdentity,
+        Duration,
+        Leaving,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>
+    + Send
+    + Sync;
+
+impl Farewell {
+    /// A farewell that runs `leave`.
+    pub fn new(
+        leave: impl for<'a> Fn(
+                &'a mux::MuxHandle,
+                &'a PluginIdentity,
+                Duration,
+                Leaving,
+            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        Self(Arc::new(leave))
+    }
+}
+
+impl std::fmt::Debug for Farewell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Farewell")
+    }
+}
+
 /// What every session of a plugin needs besides its socket.
 #[derive(Debug, Clone)]
 pub struct SessionContext {
@@ -211,10 +265,10 @@ pub struct SessionContext {
     pub register_timeout: Duration,
     /// Cancelled to end every session (a signal): each closes cleanly.
     pub stop: CancellationToken,
-    /// The runtime's socket, to leave through a farewell registration when
-    /// stopped or retired (`farewell.rs`); `None` closes the connection
+    /// How to leave when stopped or retired (a farewell registration on
+    /// the runtime's socket, `farewell.rs`); `None` closes the connection
     /// directly.
-    pub farewell: Option<std::path::PathBuf>,
+    pub farewell: Option<Farewell>,
 }
 
 /// How far the registration of a session got.
@@ -457,11 +511,11 @@ impl Run {
             SessionEnd::Retired => Some(Leaving::Retired { conn: self.id }),
             _ => None,
         };
-        if let (Some(why), Some(socket)) = (leaving, &cx.farewell) {
+        if let (Some(why), Some(farewell)) = (leaving, &cx.farewell) {
             // Serving on meanwhile (a retired one as a plugin that changes
             // nothing): the connection closes inside the farewell's
             // Synchronize, and the runtime removes it before its next event.
-            super::farewell::leave(socket, &cx.identity, &handle, cx.register_timeout, why).await;
+            (farewell.0)(&handle, &cx.identity, cx.register_timeout, why).await;
         }
         finish(&mut server, &handle).await;
         end

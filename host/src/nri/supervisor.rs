@@ -182,7 +182,7 @@ impl Supervisor {
     /// is its one connection); without it the connection just closes.
     pub fn with_farewell(mut self) -> Self {
         if let Endpoint::Socket(path) = &self.options.endpoint {
-            self.cx.farewell = Some(path.clone());
+            self.cx.farewell = Some(super::farewell::through(path.clone()));
         }
         self
     }

@@ -104,10 +104,12 @@ pub mod event {
     pub use super::call::event::CallEvent;
 }
 
-/// Reading a policy file, the first load step (`engine/prepare.rs`).
+/// Reading a policy file, the first load step (`load/read.rs`), and what
+/// a policy may use (`engine/prepare.rs`).
 pub mod prepare {
     pub use super::call::compiled::{CompiledPolicy, Imports, LoadTimings};
-    pub use super::engine::prepare::{allowed, check_permissions, read_policy_file};
+    pub use super::engine::prepare::allowed;
+    pub use super::load::read::{check_permissions, read_policy_file};
     pub use crate::files::sha256_hex;
 }
 

@@ -1,5 +1,5 @@
 //! No import circles between the crate's modules, nor between the groups of
-//! `policy/`.
+//! `policy/`, nor between the files of one folder.
 //!
 //! A circle makes two modules one: neither can be read, tested or changed
 //! without the other, and the order in which a reader should learn them is
@@ -399,11 +399,76 @@ fn describe(graph: &Graph, circle: &[String]) -> String {
     text
 }
 
+/// The import graph between the files of each folder of `src`: an edge
+/// `policy::call::store -> policy::call::profile` when a file uses a file
+/// beside it (a folder's `mod.rs` is the folder, beside the files and
+/// folders next to it). The
+/// graph of modules above sees a folder as one node, so a circle between
+/// two of its files would go unseen there.
+fn sibling_graph(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeSet<Vec<String>> =
+        files.iter().map(|f| module_of(f.strip_prefix(src).unwrap())).filter(|m| !m.is_empty()).collect();
+    let mut graph = Graph::new();
+    for file in files {
+        let rel = file.strip_prefix(src).unwrap();
+        let module = module_of(rel);
+        if module.is_empty() || rel == Path::new("main.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = code_only(&text);
+        let marks = inline_modules(&code);
+        for (at, segments) in paths(&code) {
+            let inline = &marks.iter().rev().find(|(m, _)| *m <= at).unwrap().1;
+            let mut here = module.clone();
+            here.extend(inline.iter().cloned());
+            let target = absolute(&here, &segments);
+            // The file the path lands in: its longest prefix that is a file.
+            let Some(to) = (1..=target.len()).rev().map(|n| &target[..n]).find(|t| modules.contains(*t)) else {
+                continue;
+            };
+            let siblings = to.len() == module.len() && to[..to.len() - 1] == module[..module.len() - 1];
+            if !siblings || to == module.as_slice() {
+                continue;
+            }
+            let line = text[..at].matches('\n').count() + 1;
+            graph
+                .entry(module.join("::"))
+                .or_default()
+                .entry(to.join("::"))
+                .or_insert_with(|| (rel.display().to_string(), line));
+        }
+    }
+    graph
+}
+
 #[test]
 fn no_module_imports_back_around_a_circle() {
     let graph = graph(&src_dir());
     if let Some(c) = circle(&graph) {
         panic!("import circle: {}", describe(&graph, &c));
+    }
+}
+
+#[test]
+fn no_file_imports_back_around_a_circle_inside_its_folder() {
+    let graph = sibling_graph(&src_dir());
+    // Every circle, each named once: take one edge of each found away.
+    let mut rest = graph.clone();
+    let mut found = Vec::new();
+    while let Some(c) = circle(&rest) {
+        found.push(describe(&graph, &c));
+        let (a, b) = (&c[c.len() - 2], &c[c.len() - 1]);
+        rest.get_mut(a).unwrap().remove(b);
+    }
+    assert!(found.is_empty(), "import circles between the files of one folder:\n{}", found.join("\n"));
+    // Really read: edges between files of one folder are there.
+    for (from, to) in
+        [("policy::call::store", "policy::call::profile"), ("policy::call::compiled", "policy::call::store")]
+    {
+        assert!(graph.get(from).is_some_and(|m| m.contains_key(to)), "no edge {from} -> {to} found: {graph:#?}");
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
+use super::profile::CallProfile;
 use super::store::CallState;
 use crate::nri::version::EventMask;
 use crate::policy::load::caps::{Allowed, Capability};
@@ -60,16 +61,14 @@ pub struct LoadTimings {
 pub struct CompiledPolicy {
     /// What it was loaded from, with its settings.
     pub spec: PolicySpec,
-    /// Seed of the policy's random sources (from its name).
-    pub(crate) seed: u64,
+    /// What each call takes of it.
+    pub(crate) profile: CallProfile,
     pub(crate) instance_pre: InstancePre<CallState>,
     pub(crate) handle: ComponentExportIndex,
     pub(crate) configure: ComponentExportIndex,
     pub(crate) imports: Imports,
     pub(crate) events: EventMask,
     pub(crate) synchronize: bool,
-    pub(crate) name: Arc<str>,
-    pub(crate) settings: Arc<str>,
     /// SHA-256 of the file, hex.
     pub(crate) digest: String,
     /// Its key in the compile cache.
@@ -84,14 +83,22 @@ pub struct CompiledPolicy {
 
 impl std::fmt::Debug for CompiledPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledPolicy").field("name", &self.name).field("events", &self.events).finish_non_exhaustive()
+        f.debug_struct("CompiledPolicy")
+            .field("name", &self.profile.name)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
     }
 }
 
 impl CompiledPolicy {
     /// The policy's name (`NN-name`).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.profile.name
+    }
+
+    /// What each call takes of it.
+    pub fn profile(&self) -> &CallProfile {
+        &self.profile
     }
 
     /// NRI events the policy subscribed to in `configure`.
@@ -127,7 +134,7 @@ impl CompiledPolicy {
 
     /// Whether it reads the node view ([`Imports::reads_node`]).
     pub fn reads_node(&self) -> bool {
-        self.imports.reads_node(self.allowed)
+        self.profile.reads_node
     }
 
     /// What inspecting the file found.

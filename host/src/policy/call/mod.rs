@@ -1,6 +1,7 @@
 //! One call: one event, one policy, one fresh instance, bounded.
 //!
 //! - `compiled`: what a call runs (a loaded policy, pre-linked);
+//!   `profile`: what a call's store takes of it;
 //! - `event`, `env`, `state`: what a call reads and writes;
 //! - `store`: a call's store, its limits and what it collects;
 //! - `limiter`: memory and tables; `meter`: the time a call is charged
@@ -20,6 +21,7 @@ pub(crate) mod event;
 pub(crate) mod limiter;
 pub(crate) mod meter;
 pub(crate) mod output;
+pub(crate) mod profile;
 pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod watchdog;

@@ -34,12 +34,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::compiled::CompiledPolicy;
 use super::env::CallEnv;
 use super::event::CallEvent;
 use super::limiter::CallLimiter;
 use super::meter::{CallClock, Cut, Verdict};
 use super::output::{GuestOutput, Written};
+use super::profile::CallProfile;
 use super::state::StateTxn;
 use super::watchdog::{Armed, Arming};
 use crate::node::view::{ContainerEntry, Expired, NodeView, WorkClock};
@@ -255,7 +255,7 @@ impl LogBudget {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn new_store(
     engine: &wasmtime::Engine,
-    policy: &CompiledPolicy,
+    policy: &CallProfile,
     env: &CallEnv,
     state: StateTxn,
     current: Option<Arc<ContainerEntry>>,
@@ -263,7 +263,7 @@ pub(crate) fn new_store(
     time: Arc<CallClock>,
     arming: &Arming,
 ) -> Store<CallState> {
-    let limits = &policy.spec.limits;
+    let limits = &policy.limits;
     let data = CallState {
         limiter: CallLimiter::new(limits),
         wasi: None,
@@ -272,7 +272,7 @@ pub(crate) fn new_store(
         policy: policy.name.clone(),
         settings: policy.settings.clone(),
         env: env.clone(),
-        current: if policy.reads_node() { current } else { None },
+        current: if policy.reads_node { current } else { None },
         state,
         event,
         armed: Some(arming.arm(time.first_check())),
@@ -280,7 +280,7 @@ pub(crate) fn new_store(
         arming: arming.clone(),
         engine: engine.clone(),
         stopped_in: std::cell::Cell::new(None),
-        node_allowed: policy.allowed().effective().contains(crate::policy::load::caps::Capability::Node),
+        node_allowed: policy.node_allowed,
         refused_in: std::cell::Cell::new(None),
         logs: LogBudget::default(),
     };

@@ -147,7 +147,7 @@ fn file_name(path: &Path) -> String {
 /// write is logged: the next start only waits a little longer.
 pub(crate) fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
     let Some(dir) = engine.cache().map(crate::policy::load::cache::Cache::dir) else { return };
-    let path = write(dir, policy.name(), policy.digest(), &policy.settings, Subscription::of(policy));
+    let path = write(dir, policy.name(), policy.digest(), &policy.profile.settings, Subscription::of(policy));
     engine.keep_record(policy.name(), file_name(&path));
 }
 
@@ -162,7 +162,7 @@ pub(crate) fn record_failed(dir: &Path, spec: &PolicySpec, max_bytes: u64) -> Op
     if spec.source.is_some() {
         return None;
     }
-    let bytes = crate::policy::engine::prepare::read_policy_file(spec, max_bytes).ok()?;
+    let bytes = crate::policy::load::read::read_policy_file(spec, max_bytes).ok()?;
     let path = write(dir, &spec.name, &sha256_hex(&bytes), &spec.settings, Subscription::default());
     Some(file_name(&path))
 }
@@ -212,7 +212,7 @@ pub(crate) fn foreknown(dir: Option<&Path>, spec: &PolicySpec, max_bytes: u64) -
     if spec.source.is_some() {
         return Foreknown::default();
     }
-    let Ok(bytes) = crate::policy::engine::prepare::read_policy_file(spec, max_bytes) else {
+    let Ok(bytes) = crate::policy::load::read::read_policy_file(spec, max_bytes) else {
         return Foreknown::default();
     };
     let record = dir.and_then(|dir| {

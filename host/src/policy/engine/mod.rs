@@ -538,7 +538,7 @@ impl PolicyEngine {
     /// The state a call of `policy` starts from.
     pub(crate) fn state_for(&self, policy: &CompiledPolicy, env: &CallEnv) -> StateTxn {
         match policy.imports.state {
-            true => StateTxn::new(env.states.snapshot(&policy.name), policy.spec.limits.state_bytes()),
+            true => StateTxn::new(env.states.snapshot(&policy.profile.name), policy.spec.limits.state_bytes()),
             false => StateTxn::new(self.no_state.clone(), 0),
         }
     }
@@ -557,7 +557,8 @@ impl PolicyEngine {
         let limit = limits.timeout().max(CONFIGURE_MIN_TIMEOUT);
         let time = Arc::new(CallClock::new(limit, Instant::now() + limit * CONFIGURE_WALL_FACTOR));
         let state = self.state_for(policy, &env);
-        let mut store = new_store(&self.engine, policy, &env, state, None, None, time.clone(), &self.watchdog.arming());
+        let mut store =
+            new_store(&self.engine, &policy.profile, &env, state, None, None, time.clone(), &self.watchdog.arming());
         // Other loads are polled from the same task: let them run.
         store.fuel_async_yield_interval(Some(CONFIGURE_YIELD_FUEL)).expect("fuel and async are enabled");
         let settings = policy.spec.settings.clone();
@@ -571,7 +572,7 @@ impl PolicyEngine {
         let event = "configure";
         let stderr = drain_output(store.data(), event);
         let attempt = Attempt {
-            policy: &policy.name,
+            policy: &policy.profile.name,
             event,
             limits,
             time: &time,
@@ -585,9 +586,11 @@ impl PolicyEngine {
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
             Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(kinds)) => Ok(kinds),
-            Ok(Err(reason)) => {
-                Err(CallError::new(&*policy.name, event, CallErrorKind::Init { reason: crate::text::reason(&reason) }))
-            }
+            Ok(Err(reason)) => Err(CallError::new(
+                &*policy.profile.name,
+                event,
+                CallErrorKind::Init { reason: crate::text::reason(&reason) },
+            )),
             Err(e) => Err(classify(&e, &attempt)),
         }
     }
@@ -612,7 +615,7 @@ impl PolicyEngine {
         let state = self.state_for(policy, env);
         let arming = self.watchdog.arming();
         let mut store =
-            new_store(&self.engine, policy, env, state, current.cloned(), Some(event), time.clone(), &arming);
+            new_store(&self.engine, &policy.profile, env, state, current.cloned(), Some(event), time.clone(), &arming);
         let run = async {
             let instance = policy.instance_pre.instantiate_async(&mut store).await?;
             let func = instance.get_func(&mut store, policy.handle).expect("export found at load");
@@ -627,7 +630,7 @@ impl PolicyEngine {
         let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         let stderr = drain_output(store.data(), name);
         let attempt = Attempt {
-            policy: &policy.name,
+            policy: &policy.profile.name,
             event: name,
             limits,
             time: &time,

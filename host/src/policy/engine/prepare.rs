@@ -1,6 +1,6 @@
 //! From a policy file to a [`CompiledPolicy`], the cheap steps first.
 //!
-//! 1. read: a regular file (symlinks are followed, as ConfigMap volumes
+//! 1. read (`load/read.rs`): a regular file (symlinks are followed, as ConfigMap volumes
 //!    need), opened without blocking, checked by its open descriptor, no
 //!    larger than `max-component-mib`; its SHA-256 against a pin if the
 //!    operator set one; owner and mode if `strict-permissions` is on;
@@ -14,9 +14,6 @@
 //! Every step is bounded and fails with a [`LoadError`] that names the
 //! policy, the file and the step.
 
-use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,6 +24,7 @@ use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
 use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
 use crate::policy::call::env::Facts;
+use crate::policy::call::profile::CallProfile;
 use crate::policy::engine::PolicyEngine;
 use crate::policy::load::cache::Binding;
 use crate::policy::load::caps::{parse_declaration, Allowed};
@@ -34,6 +32,7 @@ use crate::policy::load::declared::answer_name;
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::inspect::{self, Inspection};
 use crate::policy::load::manifest::PolicySpec;
+use crate::policy::load::read::read_policy_file;
 use crate::wit::{wit, PolicyPre};
 
 /// What a policy may use: its spec's grant and its declaration. A
@@ -63,63 +62,6 @@ pub fn allowed(spec: &PolicySpec, inspection: &Inspection) -> Result<Allowed, Lo
         tracing::warn!(policy, unasked = %unasked.describe(), "settings file grants dangerous capabilities the policy {what}");
     }
     Ok(allowed)
-}
-
-/// A stable seed from a policy's name (FNV-1a).
-fn seed_of(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// Reads a policy file: a regular file (symlinks followed), at most `max`
-/// bytes, checked through the open descriptor so that it cannot be swapped
-/// for something else between the check and the read.
-pub fn read_policy_file(spec: &PolicySpec, max: u64) -> Result<Vec<u8>, LoadError> {
-    let path = &spec.wasm;
-    let read_err =
-        |reason: String| LoadError::Read { policy: spec.name.clone(), path: path.display().to_string(), reason };
-    let file = std::fs::File::options()
-        .read(true)
-        // A FIFO must not block the open; a device must not become our tty.
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| read_err(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| read_err(e.to_string()))?;
-    if !meta.file_type().is_file() {
-        return Err(LoadError::NotAFile {
-            policy: spec.name.clone(),
-            path: path.display().to_string(),
-            what: crate::files::kind_of(meta.file_type()).into(),
-        });
-    }
-    if spec.strict_permissions {
-        check_permissions(spec, path, &meta)?;
-    }
-    if meta.len() > max {
-        return Err(LoadError::TooLarge { policy: spec.name.clone(), size: meta.len(), limit: max });
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| read_err(e.to_string()))?;
-    if bytes.len() as u64 > max {
-        return Err(LoadError::TooLarge { policy: spec.name.clone(), size: bytes.len() as u64, limit: max });
-    }
-    Ok(bytes)
-}
-
-/// With `strict-permissions`: owned by root, writable by no one else.
-pub fn check_permissions(spec: &PolicySpec, path: &Path, meta: &std::fs::Metadata) -> Result<(), LoadError> {
-    let problem = if meta.uid() != 0 {
-        Some(format!("owned by uid {}, not root", meta.uid()))
-    } else if meta.mode() & 0o022 != 0 {
-        Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777))
-    } else {
-        None
-    };
-    match problem {
-        Some(problem) => {
-            Err(LoadError::Permissions { policy: spec.name.clone(), path: path.display().to_string(), problem })
-        }
-        None => Ok(()),
-    }
 }
 
 impl PolicyEngine {
@@ -216,17 +158,16 @@ impl PolicyEngine {
             imports.node |= import.starts_with("nri-wasm:policy/node@");
             imports.state |= import.starts_with("nri-wasm:policy/state@");
         }
+        let profile = CallProfile::new(name, &spec.settings, spec.limits, allowed, imports.reads_node(allowed));
         let mut compiled = CompiledPolicy {
             spec: spec.clone(),
-            seed: seed_of(name),
+            profile,
             instance_pre,
             handle,
             configure,
             imports,
             events: EventMask::EMPTY,
             synchronize: false,
-            name: name.into(),
-            settings: spec.settings.as_str().into(),
             digest,
             cache_key,
             inspection,

@@ -30,7 +30,7 @@
 
 use nri_wasm_api::api as pb;
 
-use super::caps::Capability;
+use super::capability::Capability;
 use crate::merge::is_cgroup_file;
 use crate::wit::wit;
 

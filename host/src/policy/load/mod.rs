@@ -1,7 +1,7 @@
 //! What a policy file is and what it becomes, before any engine is
-//! involved: its settings file (`manifest`), its limits and capabilities
-//! (`limits`, `caps`, and `bounds`: what the default grant allows of each
-//! field), the events it declares (`declared`), the cheap checks before
+//! involved: reading the file (`read`), its settings file (`manifest`), its limits and capabilities
+//! (`limits`; `capability`, the table of them; `caps`, what a policy has;
+//! and `bounds`: what the default grant allows of each field), the events it declares (`declared`), the cheap checks before
 //! compiling (`inspect`),
 //! compiling within bounds (`compile`), the compiled forms kept on disk
 //! (`cache`), and the errors of these steps (`errors`).
@@ -13,6 +13,7 @@
 
 pub(crate) mod bounds;
 pub(crate) mod cache;
+pub(crate) mod capability;
 pub(crate) mod caps;
 pub(crate) mod compile;
 pub(crate) mod declared;
@@ -20,3 +21,4 @@ pub(crate) mod errors;
 pub(crate) mod inspect;
 pub(crate) mod limits;
 pub(crate) mod manifest;
+pub(crate) mod read;
