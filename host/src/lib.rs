@@ -20,9 +20,10 @@
 //!   and fuzz targets, not part of the stable surface.
 //!
 //! Layers, lowest first: what the modules import from each other today.
-//! What is checked (`host/tests/integration/module_circles.rs`) is that no two of
-//! these modules, and no two groups of `policy/`, import each other,
-//! directly or around a circle:
+//! What is checked (`host/tests/integration/module_circles.rs`) is that no
+//! two of these modules, no two groups of `policy/` and no two files of one
+//! folder (a folder's `mod.rs` aside) import each other, directly or around
+//! a circle:
 //! 1. `alloc`, `files`, `text`, `watch`, `wit`;
 //! 2. `nri` (the transport and its `Dispatcher` seam);
 //! 3. `merge`, `node`, `convert`, `registry`;

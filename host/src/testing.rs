@@ -16,7 +16,9 @@
 //! - `policy::loader::load_dir`: a directory loaded once, without the
 //!   reloader the host loads through;
 //! - `policy::reload::Reloader::check_tags`: the registry tag check on
-//!   demand, which the host runs from `watch` on a timer or SIGHUP.
+//!   demand, which the host runs from `watch` on a timer or SIGHUP;
+//! - `policy::chain::ManualClock` and `Chain::with_clock`: a chain whose
+//!   breakers read a clock the test moves, for back-off without sleeping.
 
 pub use crate::nri::dispatch::NullDispatcher;
 pub use crate::policy::call::state::StateWriter;

@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use super::dispatch::{DispatchError, Dispatcher};
 use super::mux::MuxHandle;
 use super::registration::PluginIdentity;
-use super::session::{Farewell as Leave, Leaving, Session, SessionContext, SessionEnd};
+use super::session::{Farewell, Leaving, Session, SessionContext, SessionEnd};
 use super::transport;
 use super::version::{EventKind, EventMask};
 
@@ -84,8 +84,8 @@ pub fn farewell_identity(identity: &PluginIdentity) -> PluginIdentity {
 /// the runtime removes the plugin before its next event, and says whether
 /// that is how it closed; on any failure the main connection is closed
 /// directly.
-pub fn through(socket: PathBuf) -> Leave {
-    Leave::new(move |main, identity, register_timeout, why| {
+pub fn through(socket: PathBuf) -> Farewell {
+    Farewell::new(move |main, identity, register_timeout, why| {
         let socket = socket.clone();
         // Boxed (and `Send`): a session ends with a farewell, which runs a
         // session.
@@ -103,7 +103,7 @@ async fn leave(
     let farewell = farewell_identity(identity);
     let closed = Arc::new(watch::Sender::new(false));
     let stop = CancellationToken::new();
-    let dispatcher = Arc::new(Farewell { main: main.clone(), closed: closed.clone(), stop: stop.clone() });
+    let dispatcher = Arc::new(FarewellPlugin { main: main.clone(), closed: closed.clone(), stop: stop.clone() });
     let attempt = async {
         let stream = transport::connect_socket(socket).await.map_err(|e| crate::text::chain(&e))?;
         let cx = SessionContext { identity: farewell.clone(), register_timeout, stop: stop.clone(), farewell: None };
@@ -151,14 +151,14 @@ async fn leave(
 
 /// The farewell plugin: changes nothing, and closes the main connection in
 /// its `Synchronize`.
-struct Farewell {
+struct FarewellPlugin {
     main: MuxHandle,
     closed: Arc<watch::Sender<bool>>,
     stop: CancellationToken,
 }
 
 #[async_trait]
-impl Dispatcher for Farewell {
+impl Dispatcher for FarewellPlugin {
     fn events(&self) -> EventMask {
         // The rarest notification; a runtime that does not know it leaves
         // the subscription empty, and the transport subscribes to the one
@@ -186,9 +186,9 @@ impl Dispatcher for Farewell {
     }
 }
 
-impl std::fmt::Debug for Farewell {
+impl std::fmt::Debug for FarewellPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Farewell").finish_non_exhaustive()
+        f.debug_struct("FarewellPlugin").finish_non_exhaustive()
     }
 }
 

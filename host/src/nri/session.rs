@@ -224,24 +224,16 @@ pub enum Leaving {
 pub struct Farewell(Arc<FarewellFn>);
 
 /// The function a [`Farewell`] runs.
-type FarewellFn = dyn for<'a> Fn(
-        &'a mux::MuxHandle,
-        &'a PluginIdentity,
-        Duration,
-        Leaving,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>
-    + Send
-    + Sync;
+type FarewellFn =
+    dyn for<'a> Fn(&'a mux::MuxHandle, &'a PluginIdentity, Duration, Leaving) -> LeaveFuture<'a> + Send + Sync;
+
+/// A farewell under way: whether the connection left as planned.
+pub type LeaveFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
 
 impl Farewell {
     /// A farewell that runs `leave`.
     pub fn new(
-        leave: impl for<'a> Fn(
-                &'a mux::MuxHandle,
-                &'a PluginIdentity,
-                Duration,
-                Leaving,
-            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>
+        leave: impl for<'a> Fn(&'a mux::MuxHandle, &'a PluginIdentity, Duration, Leaving) -> LeaveFuture<'a>
             + Send
             + Sync
             + 'static,

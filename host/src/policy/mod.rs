@@ -4,12 +4,13 @@
 //! a group imports only from the groups above it in this list, never back
 //! (`host/tests/integration/module_circles.rs` fails on a circle):
 //! - `load/`: what a policy file is and what it becomes without an engine:
-//!   its settings file (`manifest`), limits, capabilities (`caps`), the
+//!   reading the file (`read`), its settings file (`manifest`), limits,
+//!   capabilities (`capability`, the table; `caps`, what a policy has), the
 //!   cheap checks before compiling (`inspect`), compiling within bounds
 //!   (`compile`), the compiled forms on disk (`cache`), and load errors.
 //!   At the bottom, so that everything else can name a spec or a limit;
 //! - `call/`: one call, one event, one policy, one fresh instance: what it
-//!   runs (`compiled`), reads and writes (`event`, `env`, `state`), its
+//!   runs (`compiled`, and of it the `profile` a store takes), reads and writes (`event`, `env`, `state`), its
 //!   store, limiter, watchdog and output, and call errors. It knows no
 //!   engine, so the engine can use all of it;
 //! - [`engine`]: the wasmtime engine, linker and policy runtime shared by

@@ -812,6 +812,7 @@ fn command_lines(body: &str) -> Vec<String> {
 /// builds sharing one target directory across runs of the suite.
 #[test]
 fn the_guide_walkthrough_creates_builds_tests_checks_and_evaluates_a_policy() {
+    let _alone = crate::alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("author-tools-project");
     let mut lines = Vec::new();
@@ -1330,6 +1331,7 @@ fn an_unsigned_policy_is_refused_by_eval_with_a_nodes_configuration_as_by_run() 
 /// Go of another release) instead.
 #[test]
 fn new_links_the_sdk_nri_wasm_sdk_names_and_names_the_tools_it_lacks() {
+    let _alone = crate::alone();
     let tmp = tempfile::tempdir().unwrap();
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
     // Another checkout, as far as `new` can tell.

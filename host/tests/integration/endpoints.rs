@@ -150,8 +150,9 @@ fn raise_fd_limit() -> u64 {
 
 /// One probe, as the kubelet makes it: connect, GET, read the response,
 /// and give up (a failed probe) once [`PROBE_LIMIT`] has passed since it
-/// started, as the kubelet does at the probe's `timeoutSeconds`. The
-/// status code and how long it took, or why it failed.
+/// started, as the kubelet does at the probe's `timeoutSeconds` (1 s is
+/// the requirement this file tests, stricter than the 2 s the deployed
+/// probes allow). The status code and how long it took, or why it failed.
 fn probe(addr: SocketAddr, path: &str) -> Result<(u16, Duration), String> {
     let started = Instant::now();
     let deadline = started + PROBE_LIMIT;
@@ -312,6 +313,7 @@ async fn stop(attack: &Arc<Attack>, tasks: Vec<tokio::task::JoinHandle<()>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_probes_answer_within_a_second_under_a_thousand_idle_connections_and_a_flood() {
+    let _alone = crate::alone_async().await;
     let fds = raise_fd_limit();
     assert!(fds >= 2 * IDLE as u64, "this test needs {} descriptors; the hard limit is {fds}", 2 * IDLE);
     let dir = tempfile::tempdir().unwrap();
@@ -349,6 +351,7 @@ async fn health_probes_answer_within_a_second_under_a_thousand_idle_connections_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_probes_answer_within_a_second_when_the_host_is_out_of_descriptors() {
+    let _alone = crate::alone_async().await;
     raise_fd_limit();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nri.sock");

@@ -156,6 +156,7 @@ async fn connect(sim: &Simulator) -> PluginConn {
 /// runtime from within a runtime") before registering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_that_write_panic_sleep_or_exit_while_loading_do_not_stop_the_host() {
+    let _alone = crate::alone_async().await;
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
@@ -198,6 +199,7 @@ async fn policies_that_write_panic_sleep_or_exit_while_loading_do_not_stop_the_h
 /// once, and refuses containers naming it until it is loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_load_delays_registration_by_the_start_wait_at_most() {
+    let _alone = crate::alone_async().await;
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
@@ -224,6 +226,7 @@ async fn a_slow_load_delays_registration_by_the_start_wait_at_most() {
 /// over the size limit is refused before anything else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compiler_bomb_is_refused_within_bounds() {
+    let _alone = crate::alone_async().await;
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();

@@ -157,6 +157,7 @@ async fn fill(host: &Host, conn: &PluginConn) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_reader_that_stops_reading_costs_log_records_never_an_answer() {
+    let _alone = crate::alone_async().await;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nri.sock");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
@@ -208,6 +209,7 @@ async fn a_log_reader_that_stops_reading_costs_log_records_never_an_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_stops_on_sigterm_with_its_log_pipe_full() {
+    let _alone = crate::alone_async().await;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nri.sock");
     let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();

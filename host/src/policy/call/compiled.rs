@@ -96,11 +96,6 @@ impl CompiledPolicy {
         &self.profile.name
     }
 
-    /// What each call takes of it.
-    pub fn profile(&self) -> &CallProfile {
-        &self.profile
-    }
-
     /// NRI events the policy subscribed to in `configure`.
     pub fn events(&self) -> EventMask {
         self.events
@@ -134,6 +129,7 @@ impl CompiledPolicy {
 
     /// Whether it reads the node view ([`Imports::reads_node`]).
     pub fn reads_node(&self) -> bool {
+        debug_assert_eq!(self.profile.reads_node, self.imports.reads_node(self.allowed));
         self.profile.reads_node
     }
 

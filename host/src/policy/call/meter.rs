@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn a_wait_is_charged_and_cut_at_the_limit() {
         // Cut near its limit, not at the end of its sleep (which would end
-        // the poll with `Ok`) nor at the wall deadline (`Cut::Deadline`).
+        // the poll with `Ok`) nor at the wall deadline (`Cut::Wall`).
         let clock = CallClock::new(ms(50), Instant::now() + ms(5_000));
         let result = rt().block_on(metered(&clock, async {
             tokio::time::sleep(ms(3_000)).await;

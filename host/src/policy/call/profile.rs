@@ -15,7 +15,7 @@ use crate::policy::load::limits::Limits;
 
 /// What a call needs of its policy (see the module doc).
 #[derive(Debug, Clone)]
-pub struct CallProfile {
+pub(crate) struct CallProfile {
     /// The policy's name (`NN-name`), in every error and log line.
     pub(crate) name: Arc<str>,
     /// Its settings, as its `settings` import returns them.
@@ -34,31 +34,22 @@ pub struct CallProfile {
 
 impl CallProfile {
     /// The profile of a policy named `name`, with `settings` and `limits`,
-    /// allowed `allowed`; `reads_node` as its imports and grant say.
-    pub(crate) fn new(name: &str, settings: &str, limits: Limits, allowed: Allowed, reads_node: bool) -> Self {
+    /// allowed `allowed`, that imports the node interface or not.
+    pub(crate) fn new(name: &str, settings: &str, limits: Limits, allowed: Allowed, imports_node: bool) -> Self {
+        let node_allowed = allowed.effective().contains(Capability::Node);
         Self {
             name: name.into(),
             settings: settings.into(),
             seed: seed_of(name),
             limits,
-            reads_node,
-            node_allowed: allowed.effective().contains(Capability::Node),
+            reads_node: imports_node && node_allowed,
+            node_allowed,
         }
-    }
-
-    /// The policy's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Its limits.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
     }
 }
 
 /// A stable seed from a policy's name (FNV-1a): the same policy draws the
 /// same random numbers on every node, and two policies different ones.
-pub(crate) fn seed_of(name: &str) -> u64 {
+fn seed_of(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

@@ -12,8 +12,9 @@
 //! budget bound real work against the runtime's real request timeout, and
 //! stay on the real clock whatever the chain's clock says.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+#[cfg(any(test, feature = "testing"))]
+use std::{sync::Mutex, time::Duration};
 
 /// Where the breaker reads the time.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -31,6 +32,7 @@ impl Clock for SystemClock {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// A clock that stands still until it is [advanced](ManualClock::advance):
 /// a fixed start plus the time it has been moved on.
 #[derive(Debug)]
@@ -39,12 +41,14 @@ pub struct ManualClock {
     offset: Mutex<Duration>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Default for ManualClock {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl ManualClock {
     /// A clock that reads the real time now, and then stands still.
     pub fn new() -> Self {
@@ -68,6 +72,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
         self.start + self.elapsed()

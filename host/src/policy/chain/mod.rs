@@ -44,7 +44,9 @@ use crate::policy::load::manifest::{Mode, OnError};
 
 pub use budget::shares;
 pub use change::Change;
-pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(any(test, feature = "testing"))]
+pub use clock::ManualClock;
+pub use clock::{Clock, SystemClock};
 
 /// Largest reply one policy may give, encoded as the runtime would receive
 /// it: NRI's transport carries at most 4 MiB per message.
@@ -761,6 +763,7 @@ impl Chain {
     /// The same chain with its breakers on `clock` (a [`ManualClock`] in
     /// tests of quarantine and back-off). Only the breakers read it: time
     /// limits and the chain's budget stay on the real clock.
+    #[cfg(any(test, feature = "testing"))]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         for entry in &mut self.entries {
             entry.clock = clock.clone();
@@ -770,7 +773,8 @@ impl Chain {
     }
 
     /// The clock the breakers read.
-    pub fn clock(&self) -> &dyn Clock {
+    #[cfg(test)]
+    pub(crate) fn clock(&self) -> &dyn Clock {
         &*self.clock
     }
 

@@ -538,7 +538,7 @@ impl PolicyEngine {
     /// The state a call of `policy` starts from.
     pub(crate) fn state_for(&self, policy: &CompiledPolicy, env: &CallEnv) -> StateTxn {
         match policy.imports.state {
-            true => StateTxn::new(env.states.snapshot(&policy.profile.name), policy.spec.limits.state_bytes()),
+            true => StateTxn::new(env.states.snapshot(&policy.profile.name), policy.profile.limits.state_bytes()),
             false => StateTxn::new(self.no_state.clone(), 0),
         }
     }
@@ -551,7 +551,7 @@ impl PolicyEngine {
         facts: &Arc<Facts>,
     ) -> Result<Vec<wit::EventKind>, CallError> {
         let env = CallEnv::detached(facts.clone());
-        let limits = &policy.spec.limits;
+        let limits = &policy.profile.limits;
         // An instance slot of the pool; the policy's time starts once it has one.
         let _slot = self.configures.acquire().await.expect("the configure semaphore is never closed");
         let limit = limits.timeout().max(CONFIGURE_MIN_TIMEOUT);
@@ -610,7 +610,7 @@ impl PolicyEngine {
         let started = Instant::now();
         let name = event.name();
         let kind = event.kind();
-        let limits = &policy.spec.limits;
+        let limits = &policy.profile.limits;
         let time = Arc::new(CallClock::new(limits.timeout(), started + budget));
         let state = self.state_for(policy, env);
         let arming = self.watchdog.arming();

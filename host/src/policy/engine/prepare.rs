@@ -1,7 +1,7 @@
 //! From a policy file to a [`CompiledPolicy`], the cheap steps first.
 //!
-//! 1. read (`load/read.rs`): a regular file (symlinks are followed, as ConfigMap volumes
-//!    need), opened without blocking, checked by its open descriptor, no
+//! 1. read: a regular file (`load/read.rs`; symlinks are followed, as
+//!    ConfigMap volumes need), opened without blocking, checked by its open descriptor, no
 //!    larger than `max-component-mib`; its SHA-256 against a pin if the
 //!    operator set one; owner and mode if `strict-permissions` is on;
 //! 2. inspect (`inspect.rs`): header, component, imports, exports, structure;
@@ -158,7 +158,7 @@ impl PolicyEngine {
             imports.node |= import.starts_with("nri-wasm:policy/node@");
             imports.state |= import.starts_with("nri-wasm:policy/state@");
         }
-        let profile = CallProfile::new(name, &spec.settings, spec.limits, allowed, imports.reads_node(allowed));
+        let profile = CallProfile::new(name, &spec.settings, spec.limits, allowed, imports.node);
         let mut compiled = CompiledPolicy {
             spec: spec.clone(),
             profile,
