@@ -307,7 +307,10 @@ async fn a_looping_first_policy_leaves_the_later_policy_its_own_time() {
                 }
                 (OnError::Fail, Err(SimError::Failed { status, .. })) => {
                     // The loop was cut where the later policy's time begins:
-                    // at most the budget (2 s) less its 300 ms.
+                    // at most the budget (2 s) less its 300 ms, and more than
+                    // an even split of the budget (1000 ms) would leave it;
+                    // what lies between is the time the event took before the
+                    // loop started, which a stalled machine stretches.
                     let message = status.message();
                     let left = message
                         .split("the chain's budget left it ")
@@ -316,7 +319,7 @@ async fn a_looping_first_policy_leaves_the_later_policy_its_own_time() {
                         .and_then(|n| n.parse::<u64>().ok())
                         .unwrap_or_else(|| panic!("run {run}: no cut limit in {message:?}"));
                     assert!(message.contains("10-loop") && message.contains("its timeout-ms is 10000"), "{message}");
-                    assert!((1300..=1700).contains(&left), "run {run}: the loop was left {left} ms: {message}");
+                    assert!((1100..=1700).contains(&left), "run {run}: the loop was left {left} ms: {message}");
                 }
                 (_, other) => panic!("{on_error:?} run {run}: {other:?}"),
             }
