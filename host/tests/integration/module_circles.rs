@@ -303,8 +303,6 @@ fn node(path: &[String], top: &BTreeSet<String>, groups: &BTreeSet<String>) -> O
 
 /// The import graph of the crate in `src`.
 fn graph(src: &Path) -> Graph {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
     let names = |dir: &Path| -> BTreeSet<String> {
         std::fs::read_dir(dir)
             .unwrap()
@@ -322,13 +320,32 @@ fn graph(src: &Path) -> Graph {
     for group in &groups {
         graph.entry("policy".into()).or_default().insert(format!("policy::{group}"), ("policy/mod.rs".into(), 1));
     }
+    for (module, target, site) in uses(src) {
+        let Some(from) = node(&module, &top, &groups) else { continue };
+        let Some(to) = node(&target, &top, &groups) else { continue };
+        // Outside `policy`, a group is `policy`: the graph of the top
+        // level does not see inside it.
+        let to = if to.starts_with("policy::") && !from.starts_with("policy") { "policy".to_string() } else { to };
+        if to != from {
+            graph.entry(from).or_default().entry(to).or_insert(site);
+        }
+    }
+    graph
+}
+
+/// Every path a file of `src` uses: the file's module, the module path the
+/// path names (resolved from where it is written, inline modules included)
+/// and where it is written.
+fn uses(src: &Path) -> Vec<(Vec<String>, Vec<String>, Site)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found = Vec::new();
     for file in files {
         let rel = file.strip_prefix(src).unwrap();
         if rel == Path::new("main.rs") {
             continue;
         }
         let module = module_of(rel);
-        let Some(from) = node(&module, &top, &groups) else { continue };
         let text = std::fs::read_to_string(&file).unwrap();
         let code = code_only(&text);
         let marks = inline_modules(&code);
@@ -336,19 +353,11 @@ fn graph(src: &Path) -> Graph {
             let inline = &marks.iter().rev().find(|(m, _)| *m <= at).unwrap().1;
             let mut here = module.clone();
             here.extend(inline.iter().cloned());
-            let target = absolute(&here, &segments);
-            let Some(to) = node(&target, &top, &groups) else { continue };
-            // Outside `policy`, a group is `policy`: the graph of the top
-            // level does not see inside it.
-            let to = if to.starts_with("policy::") && !from.starts_with("policy") { "policy".to_string() } else { to };
-            if to == from {
-                continue;
-            }
             let line = text[..at].matches('\n').count() + 1;
-            graph.entry(from.clone()).or_default().entry(to).or_insert_with(|| (rel.display().to_string(), line));
+            found.push((module.clone(), absolute(&here, &segments), (rel.display().to_string(), line)));
         }
     }
-    graph
+    found
 }
 
 /// A circle in `graph`, as its nodes in order (the first repeated at the
@@ -411,34 +420,17 @@ fn sibling_graph(src: &Path) -> Graph {
     let modules: BTreeSet<Vec<String>> =
         files.iter().map(|f| module_of(f.strip_prefix(src).unwrap())).filter(|m| !m.is_empty()).collect();
     let mut graph = Graph::new();
-    for file in files {
-        let rel = file.strip_prefix(src).unwrap();
-        let module = module_of(rel);
-        if module.is_empty() || rel == Path::new("main.rs") {
+    for (module, target, site) in uses(src) {
+        if module.is_empty() {
             continue;
         }
-        let text = std::fs::read_to_string(&file).unwrap();
-        let code = code_only(&text);
-        let marks = inline_modules(&code);
-        for (at, segments) in paths(&code) {
-            let inline = &marks.iter().rev().find(|(m, _)| *m <= at).unwrap().1;
-            let mut here = module.clone();
-            here.extend(inline.iter().cloned());
-            let target = absolute(&here, &segments);
-            // The file the path lands in: its longest prefix that is a file.
-            let Some(to) = (1..=target.len()).rev().map(|n| &target[..n]).find(|t| modules.contains(*t)) else {
-                continue;
-            };
-            let siblings = to.len() == module.len() && to[..to.len() - 1] == module[..module.len() - 1];
-            if !siblings || to == module.as_slice() {
-                continue;
-            }
-            let line = text[..at].matches('\n').count() + 1;
-            graph
-                .entry(module.join("::"))
-                .or_default()
-                .entry(to.join("::"))
-                .or_insert_with(|| (rel.display().to_string(), line));
+        // The file the path lands in: its longest prefix that is a file.
+        let Some(to) = (1..=target.len()).rev().map(|n| &target[..n]).find(|t| modules.contains(*t)) else {
+            continue;
+        };
+        let siblings = to.len() == module.len() && to[..to.len() - 1] == module[..module.len() - 1];
+        if siblings && to != module.as_slice() {
+            graph.entry(module.join("::")).or_default().entry(to.join("::")).or_insert(site);
         }
     }
     graph
