@@ -629,7 +629,8 @@ impl Reloader {
         *self.installed.lock().unwrap_or_else(|p| p.into_inner()) =
             next.iter().map(|(p, o)| (p.name().to_string(), o.clone())).collect();
         let policies = next.into_iter().map(|(p, _)| p).collect();
-        let chain = Chain::of(policies, self.source.chain).with_unloadable(unloadable);
+        // The policies kept keep their failure history (and a quarantine).
+        let chain = Chain::of(policies, self.source.chain).with_unloadable(unloadable).after(&current);
         for u in chain.unloadable().iter().filter(|u| u.mandatory) {
             tracing::error!(
                 policy = u.name,
@@ -702,7 +703,8 @@ impl Reloader {
             ready.sort_by(|a, b| a.name().cmp(b.name()));
             let chain = Chain::of(ready.clone(), self.source.chain)
                 .with_unloadable(unloadable.clone())
-                .with_pending(pending.clone());
+                .with_pending(pending.clone())
+                .after(&self.dispatcher.chain());
             let chain = Arc::new(chain);
             // Still loading: the health endpoint says not ready until all are.
             self.metrics.chain_installed(&chain, true);

@@ -323,6 +323,73 @@ fn a_failing_policy_is_quarantined_then_retried() {
     assert!(err.contains("20-trap") && err.contains("quarantined after 1 consecutive failures"), "{err}");
 }
 
+/// A chain built to replace another (a reload) keeps the failure history of
+/// every policy it keeps: a quarantined policy stays quarantined for the
+/// rest of its back-off however often the directory is reloaded, and its
+/// count goes on. A policy whose component or spec changed starts afresh,
+/// as does a new one; where the component came from does not count.
+#[test]
+fn a_reload_keeps_the_quarantine_of_the_policies_it_keeps() {
+    const BACKOFF_MS: u64 = 30_000;
+    let settings = ChainSettings { breaker_failures: 2, breaker_backoff_ms: BACKOFF_MS, ..ChainSettings::default() };
+    let trap = Arc::new(faulty("20-trap", "unreachable", OnError::Ignore, roomy()));
+    let healthy = Arc::new(annotate("10-a", "a"));
+    let clock = Arc::new(ManualClock::new());
+    let first = Chain::of(vec![healthy.clone(), trap.clone()], settings).with_clock(clock.clone());
+    let req = request();
+    let last_outcome = |chain: &Chain| {
+        let Evaluated { value: _, steps, .. } = create(chain, TWO_S, &req).unwrap();
+        match steps.last().map(|s| &s.outcome) {
+            Some(Outcome::Failed { failure, ignored: true }) => failure.clone(),
+            other => panic!("expected an ignored failure, got {other:?}"),
+        }
+    };
+    // One failure, then a reload that adds a policy: the count goes on, so
+    // the next failure trips the breaker.
+    assert!(matches!(last_outcome(&first), PolicyFailure::Call(_)));
+    let added = Arc::new(annotate("15-b", "b"));
+    let second = Chain::of(vec![healthy.clone(), added.clone(), trap.clone()], settings).after(&first);
+    assert_eq!(second.entries()[2].failures(), 1, "the count survives the reload");
+    assert!(matches!(last_outcome(&second), PolicyFailure::Call(_)));
+    assert!(second.entries()[2].quarantined());
+    // Reloaded again, the trap loaded anew from the same files (another
+    // compiled copy of the same component and spec): still quarantined, by
+    // the clock of the chain it replaced.
+    let reloaded = Arc::new(faulty("20-trap", "unreachable", OnError::Ignore, roomy()));
+    assert!(!Arc::ptr_eq(&reloaded, &trap));
+    let third = Chain::of(vec![healthy.clone(), added.clone(), reloaded.clone()], settings).after(&second);
+    assert!(third.entries()[2].quarantined(), "a reload is no way out of quarantine");
+    assert!(matches!(last_outcome(&third), PolicyFailure::Quarantined { failures: 2, .. }));
+    assert!(!third.entries()[1].quarantined() && third.entries()[1].failures() == 0, "a new policy starts afresh");
+    clock.advance(Duration::from_millis(BACKOFF_MS - 1));
+    assert!(third.entries()[2].quarantined(), "the back-off is counted from the trip, on the same clock");
+    clock.advance(Duration::from_millis(1));
+    assert!(!third.entries()[2].quarantined());
+    // On probation after its back-off: one failure sends it back.
+    assert!(matches!(last_outcome(&third), PolicyFailure::Call(_)));
+    assert!(third.entries()[2].quarantined());
+
+    // The same component under another spec is another policy: fresh.
+    let changed = Arc::new(faulty("20-trap", "unreachable", OnError::Fail, roomy()));
+    let fourth = Chain::of(vec![healthy.clone(), changed], settings).after(&third);
+    assert!(!fourth.entries()[1].quarantined() && fourth.entries()[1].failures() == 0);
+    // So is another component under the same name and settings.
+    let other = Arc::new(load("20-trap", guests::ANNOTATE, "unreachable", OnError::Ignore, Mode::Enforce, roomy()));
+    let fifth = Chain::of(vec![healthy.clone(), other], settings).after(&third);
+    assert!(!fifth.entries()[1].quarantined());
+    // A new provenance alone (a moved tag that resolved to what runs) is
+    // still the same policy.
+    let mut moved = CompiledPolicy::clone(&reloaded);
+    moved.spec.provenance = Some(nri_wasm::registry::Provenance {
+        source: "registry.invalid/trap:v1".into(),
+        manifest: format!("sha256:{}", "0".repeat(64)),
+        signer: None,
+        from_cache: None,
+    });
+    let sixth = Chain::of(vec![healthy, Arc::new(moved)], settings).after(&third);
+    assert!(sixth.entries()[1].quarantined());
+}
+
 /// An early policy with a long time limit that loops cannot eat the time of
 /// the policies after it: it is cut where the later ones' shares begin, the
 /// later policy runs, and the loop's error names the limit it really had.

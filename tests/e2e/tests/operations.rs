@@ -38,6 +38,17 @@ struct Host {
 
 impl Host {
     fn start(policies: &Path, socket: &Path, watch: bool, backoff: (Duration, Duration)) -> Self {
+        Self::start_with(policies, socket, watch, backoff, |_| {})
+    }
+
+    /// [`Host::start`] with `tune` applied to the configuration.
+    fn start_with(
+        policies: &Path,
+        socket: &Path,
+        watch: bool,
+        backoff: (Duration, Duration),
+        tune: impl FnOnce(&mut Config),
+    ) -> Self {
         init_logging();
         let mut config = Config::default();
         // No registry cache: root's default is the node's /var/cache/nri-wasm-oci.
@@ -45,8 +56,9 @@ impl Host {
         config.policies.dir = Some(policies.to_path_buf());
         config.policies.watch = watch;
         config.policies.reload_debounce_ms = 100;
-        config.engine = engine_settings();
         config.metrics.address = "127.0.0.1:0".into();
+        config.engine = engine_settings();
+        tune(&mut config);
         config.validate().unwrap();
         let mut options = options(Endpoint::Socket(socket.to_path_buf()));
         (options.backoff_initial, options.backoff_max) = backoff;
@@ -70,6 +82,22 @@ impl Host {
 
     async fn get(&self, path: &str) -> (u16, String) {
         http::get(self.endpoint().await, path).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    async fn status(&self) -> HostStatus {
+        serde_json::from_str(&self.get("/status").await.1).expect("/status is a HostStatus")
+    }
+
+    /// Waits (up to 60 s) until the status satisfies `ok`.
+    async fn status_until(&self, what: &str, ok: impl Fn(&HostStatus) -> bool) -> HostStatus {
+        for _ in 0..6000 {
+            let status = self.status().await;
+            if ok(&status) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{what}: not within 60 s: {:?}", self.status().await);
     }
 
     async fn stop(self) {
@@ -297,6 +325,51 @@ async fn a_policy_that_needs_more_events_makes_the_host_resubscribe() {
     let s = samples(&text);
     assert!(value(&s, "nri_wasm_reconnects_total", &[]) >= 1.0, "{text}");
     assert_eq!(value(&s, "nri_wasm_policy_calls_total", &[("policy", "20-noop"), ("event", "StartContainer")]), 1.0);
+    host.stop().await;
+}
+
+/// A policy quarantined by its breaker stays quarantined when a reload
+/// changes something else in the directory: the reload keeps its failure
+/// history along with its compiled form. Changing the policy's own files
+/// gives it a fresh start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_policy_stays_quarantined_across_a_reload_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    install(&policies, "10-annotate", guests::ANNOTATE, "settings = \"tagged\"\n");
+    install(&policies, "20-faults", guests::FAULTS, "settings = \"unreachable\"\non-error = \"ignore\"\n");
+    let socket = dir.path().join("nri.sock");
+    // One failure trips the breaker for an hour: the test ends long before.
+    let host = Host::start_with(&policies, &socket, true, FAST, |c| {
+        c.chain.breaker_failures = 1;
+        c.chain.breaker_backoff_ms = 3_600_000;
+    });
+    host.status_until("first load", |s| s.chain_loaded).await;
+    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
+    let mut conn = tokio::time::timeout(Duration::from_secs(10), sim.accept()).await.unwrap().unwrap();
+    conn.configure().await.unwrap();
+    conn.synchronize(&[], &[], 0).await.unwrap();
+    let w = nri_sim::workload::Workload::generate(1, 3);
+    let faults = |s: &HostStatus| s.policies.iter().find(|p| p.name == "20-faults").cloned().expect("20-faults");
+    conn.create_container(&w.pods[0], &w.containers[0]).await.expect("the failure is ignored");
+    let status = host.status().await;
+    assert!(faults(&status).quarantined, "{status:?}");
+
+    // Another policy arrives: the reload keeps 20-faults as it was.
+    install(&policies, "15-more", guests::ANNOTATE, "settings = \"more\"\n");
+    let status = host.status_until("15-more loaded", |s| s.policies.iter().any(|p| p.name == "15-more")).await;
+    assert!(faults(&status).quarantined, "a reload let the policy out of quarantine: {status:?}");
+    conn.create_container(&w.pods[0], &w.containers[1]).await.expect("answered");
+    let calls = faults(&host.status().await).calls;
+    let skipped = calls.get("quarantined").copied().unwrap_or(0);
+    assert!(skipped >= 1, "not skipped after the reload: {calls:?}");
+    assert_eq!(calls.values().sum::<u64>(), skipped + 1, "called once only: {calls:?}");
+
+    // Its own settings change: another policy, with a fresh breaker.
+    std::fs::write(policies.join("20-faults.toml"), "settings = \"unreachable\"\non-error = \"fail\"\n").unwrap();
+    let status = host.status_until("20-faults reloaded", |s| faults(s).on_error == "fail").await;
+    assert!(!faults(&status).quarantined && faults(&status).failures == 0, "{status:?}");
     host.stop().await;
 }
 

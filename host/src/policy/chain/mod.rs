@@ -40,7 +40,7 @@ use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::state::StateWrites;
 use crate::policy::engine::known::Subscription;
 use crate::policy::engine::{CallEnv, CallError, PolicyEngine};
-use crate::policy::load::manifest::{Mode, OnError};
+use crate::policy::load::manifest::{Mode, OnError, PolicySpec};
 
 pub use budget::shares;
 pub use change::Change;
@@ -395,7 +395,9 @@ mod breaker_tests {
 pub struct ChainEntry {
     /// The compiled policy, shared with the chains a reload builds.
     pub policy: Arc<CompiledPolicy>,
-    breaker: Mutex<Breaker>,
+    /// Shared with the entry of the same policy in the chain this one
+    /// replaced (see [`Chain::after`]): a reload does not forgive.
+    breaker: Arc<Mutex<Breaker>>,
     /// The chain's clock, which its breaker reads.
     clock: Arc<dyn Clock>,
 }
@@ -752,7 +754,7 @@ impl Chain {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let entries: Vec<ChainEntry> = policies
             .into_iter()
-            .map(|policy| ChainEntry { policy, breaker: Mutex::default(), clock: clock.clone() })
+            .map(|policy| ChainEntry { policy, breaker: Arc::default(), clock: clock.clone() })
             .collect();
         let events =
             entries.iter().fold(EventMask::EMPTY, |m, e| EventMask::from_bits(m.bits() | e.policy.events().bits()));
@@ -769,6 +771,24 @@ impl Chain {
             entry.clock = clock.clone();
         }
         self.clock = clock;
+        self
+    }
+
+    /// The same chain as the successor of `previous`, which it is about to
+    /// replace: each policy that is the same as one of `previous` (the same
+    /// name, component and spec; only where it came from may differ) keeps
+    /// that one's failure history, so that a reload, which may be about
+    /// another policy altogether, does not let a quarantined policy out
+    /// early nor reset its count. A new or changed policy starts afresh.
+    /// The breakers keep reading `previous`'s clock.
+    pub fn after(mut self, previous: &Chain) -> Self {
+        for entry in &mut self.entries {
+            if let Some(old) = previous.entries.iter().find(|old| same_policy(&old.policy, &entry.policy)) {
+                entry.breaker = old.breaker.clone();
+            }
+            entry.clock = previous.clock.clone();
+        }
+        self.clock = previous.clock.clone();
         self
     }
 
@@ -920,6 +940,17 @@ impl Chain {
     fn succeeded(&self, entry: &ChainEntry) {
         entry.breaker().succeed();
     }
+}
+
+/// Whether `a` and `b` are the same policy for its failure history: one
+/// compiled form, or the same name, component and spec but for where the
+/// component came from (a tag that moved to a copy of what runs).
+fn same_policy(a: &Arc<CompiledPolicy>, b: &Arc<CompiledPolicy>) -> bool {
+    if Arc::ptr_eq(a, b) {
+        return true;
+    }
+    let spec = |p: &CompiledPolicy| PolicySpec { provenance: None, ..p.spec.clone() };
+    a.name() == b.name() && a.digest() == b.digest() && spec(a) == spec(b)
 }
 
 /// How errors and logs name a container: id, then namespace/pod/container.
