@@ -35,7 +35,10 @@
 //! tag "cannot be checked", logged once per reason. A tag
 //! moved to a version that does not verify (pushed, not signed yet) is tried
 //! again at each check, so the signature that follows is picked up; what
-//! runs stays until then.
+//! runs stays until then. What the checks remember between them (marks,
+//! moves logged, versions that failed, outages) is one value,
+//! `registry/tags.rs`'s `TagWatch`; the reloader only gathers the tagged
+//! policies of the running chain and takes the marks.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -50,6 +53,7 @@ use crate::policy::engine::{Facts, LoadError, PolicyEngine};
 use crate::policy::load::manifest::{PolicySpec, SpecError};
 use crate::policy::loader::{self, DirOptions, LoadProblem};
 use crate::policy::tally::Tally;
+use crate::registry::tags::{TagWatch, Tagged};
 
 /// What identifies the content of a policy file without reading it: a file
 /// replaced or rewritten changes at least one of these.
@@ -187,19 +191,8 @@ pub struct Reloader {
     done: watch::Sender<(u64, Arc<ReloadReport>)>,
     /// How often [`Self::check_tags`] runs in [`watch`]; zero: only at SIGHUP.
     tag_recheck: std::time::Duration,
-    /// Tags found moved: their policies are resolved again at the next reload.
-    moved: Mutex<HashSet<String>>,
-    /// Per policy, the manifest (hex) its tag was last found moved to: the
-    /// move is logged once.
-    tried_tags: Mutex<HashMap<String, String>>,
-    /// Registries that did not answer the last check (logged once per outage).
-    unreachable: Mutex<HashSet<String>>,
-    /// Per policy, why the registry refused to say where its tag points
-    /// (logged once per reason).
-    cannot_check: Mutex<HashMap<String, String>>,
-    /// Per policy, the manifest (hex) its tag moved to that verified but
-    /// failed to load: not resolved again until the tag moves elsewhere.
-    failed_tags: Mutex<HashMap<String, String>>,
+    /// Where the tags of the policies named by a tag alone were found.
+    tags: TagWatch,
 }
 
 impl Reloader {
@@ -224,11 +217,7 @@ impl Reloader {
             running: tokio::sync::Mutex::new(()),
             done: watch::Sender::new((0, Arc::default())),
             tag_recheck: std::time::Duration::ZERO,
-            moved: Mutex::default(),
-            tried_tags: Mutex::default(),
-            unreachable: Mutex::default(),
-            cannot_check: Mutex::default(),
-            failed_tags: Mutex::default(),
+            tags: TagWatch::default(),
         }
     }
 
@@ -265,23 +254,17 @@ impl Reloader {
     }
 
     async fn check_tags_here(&self) -> Vec<String> {
-        let tagged: Vec<(String, crate::registry::OciRef, String)> = self
+        let tagged: Vec<Tagged> = self
             .dispatcher
             .chain()
             .policies()
             .filter_map(|p| {
                 let source = p.spec.source.as_ref().filter(|s| s.reference.digest.is_none())?;
-                let loaded = p.spec.provenance.as_ref()?.manifest.strip_prefix("sha256:")?.to_string();
-                Some((p.name().to_string(), source.reference.clone(), loaded))
+                let running = p.spec.provenance.as_ref()?.manifest.strip_prefix("sha256:")?.to_string();
+                Some(Tagged { policy: p.name().to_string(), reference: source.reference.clone(), running })
             })
             .collect();
-        // What no tagged policy uses any more is forgotten (a host that comes
-        // back later is new again).
-        let hosts: HashSet<&str> = tagged.iter().map(|(_, r, _)| r.registry.as_str()).collect();
-        lock(&self.unreachable).retain(|h| hosts.contains(h.as_str()));
-        lock(&self.tried_tags).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
-        lock(&self.failed_tags).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
-        lock(&self.cannot_check).retain(|n, _| tagged.iter().any(|(t, _, _)| t == n));
+        self.tags.keep_only(&tagged);
         if tagged.is_empty() {
             return Vec::new();
         }
@@ -298,112 +281,7 @@ impl Reloader {
         if !self.tag_recheck.is_zero() {
             budget = budget.min(self.tag_recheck / 2);
         }
-        let deadline = tokio::time::Instant::now() + budget;
-        let checks = tagged.iter().map(|(_, reference, _)| {
-            let registry = registry.clone();
-            async move {
-                match tokio::time::timeout_at(deadline, registry.check_tag(reference)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(crate::registry::client::TagCheckError {
-                        error: crate::registry::RegistryError {
-                            reference: reference.to_string(),
-                            reason: format!("no answer within the tag check's {} ms", budget.as_millis()),
-                        },
-                        answered: false,
-                    }),
-                }
-            }
-        });
-        let results = futures::future::join_all(checks).await;
-
-        // A host that answered anything this round is reachable; one that
-        // answered nothing to any of its tags is not.
-        let answered: HashSet<&str> = tagged
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.as_ref().map_or_else(|e| e.answered, |_| true))
-            .map(|((_, reference, _), _)| reference.registry.as_str())
-            .collect();
-        for ((name, reference, _), result) in tagged.iter().zip(&results) {
-            let host = reference.registry.as_str();
-            match result {
-                Err(e) if !e.answered && !answered.contains(host) => {
-                    if lock(&self.unreachable).insert(host.to_string()) {
-                        tracing::warn!(
-                            registry = host,
-                            policy = name,
-                            error = %e.error,
-                            "registry unreachable: tags not checked, the running versions stay (said once until it \
-                             answers again)"
-                        );
-                    } else {
-                        tracing::debug!(registry = host, policy = name, error = %e.error, "registry still unreachable");
-                    }
-                }
-                _ => {
-                    if lock(&self.unreachable).remove(host) {
-                        tracing::info!(registry = host, "registry reachable again: tags are checked");
-                    }
-                }
-            }
-        }
-
-        let mut moved = Vec::new();
-        for ((name, reference, loaded), result) in tagged.iter().zip(results) {
-            let now = match result {
-                Ok(now) => {
-                    lock(&self.cannot_check).remove(name);
-                    now
-                }
-                Err(e) if e.answered => {
-                    // The registry said no (no such tag, no access, a manifest
-                    // that is not its digest): said once per policy and reason.
-                    let why = e.error.reason.clone();
-                    if lock(&self.cannot_check).insert(name.clone(), why.clone()).as_ref() != Some(&why) {
-                        tracing::warn!(
-                            policy = name,
-                            reference = %reference,
-                            error = %e.error,
-                            "tag cannot be checked: the running version stays (said once until the answer changes)"
-                        );
-                    } else {
-                        tracing::debug!(policy = name, error = %e.error, "tag still cannot be checked");
-                    }
-                    continue;
-                }
-                // Unreachable, or an answer for another tag of the same host
-                // this round: logged above.
-                Err(e) => {
-                    tracing::debug!(policy = name, error = %e.error, "tag not checked this round");
-                    continue;
-                }
-            };
-            let mut tried = lock(&self.tried_tags);
-            if now == *loaded {
-                tried.remove(name);
-                lock(&self.failed_tags).remove(name);
-                continue;
-            }
-            if lock(&self.failed_tags).get(name) == Some(&now) {
-                tracing::debug!(policy = name, reference = %reference, "tag still at a version that failed to load");
-                continue;
-            }
-            if tried.get(name) != Some(&now) {
-                tracing::info!(
-                    policy = name,
-                    reference = %reference,
-                    running = %format!("sha256:{loaded}"),
-                    now = %format!("sha256:{now}"),
-                    "tag moved: the policy is resolved again"
-                );
-                tried.insert(name.clone(), now);
-            } else {
-                tracing::debug!(policy = name, reference = %reference, "tag still elsewhere: resolved again");
-            }
-            moved.push(name.clone());
-        }
-        lock(&self.moved).extend(moved.iter().cloned());
-        moved
+        self.tags.check(&registry, &tagged, budget).await
     }
 
     /// Where it loads policies from.
@@ -476,13 +354,13 @@ impl Reloader {
         // Tags found moved since the last reload: resolved again even though
         // their settings files did not change. Taken once the directory was
         // read: a move found while it could not be read waits for the next.
-        let moved: HashSet<String> = std::mem::take(&mut *lock(&self.moved));
+        let moved: HashSet<String> = self.tags.take_moved();
         let dir = self.source.dir.as_deref();
         loader::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
         self.source.add_given(&mut specs, &mut errors);
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
             current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
-        let installed = self.installed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let installed = lock(&self.installed).clone();
         let mut next: Vec<(Arc<CompiledPolicy>, Origin)> = Vec::new();
         let mut unloadable: Vec<Unloadable> = Vec::new();
         let mut to_load: Vec<(PolicySpec, Origin)> = Vec::new();
@@ -500,7 +378,7 @@ impl Reloader {
                     continue;
                 }
             }
-            let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned();
+            let refused = lock(&self.refused).get(&name).cloned();
             if let Some((was, why)) = refused.filter(|(was, _)| *was == origin && !moved.contains(&name)) {
                 // Refused before, unchanged since: not tried again.
                 report.not_retried.push(name.clone());
@@ -570,7 +448,7 @@ impl Reloader {
                     report.unchanged.push(name);
                 }
                 Ok(policy) => {
-                    self.refused.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+                    lock(&self.refused).remove(&name);
                     if old.is_some() {
                         report.replaced.push(name);
                     } else {
@@ -584,16 +462,11 @@ impl Reloader {
                     let unreachable = matches!(error, LoadError::Registry { .. });
                     let why = LoadProblem::Load { path: spec.wasm.clone(), error }.to_string();
                     if !unreachable {
-                        self.refused
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(name.clone(), (origin, why.clone()));
+                        lock(&self.refused).insert(name.clone(), (origin, why.clone()));
                         // A moved tag whose version verified and failed to
                         // load: not tried again until the tag moves again.
                         if moved.contains(&name) {
-                            if let Some(at) = lock(&self.tried_tags).get(&name).cloned() {
-                                lock(&self.failed_tags).insert(name.clone(), at);
-                            }
+                            self.tags.failed_to_load(&name);
                         }
                     }
                     match old {
@@ -616,7 +489,7 @@ impl Reloader {
 
         report.removed = live.keys().filter(|n| !seen.iter().any(|s| s == *n)).map(|n| n.to_string()).collect();
         report.removed.sort();
-        self.refused.lock().unwrap_or_else(|p| p.into_inner()).retain(|n, _| seen.contains(n));
+        lock(&self.refused).retain(|n, _| seen.contains(n));
 
         next.sort_by(|a, b| a.0.name().cmp(b.0.name()));
         unloadable.sort_by(|a, b| a.name.cmp(&b.name));
@@ -626,8 +499,7 @@ impl Reloader {
         if same && self.dispatcher.is_loaded() {
             return (report, None);
         }
-        *self.installed.lock().unwrap_or_else(|p| p.into_inner()) =
-            next.iter().map(|(p, o)| (p.name().to_string(), o.clone())).collect();
+        *lock(&self.installed) = next.iter().map(|(p, o)| (p.name().to_string(), o.clone())).collect();
         let policies = next.into_iter().map(|(p, _)| p).collect();
         // The policies kept keep their failure history (and a quarantine).
         let chain = Chain::of(policies, self.source.chain).with_unloadable(unloadable).after(&current);

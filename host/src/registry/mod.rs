@@ -39,6 +39,7 @@ pub mod manifest;
 pub mod push;
 pub mod reference;
 pub mod sign;
+pub mod tags;
 pub(crate) mod transport;
 
 use std::path::{Path, PathBuf};
