@@ -95,6 +95,26 @@ pub(crate) enum Verdict {
     Over(Cut),
 }
 
+/// The time one call has, resolved once where the call is planned: by the
+/// chain's budget plan for a call in a chain (`chain/budget.rs`), by the
+/// engine for a `configure`, by the caller for a call on its own. The
+/// engine enforces it as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTime {
+    /// The limit on the time the call uses (charged as this module says):
+    /// the policy's `timeout-ms`.
+    pub limit: Duration,
+    /// The wall-clock time it may take at most, from its start.
+    pub wall: Duration,
+}
+
+impl CallTime {
+    /// A call that may use `limit` and take `wall` of wall-clock time.
+    pub fn new(limit: Duration, wall: Duration) -> Self {
+        Self { limit, wall }
+    }
+}
+
 /// The time of one call: what it was charged, against its own limit and
 /// its wall-clock deadline.
 #[derive(Debug)]
@@ -110,13 +130,14 @@ pub(crate) struct CallClock {
 }
 
 impl CallClock {
-    /// A call that starts now, may be charged `limit`, and must end by
-    /// `wall_deadline` in any case.
-    pub(crate) fn new(limit: Duration, wall_deadline: Instant) -> Self {
+    /// A call that starts now, may be charged `time.limit`, and must end
+    /// `time.wall` from now in any case.
+    pub(crate) fn new(time: CallTime) -> Self {
+        let started = Instant::now();
         Self {
-            limit,
-            wall_deadline,
-            started: Instant::now(),
+            limit: time.limit,
+            wall_deadline: started + time.wall,
+            started,
             charged_ns: AtomicU64::new(0),
             poll_cpu_ns: AtomicU64::new(NO_POLL),
         }
@@ -282,7 +303,7 @@ mod tests {
     fn time_without_the_cpu_is_not_charged_in_a_poll() {
         // A thread descheduled in the middle of a call looks like this: wall
         // time passes inside the poll, the thread's CPU clock stands still.
-        let clock = CallClock::new(ms(100), Instant::now() + ms(5_000));
+        let clock = CallClock::new(CallTime::new(ms(100), ms(5_000)));
         let result = rt().block_on(metered(&clock, async {
             std::thread::sleep(ms(150));
             spin(ms(5));
@@ -296,7 +317,7 @@ mod tests {
 
     #[test]
     fn cpu_time_in_a_poll_is_charged() {
-        let clock = CallClock::new(ms(30), Instant::now() + ms(5_000));
+        let clock = CallClock::new(CallTime::new(ms(30), ms(5_000)));
         let result = rt().block_on(metered(&clock, async {
             spin(ms(40));
             Ok(())
@@ -311,7 +332,7 @@ mod tests {
     fn a_wait_is_charged_and_cut_at_the_limit() {
         // Cut near its limit, not at the end of its sleep (which would end
         // the poll with `Ok`) nor at the wall deadline (`Cut::Wall`).
-        let clock = CallClock::new(ms(50), Instant::now() + ms(5_000));
+        let clock = CallClock::new(CallTime::new(ms(50), ms(5_000)));
         let result = rt().block_on(metered(&clock, async {
             tokio::time::sleep(ms(3_000)).await;
             Ok(())
@@ -325,7 +346,7 @@ mod tests {
     fn the_wall_deadline_ends_a_call_whatever_it_was_charged() {
         // Charged almost nothing (it waits on something that yields back at
         // once, as a cooperative yield does), yet its wall-clock time ends.
-        let clock = CallClock::new(ms(10_000), Instant::now() + ms(80));
+        let clock = CallClock::new(CallTime::new(ms(10_000), ms(80)));
         let result = rt().block_on(metered(&clock, async {
             loop {
                 tokio::task::yield_now().await;
@@ -341,7 +362,7 @@ mod tests {
 
     #[test]
     fn nothing_can_run_out_before_the_first_check() {
-        let clock = CallClock::new(ms(200), Instant::now() + ms(100));
+        let clock = CallClock::new(CallTime::new(ms(200), ms(100)));
         match clock.verdict() {
             Verdict::Within { check_at } => assert_eq!(check_at, clock.first_check()),
             other => panic!("{other:?}"),

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use super::{Chain, ChainEntry};
 use crate::nri::version::EventKind;
+use crate::policy::call::meter::CallTime;
 
 /// The guaranteed share of `budget` of each of `limits`, in order: the
 /// limits themselves if they fit, else each limit capped at the one level
@@ -64,9 +65,14 @@ pub fn shares(limits: &[Duration], budget: Duration) -> Vec<Duration> {
     limits.iter().map(|&l| l.min(level)).collect()
 }
 
-/// The time plan of one evaluation: what must stay free after each policy.
+/// The time plan of one evaluation: what must stay free after each policy,
+/// and so the time each call gets ([`Plan::time`]). The one place a call in
+/// a chain has its time limit resolved: the engine enforces what it is
+/// given.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Plan {
+    /// The time limit (`timeout-ms`) of the i-th policy to run.
+    limits: Vec<Duration>,
     /// The guaranteed share of the i-th policy to run.
     shares: Vec<Duration>,
     /// For the i-th policy to run, the sum of the shares of those after it.
@@ -77,11 +83,14 @@ impl Plan {
     /// A plan for `entries` (in the order they will run) within `budget`.
     /// Quarantined policies will not run and need nothing.
     pub(super) fn new<'e>(entries: impl IntoIterator<Item = &'e ChainEntry>, budget: Duration) -> Self {
-        let limits: Vec<Duration> = entries
+        let (limits, needs): (Vec<Duration>, Vec<Duration>) = entries
             .into_iter()
-            .map(|e| if e.quarantined() { Duration::ZERO } else { e.policy.spec.limits.timeout() })
-            .collect();
-        Self::from_limits(&limits, budget)
+            .map(|e| {
+                let limit = e.policy.spec.limits.timeout();
+                (limit, if e.quarantined() { Duration::ZERO } else { limit })
+            })
+            .unzip();
+        Self { limits, ..Self::from_limits(&needs, budget) }
     }
 
     /// A plan for policies of `limits` (in the order they will run).
@@ -93,7 +102,13 @@ impl Plan {
             reserve_after[i] = sum;
             sum += shares[i];
         }
-        Self { shares, reserve_after }
+        Self { limits: limits.to_vec(), shares, reserve_after }
+    }
+
+    /// The time of the `i`-th policy's call, if it starts now: its own
+    /// limit, and its [`Plan::allowance`] of wall-clock time.
+    pub(super) fn time(&self, i: usize, deadline: Instant) -> CallTime {
+        CallTime::new(self.limits.get(i).copied().unwrap_or_default(), self.allowance(i, deadline))
     }
 
     /// The wall-clock time the `i`-th policy may take now: what leaves the
@@ -188,7 +203,11 @@ mod tests {
 
     #[test]
     fn a_policy_may_not_take_the_later_policies_shares() {
-        let plan = Plan { shares: vec![ms(100), ms(100), ms(100)], reserve_after: vec![ms(200), ms(100), ms(0)] };
+        let plan = Plan {
+            limits: vec![ms(100); 3],
+            shares: vec![ms(100), ms(100), ms(100)],
+            reserve_after: vec![ms(200), ms(100), ms(0)],
+        };
         let deadline = Instant::now() + ms(1000);
         // The first policy may take what leaves the later ones 200 ms.
         let first = plan.allowance(0, deadline);
@@ -199,6 +218,21 @@ mod tests {
         assert!(plan.allowance(2, deadline) > ms(900));
         // Past the deadline, nothing.
         assert_eq!(plan.allowance(0, Instant::now()), Duration::ZERO);
+    }
+
+    /// A call's time: its own limit whole, whatever its share; its share
+    /// bounds only its wall-clock time.
+    #[test]
+    fn a_call_gets_its_own_limit_and_its_allowance() {
+        let plan = Plan::from_limits(&[ms(2000), ms(100)], ms(1000));
+        let deadline = Instant::now() + ms(1000);
+        let first = plan.time(0, deadline);
+        assert_eq!(first.limit, ms(2000), "the policy's own limit, not its share");
+        assert!(first.wall <= ms(900) && first.wall > ms(800), "{first:?}");
+        let second = plan.time(1, deadline);
+        assert_eq!(second.limit, ms(100));
+        assert!(second.wall > ms(900), "the last one may use what is left: {second:?}");
+        assert_eq!(plan.time(5, deadline).limit, Duration::ZERO, "no such policy, no time");
     }
 
     /// Behind the plan, what is left is shared in proportion to the shares:

@@ -250,8 +250,8 @@ impl Chain {
                 return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
             }
         }
-        let allowance = run.plan.allowance(index, cx.deadline);
-        if allowance < Duration::from_millis(self.settings.min_call_ms) {
+        let time = run.plan.time(index, cx.deadline);
+        if time.wall < Duration::from_millis(self.settings.min_call_ms) {
             let reason = no_time_left(cx, run.planned_at);
             let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
             return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
@@ -264,7 +264,7 @@ impl Chain {
         // On UpdateContainer, what the runtime asks for the container now:
         // the default grant's bounds measure against it too.
         let requested = event.requested_shared();
-        let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, allowance).await;
+        let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, time).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
         let may = entry.policy.allowed().effective();
         let reply = match report.outcome {

@@ -61,6 +61,7 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use crate::node::view::ContainerEntry;
 use crate::policy::call::errors::{classify, timeout, Attempt};
 use crate::policy::call::event::CallEvent;
+pub use crate::policy::call::meter::CallTime;
 use crate::policy::call::meter::{metered, CallClock};
 use crate::policy::call::state::{StateSnapshot, StateTxn, StateWrites};
 use crate::policy::call::store::{drain_output, new_store, CallState};
@@ -555,7 +556,7 @@ impl PolicyEngine {
         // An instance slot of the pool; the policy's time starts once it has one.
         let _slot = self.configures.acquire().await.expect("the configure semaphore is never closed");
         let limit = limits.timeout().max(CONFIGURE_MIN_TIMEOUT);
-        let time = Arc::new(CallClock::new(limit, Instant::now() + limit * CONFIGURE_WALL_FACTOR));
+        let time = Arc::new(CallClock::new(CallTime::new(limit, limit * CONFIGURE_WALL_FACTOR)));
         let state = self.state_for(policy, &env);
         let mut store =
             new_store(&self.engine, &policy.profile, &env, state, None, None, time.clone(), &self.watchdog.arming());
@@ -596,22 +597,22 @@ impl PolicyEngine {
     }
 
     /// Runs one event through one policy in a fresh instance, within its
-    /// limits (its time limit charged as `meter.rs` says) and at most
-    /// `budget` of wall-clock time. `current` is the event's container as
-    /// the chain has it, shown in the node view.
+    /// fuel and memory limits and the `time` its caller planned (charged as
+    /// `meter.rs` says). `current` is the event's container as the chain
+    /// has it, shown in the node view.
     pub async fn call_async(
         &self,
         policy: &CompiledPolicy,
         event: CallEvent,
         env: &CallEnv,
         current: Option<&Arc<ContainerEntry>>,
-        budget: Duration,
+        time: CallTime,
     ) -> CallReport {
         let started = Instant::now();
         let name = event.name();
         let kind = event.kind();
         let limits = &policy.profile.limits;
-        let time = Arc::new(CallClock::new(limits.timeout(), started + budget));
+        let time = Arc::new(CallClock::new(time));
         let state = self.state_for(policy, env);
         let arming = self.watchdog.arming();
         let mut store =
@@ -665,15 +666,19 @@ impl PolicyEngine {
     }
 
     /// [`Self::call_async`] for callers that are not async.
+    /// A call on its own, outside a chain (tests, benchmarks, `nri-wasm
+    /// check`): the policy's own time limit, within `wall` of wall-clock
+    /// time.
     pub fn call(
         &self,
         policy: &CompiledPolicy,
         event: CallEvent,
         env: &CallEnv,
         current: Option<&Arc<ContainerEntry>>,
-        budget: Duration,
+        wall: Duration,
     ) -> CallReport {
-        self.block_on(self.call_async(policy, event, env, current, budget))
+        let time = CallTime::new(policy.profile.limits.timeout(), wall);
+        self.block_on(self.call_async(policy, event, env, current, time))
     }
 }
 
