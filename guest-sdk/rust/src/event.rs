@@ -218,48 +218,11 @@ impl Event {
 impl EventKind {
     /// The kind's WIT name (`create-container`, ...).
     pub fn name(self) -> &'static str {
-        match self {
-            EventKind::RunPodSandbox => "run-pod-sandbox",
-            EventKind::StopPodSandbox => "stop-pod-sandbox",
-            EventKind::RemovePodSandbox => "remove-pod-sandbox",
-            EventKind::CreateContainer => "create-container",
-            EventKind::PostCreateContainer => "post-create-container",
-            EventKind::StartContainer => "start-container",
-            EventKind::PostStartContainer => "post-start-container",
-            EventKind::UpdateContainer => "update-container",
-            EventKind::PostUpdateContainer => "post-update-container",
-            EventKind::StopContainer => "stop-container",
-            EventKind::RemoveContainer => "remove-container",
-            EventKind::UpdatePodSandbox => "update-pod-sandbox",
-            EventKind::PostUpdatePodSandbox => "post-update-pod-sandbox",
-            EventKind::ValidateContainerAdjustment => "validate-container-adjustment",
-            EventKind::Synchronize => "synchronize",
-        }
+        crate::policy::event_name(self)
     }
 }
 
 impl WholeEvent {
-    /// The kind of this event.
-    pub fn kind(&self) -> EventKind {
-        match self {
-            WholeEvent::RunPodSandbox(_) => EventKind::RunPodSandbox,
-            WholeEvent::StopPodSandbox(_) => EventKind::StopPodSandbox,
-            WholeEvent::RemovePodSandbox(_) => EventKind::RemovePodSandbox,
-            WholeEvent::CreateContainer(_) => EventKind::CreateContainer,
-            WholeEvent::PostCreateContainer(_) => EventKind::PostCreateContainer,
-            WholeEvent::StartContainer(_) => EventKind::StartContainer,
-            WholeEvent::PostStartContainer(_) => EventKind::PostStartContainer,
-            WholeEvent::UpdateContainer(_) => EventKind::UpdateContainer,
-            WholeEvent::PostUpdateContainer(_) => EventKind::PostUpdateContainer,
-            WholeEvent::StopContainer(_) => EventKind::StopContainer,
-            WholeEvent::RemoveContainer(_) => EventKind::RemoveContainer,
-            WholeEvent::UpdatePodSandbox(_) => EventKind::UpdatePodSandbox,
-            WholeEvent::PostUpdatePodSandbox(_) => EventKind::PostUpdatePodSandbox,
-            WholeEvent::ValidateContainerAdjustment(_) => EventKind::ValidateContainerAdjustment,
-            WholeEvent::Synchronize => EventKind::Synchronize,
-        }
-    }
-
     /// The event's pod; `None` on synchronize.
     pub fn pod(&self) -> Option<&PodSandbox> {
         match self {

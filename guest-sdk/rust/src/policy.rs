@@ -3,7 +3,9 @@
 //! The WIT world has one `handle(kind)` export; a trait with one method per
 //! event, each with a default that changes nothing, lets a policy write only
 //! the handlers of the events it asked for, and keeps the match on the kind
-//! in one place (here) instead of in every policy.
+//! in one place (here) instead of in every policy. The per-event parts (the
+//! handlers, the dispatch, the event lists and names) are generated from the
+//! WIT by `build.rs`, so an event added to the WIT needs nothing here.
 //!
 //! What a policy subscribes to is declared once, as the constant
 //! [`Policy::EVENTS`]: the component's declaration is made from it at
@@ -11,125 +13,43 @@
 //! a narrower answer is checked against it, so the declaration the host
 //! reads cannot drift from what the code subscribes to.
 
-use crate::{Event, EventKind, Reply};
+use crate::{Event, EventKind, Reply, WholeEvent};
 
-/// Every lifecycle event of pods and containers: what a policy that wants
-/// to see everything declares as [`Policy::EVENTS`] (with
-/// `ValidateContainerAdjustment` and `Synchronize` for those steps, a list
-/// of its own).
-pub const LIFECYCLE_EVENTS: [EventKind; 13] = [
-    EventKind::RunPodSandbox,
-    EventKind::StopPodSandbox,
-    EventKind::RemovePodSandbox,
-    EventKind::CreateContainer,
-    EventKind::PostCreateContainer,
-    EventKind::StartContainer,
-    EventKind::PostStartContainer,
-    EventKind::UpdateContainer,
-    EventKind::PostUpdateContainer,
-    EventKind::StopContainer,
-    EventKind::RemoveContainer,
-    EventKind::UpdatePodSandbox,
-    EventKind::PostUpdatePodSandbox,
-];
+// `LIFECYCLE_EVENTS`, `ALL_EVENTS`, `event_name`, the `policy_trait!`
+// macro that adds a handler per event to the trait below, `__handle` and
+// `WholeEvent::kind`: written by build.rs from the WIT.
+include!(concat!(env!("OUT_DIR"), "/events.rs"));
 
-/// Every event kind: the lifecycle events, `ValidateContainerAdjustment`
-/// and `Synchronize`, in the WIT enum's order.
-pub const ALL_EVENTS: [EventKind; 15] = [
-    EventKind::RunPodSandbox,
-    EventKind::StopPodSandbox,
-    EventKind::RemovePodSandbox,
-    EventKind::CreateContainer,
-    EventKind::PostCreateContainer,
-    EventKind::StartContainer,
-    EventKind::PostStartContainer,
-    EventKind::UpdateContainer,
-    EventKind::PostUpdateContainer,
-    EventKind::StopContainer,
-    EventKind::RemoveContainer,
-    EventKind::UpdatePodSandbox,
-    EventKind::PostUpdatePodSandbox,
-    EventKind::ValidateContainerAdjustment,
-    EventKind::Synchronize,
-];
+policy_trait! {
+    /// A policy. Declare [`EVENTS`](Policy::EVENTS) and override the handlers
+    /// of those events.
+    pub trait Policy {
+        /// Every event this policy may ever subscribe to, whatever its
+        /// settings. [`export_policy!`](crate::export_policy) records the list
+        /// in the component (custom section `nri-wasm:events`), where the host
+        /// reads it before compiling the component: it registers with the
+        /// runtime for these events from its first second, and while the policy
+        /// is still loading only these events can wait for it or fail for it.
+        /// What [`events`](Policy::events) answers must be within it (the host
+        /// refuses to load the policy otherwise).
+        const EVENTS: &'static [EventKind];
 
-/// A policy. Declare [`EVENTS`](Policy::EVENTS) and override the handlers
-/// of those events.
-pub trait Policy {
-    /// Every event this policy may ever subscribe to, whatever its
-    /// settings. [`export_policy!`](crate::export_policy) records the list
-    /// in the component (custom section `nri-wasm:events`), where the host
-    /// reads it before compiling the component: it registers with the
-    /// runtime for these events from its first second, and while the policy
-    /// is still loading only these events can wait for it or fail for it.
-    /// What [`events`](Policy::events) answers must be within it (the host
-    /// refuses to load the policy otherwise).
-    const EVENTS: &'static [EventKind];
+        /// The events the host delivers to this policy, which its settings
+        /// (read with [`settings()`](crate::settings())) may narrow: by default
+        /// all of [`EVENTS`](Policy::EVENTS). Any event answered that
+        /// `EVENTS` does not list makes `configure` fail (natively too, in the
+        /// test host).
+        fn events() -> Vec<EventKind> {
+            Self::EVENTS.to_vec()
+        }
 
-    /// The events the host delivers to this policy, which its settings
-    /// (read with [`settings()`](crate::settings())) may narrow: by default
-    /// all of [`EVENTS`](Policy::EVENTS). Any event answered that
-    /// `EVENTS` does not list makes `configure` fail (natively too, in the
-    /// test host).
-    fn events() -> Vec<EventKind> {
-        Self::EVENTS.to_vec()
-    }
-
-    /// Checks the settings when the host loads the policy (the component's
-    /// `configure`); an error keeps the policy from loading. Handlers read
-    /// the settings with [`settings()`](crate::settings()): they run in fresh instances, which
-    /// have not seen this call.
-    fn init(_settings: &str) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn run_pod_sandbox(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn stop_pod_sandbox(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn remove_pod_sandbox(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn create_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn post_create_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn start_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn post_start_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn update_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn post_update_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn stop_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn remove_container(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn update_pod_sandbox(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    fn post_update_pod_sandbox(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    /// Return `Err(reason)` to reject the chain's merged adjustment.
-    fn validate_container_adjustment(_event: &Event) -> Result<Reply, String> {
-        Ok(Reply::none())
-    }
-    /// The runtime (re)connected; the node view holds everything it
-    /// reported. Reconcile state here; updates go back to the runtime.
-    fn synchronize() -> Result<Reply, String> {
-        Ok(Reply::none())
+        /// Checks the settings when the host loads the policy (the component's
+        /// `configure`); an error keeps the policy from loading. Handlers read
+        /// the settings with [`settings()`](crate::settings()): they run in fresh instances, which
+        /// have not seen this call.
+        fn init(_settings: &str) -> Result<(), String> {
+            Ok(())
+        }
     }
 }
 
@@ -147,28 +67,6 @@ pub fn __init<P: Policy>(settings: String) -> Result<Vec<EventKind>, String> {
         ));
     }
     Ok(events)
-}
-
-/// The WIT name of an event kind (`create-container`), as declarations and
-/// the host's messages spell it.
-pub const fn event_name(kind: EventKind) -> &'static str {
-    match kind {
-        EventKind::RunPodSandbox => "run-pod-sandbox",
-        EventKind::StopPodSandbox => "stop-pod-sandbox",
-        EventKind::RemovePodSandbox => "remove-pod-sandbox",
-        EventKind::CreateContainer => "create-container",
-        EventKind::PostCreateContainer => "post-create-container",
-        EventKind::StartContainer => "start-container",
-        EventKind::PostStartContainer => "post-start-container",
-        EventKind::UpdateContainer => "update-container",
-        EventKind::PostUpdateContainer => "post-update-container",
-        EventKind::StopContainer => "stop-container",
-        EventKind::RemoveContainer => "remove-container",
-        EventKind::UpdatePodSandbox => "update-pod-sandbox",
-        EventKind::PostUpdatePodSandbox => "post-update-pod-sandbox",
-        EventKind::ValidateContainerAdjustment => "validate-container-adjustment",
-        EventKind::Synchronize => "synchronize",
-    }
 }
 
 /// Bytes of the declaration of `events`: each name followed by a space (a
@@ -207,26 +105,4 @@ pub const fn __events_text<const N: usize>(events: &[EventKind]) -> [u8; N] {
         i += 1;
     }
     out
-}
-
-#[doc(hidden)]
-pub fn __handle<P: Policy>(kind: EventKind) -> Result<Reply, String> {
-    let e = Event::__new(kind);
-    match kind {
-        EventKind::RunPodSandbox => P::run_pod_sandbox(&e),
-        EventKind::StopPodSandbox => P::stop_pod_sandbox(&e),
-        EventKind::RemovePodSandbox => P::remove_pod_sandbox(&e),
-        EventKind::CreateContainer => P::create_container(&e),
-        EventKind::PostCreateContainer => P::post_create_container(&e),
-        EventKind::StartContainer => P::start_container(&e),
-        EventKind::PostStartContainer => P::post_start_container(&e),
-        EventKind::UpdateContainer => P::update_container(&e),
-        EventKind::PostUpdateContainer => P::post_update_container(&e),
-        EventKind::StopContainer => P::stop_container(&e),
-        EventKind::RemoveContainer => P::remove_container(&e),
-        EventKind::UpdatePodSandbox => P::update_pod_sandbox(&e),
-        EventKind::PostUpdatePodSandbox => P::post_update_pod_sandbox(&e),
-        EventKind::ValidateContainerAdjustment => P::validate_container_adjustment(&e),
-        EventKind::Synchronize => P::synchronize(),
-    }
 }

@@ -59,6 +59,11 @@
 //! `notify` for a `notify` event and the chain's method of the event's
 //! name for an `answer` event.
 //!
+//! The guest side follows the WIT alone: the Rust SDK's per-event code (the
+//! `Policy` trait's handlers, the dispatch of `handle`, the event lists and
+//! names, `WholeEvent::kind`) is generated from it by
+//! `guest-sdk/rust/build.rs`, as Go's and JavaScript's bindings are.
+//!
 //! A new event still needs, by hand, only what is its own. The compiler
 //! asks for items 1 and 2, the chain's method and the `Reply` variant of
 //! item 4 (not the subscription's exclusion of a verdict event, named
