@@ -88,6 +88,19 @@ impl Host {
         serde_json::from_str(&self.get("/status").await.1).expect("/status is a HostStatus")
     }
 
+    /// A runtime at `socket` once the first load is done, so that the host
+    /// registers with its final subscription (a load that ends after the
+    /// registration reconnects, which a test of its own covers): the
+    /// connection, configured and synchronized with an empty node.
+    async fn runtime_once_loaded(&self, socket: &Path) -> (Simulator, nri_sim::PluginConn) {
+        self.status_until("the first load", |s| s.chain_loaded).await;
+        let sim = Simulator::listen(socket, RuntimeProfile::v0_12()).await.unwrap();
+        let mut conn = tokio::time::timeout(Duration::from_secs(10), sim.accept()).await.unwrap().unwrap();
+        conn.configure().await.unwrap();
+        conn.synchronize(&[], &[], 0).await.unwrap();
+        (sim, conn)
+    }
+
     /// Waits (up to 60 s) until the status satisfies `ok`.
     async fn status_until(&self, what: &str, ok: impl Fn(&HostStatus) -> bool) -> HostStatus {
         for _ in 0..6000 {
@@ -165,23 +178,7 @@ async fn metrics_health_and_status_say_exactly_what_happened() {
     let (code, _) = host.get("/nothing-here").await;
     assert_eq!(code, 404);
 
-    // The runtime comes once the first load is done, so that the host
-    // registers with its final subscription (a load that ends after the
-    // registration reconnects, which a test of its own covers).
-    let mut loaded = false;
-    for _ in 0..3000 {
-        let (_, body) = host.get("/status").await;
-        if serde_json::from_str::<HostStatus>(&body).unwrap().chain_loaded {
-            loaded = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(loaded, "the first load did not end");
-    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
-    let mut conn = tokio::time::timeout(Duration::from_secs(10), sim.accept()).await.unwrap().unwrap();
-    conn.configure().await.unwrap();
-    conn.synchronize(&[], &[], 0).await.unwrap();
+    let (_sim, conn) = host.runtime_once_loaded(&socket).await;
     let mut ready = false;
     for _ in 0..500 {
         if host.get("/readyz").await.0 == 200 {
@@ -345,11 +342,7 @@ async fn a_quarantined_policy_stays_quarantined_across_a_reload_of_the_others() 
         c.chain.breaker_failures = 1;
         c.chain.breaker_backoff_ms = 3_600_000;
     });
-    host.status_until("first load", |s| s.chain_loaded).await;
-    let sim = Simulator::listen(&socket, RuntimeProfile::v0_12()).await.unwrap();
-    let mut conn = tokio::time::timeout(Duration::from_secs(10), sim.accept()).await.unwrap().unwrap();
-    conn.configure().await.unwrap();
-    conn.synchronize(&[], &[], 0).await.unwrap();
+    let (_sim, conn) = host.runtime_once_loaded(&socket).await;
     let w = nri_sim::workload::Workload::generate(1, 3);
     let faults = |s: &HostStatus| s.policies.iter().find(|p| p.name == "20-faults").cloned().expect("20-faults");
     conn.create_container(&w.pods[0], &w.containers[0]).await.expect("the failure is ignored");

@@ -90,19 +90,27 @@ impl Plan {
                 (limit, if e.quarantined() { Duration::ZERO } else { limit })
             })
             .unzip();
-        Self { limits, ..Self::from_limits(&needs, budget) }
+        Self::planned(limits, &needs, budget)
     }
 
-    /// A plan for policies of `limits` (in the order they will run).
+    /// A plan for policies of `limits` (in the order they will run) that
+    /// all will run.
+    #[cfg(test)]
     fn from_limits(limits: &[Duration], budget: Duration) -> Self {
-        let shares = shares(limits, budget);
+        Self::planned(limits.to_vec(), limits, budget)
+    }
+
+    /// A plan for policies of `limits` whose shares are planned for `needs`
+    /// (zero for one that will not run).
+    fn planned(limits: Vec<Duration>, needs: &[Duration], budget: Duration) -> Self {
+        let shares = shares(needs, budget);
         let mut reserve_after = vec![Duration::ZERO; shares.len()];
         let mut sum = Duration::ZERO;
         for i in (0..shares.len()).rev() {
             reserve_after[i] = sum;
             sum += shares[i];
         }
-        Self { limits: limits.to_vec(), shares, reserve_after }
+        Self { limits, shares, reserve_after }
     }
 
     /// The time of the `i`-th policy's call, if it starts now: its own
