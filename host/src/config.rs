@@ -268,6 +268,15 @@ pub enum ConfigError {
         /// Why reading it failed.
         source: std::io::Error,
     },
+    /// The path is not a regular file, or the file is larger than a
+    /// configuration may be.
+    #[error("config file {}: {reason}", path.display())]
+    Unusable {
+        /// The configuration file.
+        path: PathBuf,
+        /// What it is instead.
+        reason: String,
+    },
     /// The file is not TOML of the expected shape (unknown key, wrong type).
     #[error("config file {}: {message}", path.display())]
     Parse {
@@ -352,6 +361,11 @@ fn config_keys() -> Vec<&'static str> {
     TABLES.iter().flat_map(|(table, keys)| keys.iter().copied().chain(table.split('.'))).collect()
 }
 
+/// Most bytes of a configuration file: many times what the largest one
+/// needs, and a bound on what the host reads before it has a limit of its
+/// own.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 impl Config {
     /// Reads, parses and validates a configuration file: its first error
     /// (in file order), if it has any.
@@ -362,8 +376,19 @@ impl Config {
     /// Reads, parses and validates a configuration file: every error, in
     /// file order (see [`Config::parse_all`]).
     pub fn load_all(path: &Path) -> Result<Self, Vec<ConfigError>> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| vec![ConfigError::Read { path: path.to_path_buf(), source }])?;
+        use crate::files::FileError;
+        // One descriptor, a regular file, a bound: a FIFO named as the
+        // configuration would hold the start forever, `/dev/zero` would
+        // fill the memory.
+        let bytes = crate::files::read_bounded(path, MAX_CONFIG_BYTES).map_err(|e| {
+            let path = path.to_path_buf();
+            vec![match e {
+                FileError::Read { source, .. } => ConfigError::Read { path, source },
+                e => ConfigError::Unusable { path, reason: e.reason() },
+            }]
+        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| vec![ConfigError::Unusable { path: path.to_path_buf(), reason: "not UTF-8 text".into() }])?;
         Self::parse_all(&text, path)
     }
 
@@ -842,6 +867,33 @@ mod tests {
         assert_eq!(shown, direct);
         assert!(shown.starts_with(&format!("cannot read config file {}: ", path.display())), "{shown}");
         assert_eq!(shown.matches("No such file or directory").count(), 1, "{shown}");
+    }
+
+    /// The configuration is read through one descriptor and a bound: a
+    /// FIFO, a directory, an endless device and an oversized file are each
+    /// refused at once, named, and nothing of them is read past the bound.
+    #[test]
+    fn a_configuration_that_is_not_a_small_regular_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        crate::files::mkfifo(&fifo);
+        let zero = dir.path().join("zero.toml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let large = dir.path().join("large.toml");
+        std::fs::write(&large, format!("# {}\n", "x".repeat(MAX_CONFIG_BYTES as usize))).unwrap();
+        let binary = dir.path().join("binary.toml");
+        std::fs::write(&binary, b"[plugin]\xff\n").unwrap();
+        for (path, why) in [
+            (&fifo, "must be a regular file, not a FIFO"),
+            (&zero, "must be a regular file, not a character device"),
+            (&dir.path().to_path_buf(), "must be a regular file, not a directory"),
+            (&large, "larger than 1048576 bytes"),
+            (&binary, "not UTF-8 text"),
+        ] {
+            let e = Config::load(path).unwrap_err();
+            assert!(matches!(e, ConfigError::Unusable { .. }), "{}: {e:?}", path.display());
+            assert_eq!(e.to_string(), format!("config file {}: {why}", path.display()));
+        }
     }
 
     /// A syntax or type error says where it is and why, never what the line

@@ -6,6 +6,12 @@
 //! The compile cache, the policy state, the subscription records and the
 //! registry's blob cache all need these; they live at the bottom of the
 //! crate so that none of those modules imports another for them.
+//!
+//! The files an operator names (credentials, CA certificates, keys, a
+//! component to push) are read with a bound and written whole or not at
+//! all; what goes wrong is a [`FileError`], which names the file and keeps
+//! the system's error as its source, so that a caller can tell a missing
+//! file from a refused one without reading the message.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -41,6 +47,134 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         _ => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
     };
     base.is_absolute().then(|| base.join("nri-wasm"))
+}
+
+/// Reading or writing a file, and why it failed. The Display names the
+/// file and what was done to it; the system's error is the source (shown
+/// by `text::chain` and anyhow's `{:#}`).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// It could not be opened, examined or read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It could not be created (it exists, or its directory refuses).
+    #[error("cannot create {}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing, syncing or renaming it failed.
+    #[error("cannot write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is not a regular file (a directory, a FIFO, a device...).
+    #[error("{}: must be a regular file, not {kind}", path.display())]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// It holds more than the most accepted.
+    #[error("{}: larger than {max} bytes", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The most accepted, in bytes.
+        max: u64,
+    },
+}
+
+impl FileError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Read { path, .. }
+            | Self::Create { path, .. }
+            | Self::Write { path, .. }
+            | Self::NotRegular { path, .. }
+            | Self::TooLarge { path, .. } => path,
+        }
+    }
+
+    /// What went wrong, the file left out: for an error of the caller's
+    /// that names the file already.
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Read { source, .. } => format!("cannot read it: {source}"),
+            Self::Create { source, .. } => format!("cannot create it: {source}"),
+            Self::Write { source, .. } => format!("cannot write it: {source}"),
+            Self::NotRegular { kind, .. } => format!("must be a regular file, not {kind}"),
+            Self::TooLarge { max, .. } => format!("larger than {max} bytes"),
+        }
+    }
+
+    /// The system's error, if the system refused.
+    pub fn io(&self) -> Option<&std::io::Error> {
+        match self {
+            Self::Read { source, .. } | Self::Create { source, .. } | Self::Write { source, .. } => Some(source),
+            Self::NotRegular { .. } | Self::TooLarge { .. } => None,
+        }
+    }
+}
+
+/// Reads a file of at most `max` bytes that someone else names (a
+/// credential file, a CA, a key, a component to push): a regular file,
+/// checked through the open descriptor, never a FIFO that would block the
+/// reader, and read no further than `max + 1` bytes whatever its size says.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
+    use std::io::Read;
+    let read = |source| FileError::Read { path: path.to_path_buf(), source };
+    let (file, meta) = match std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .and_then(|f| f.metadata().map(|m| (f, m)))
+    {
+        Ok(opened) => opened,
+        Err(source) => return Err(read(source)),
+    };
+    if !meta.is_file() {
+        return Err(FileError::NotRegular { path: path.to_path_buf(), kind: kind_of(meta.file_type()) });
+    }
+    if meta.len() > max {
+        return Err(FileError::TooLarge { path: path.to_path_buf(), max });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes).map_err(read)?;
+    if bytes.len() as u64 > max {
+        return Err(FileError::TooLarge { path: path.to_path_buf(), max });
+    }
+    Ok(bytes)
+}
+
+/// Creates `path`, which must not exist, with `mode`, and writes `bytes`
+/// to it, synced.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> {
+    use std::io::Write;
+    let mut f = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|source| FileError::Create { path: path.to_path_buf(), source })?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|source| FileError::Write { path: path.to_path_buf(), source })
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -126,4 +260,70 @@ pub(crate) fn unique_suffix() -> String {
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let nonce = random_key().map(|k| hex(&k[..8])).unwrap_or_default();
     format!("{seq}.{nonce}")
+}
+
+/// Makes a FIFO at `path` (for the unit tests of every reader that must
+/// refuse one without blocking).
+#[cfg(test)]
+pub(crate) fn mkfifo(path: &Path) {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path without NUL");
+    // SAFETY: a valid, NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file someone names is read only if it is a regular file within
+    /// the bound, whatever it is instead: each refusal says what it is
+    /// and keeps the system's error, so a caller can tell them apart
+    /// without reading the message.
+    #[test]
+    fn a_bounded_read_refuses_what_is_not_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"12345").unwrap();
+        assert_eq!(read_bounded(&small, 5).unwrap(), b"12345");
+        let e = read_bounded(&small, 4).unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { max: 4, .. }) && e.path() == small, "{e:?}");
+        assert_eq!(e.to_string(), format!("{}: larger than 4 bytes", small.display()));
+
+        let missing = dir.path().join("missing");
+        let e = read_bounded(&missing, 5).unwrap_err();
+        assert_eq!(e.io().map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound), "{e:?}");
+        // The file is named once, the system's reason once.
+        let shown = crate::text::chain(&e);
+        assert!(shown.starts_with(&format!("cannot read {}: ", missing.display())), "{shown}");
+        assert_eq!(shown.matches(&*missing.display().to_string()).count(), 1, "{shown}");
+        assert_eq!(e.reason(), format!("cannot read it: {}", e.io().unwrap()));
+
+        // A FIFO would block a reader until someone writes: refused
+        // without waiting, as is a directory.
+        let fifo = dir.path().join("fifo");
+        mkfifo(&fifo);
+        let e = read_bounded(&fifo, 5).unwrap_err();
+        assert!(matches!(e, FileError::NotRegular { kind: "a FIFO", .. }), "{e:?}");
+        let e = read_bounded(dir.path(), 5).unwrap_err();
+        assert!(matches!(e, FileError::NotRegular { kind: "a directory", .. }), "{e:?}");
+
+        // A symlink is followed (a mounted secret is one).
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&small, &link).unwrap();
+        assert_eq!(read_bounded(&link, 5).unwrap(), b"12345");
+    }
+
+    /// A new file is never one that was there: an existing file is left as
+    /// it was, and the error says so.
+    #[test]
+    fn a_new_file_does_not_replace_one_that_is_there() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        write_new(&path, b"secret", 0o600).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let e = write_new(&path, b"other", 0o644).unwrap_err();
+        assert!(matches!(&e, FileError::Create { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists));
+        assert_eq!(std::fs::read(&path).unwrap(), b"secret");
+    }
 }

@@ -238,9 +238,9 @@ impl HostBuilder {
 fn engine(config: &Config, compiler: Compiler) -> Result<Arc<PolicyEngine>, BuildError> {
     let registry = crate::registry::client::Registry::new(&config.registry, config.engine.max_component_mib << 20)
         .map(Arc::new)
-        .map_err(|e| format!("[registry] cannot be used: {e}"));
+        .map_err(Arc::new);
     if let Err(e) = &registry {
-        tracing::error!(error = %e, "policies named by reference cannot load");
+        tracing::error!(error = %crate::text::chain(&**e), "policies named by reference cannot load");
     }
     Ok(Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler).with_registry(registry)))
 }

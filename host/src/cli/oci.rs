@@ -12,11 +12,12 @@
 //! larger than the limit before a byte of it is asked for.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::files::FileError;
 use crate::registry::client::Registry;
 use crate::registry::sign::SigningKeyFile;
 use crate::registry::{push, OciRef, RegistrySettings, Source};
@@ -160,12 +161,9 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
         let (settings, max) = args.registry.settings_and_max()?;
         let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
         // No larger than a node loads ([engine] max-component-mib).
-        let bytes = crate::registry::read_limited(&args.file, max).map_err(|e| {
-            if e.ends_with(&format!("larger than {max} bytes")) {
-                format!("{e}, the most a node loads ([engine] max-component-mib)")
-            } else {
-                e
-            }
+        let bytes = crate::files::read_bounded(&args.file, max).map_err(|e| match e {
+            FileError::TooLarge { .. } => format!("{e}, the most a node loads ([engine] max-component-mib)"),
+            e => crate::text::chain(&e),
         })?;
         // The component must be one a host loads: the same check `check` starts with.
         crate::policy::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
@@ -183,7 +181,7 @@ fn client(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> Result<
     let (settings, max) = registry.settings_and_max()?;
     let settings = RegistrySettings { public_keys: keys.to_vec(), ..settings };
     let reference = OciRef::parse(reference).map_err(|e| e.to_string())?;
-    let registry = Registry::new(&settings, max)?;
+    let registry = Registry::new(&settings, max).map_err(|e| crate::text::chain(&e))?;
     Ok((registry, Source { reference, public_keys: None }))
 }
 
@@ -209,8 +207,11 @@ pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
             let key = SigningKeyFile::generate().map_err(|e| format!("no random bytes: {e}"))?;
             let (private, public) = key.to_pem()?;
             let public_path = PathBuf::from(format!("{}.pub", path.display()));
-            crate::registry::write_new(path, private.as_bytes(), 0o600)?;
-            crate::registry::write_new(&public_path, public.as_bytes(), 0o644)?;
+            let write = |path: &Path, text: &str, mode| {
+                crate::files::write_new(path, text.as_bytes(), mode).map_err(|e| crate::text::chain(&e))
+            };
+            write(path, &private, 0o600)?;
+            write(&public_path, &public, 0o644)?;
             let _ =
                 writeln!(out, "private key {} (keep it secret), public key {}", path.display(), public_path.display());
             return Ok(());

@@ -244,7 +244,7 @@ pub enum VersionSource {
     Assumed {
         /// Why nothing could be inferred: an unknown runtime, an unparsable
         /// version, or a release older than NRI.
-        why: String,
+        why: NotInferred,
     },
 }
 
@@ -293,18 +293,46 @@ fn runtime_table(runtime: &str) -> Option<&'static [ReleaseRow]> {
     }
 }
 
+/// Why no NRI version could be inferred from a runtime's name and release.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotInferred {
+    /// A runtime the release tables do not know.
+    #[error("unknown runtime {runtime:?}")]
+    UnknownRuntime {
+        /// The name it gave.
+        runtime: String,
+    },
+    /// A release that is not `[v]major.minor.patch`.
+    #[error("unparsable {runtime} version {version:?}")]
+    UnparsableVersion {
+        /// The runtime.
+        runtime: String,
+        /// The release it gave.
+        version: String,
+    },
+    /// A release older than the runtime's first with NRI.
+    #[error("{runtime} {version} predates NRI support")]
+    BeforeNri {
+        /// The runtime.
+        runtime: String,
+        /// The release it gave.
+        version: String,
+    },
+}
+
 /// Looks up the NRI version of a runtime release.
-pub fn infer_from_runtime(runtime: &str, runtime_version: &str) -> Result<NriVersion, String> {
-    let table = runtime_table(runtime).ok_or_else(|| format!("unknown runtime {runtime:?}"))?;
-    let v: NriVersion =
-        runtime_version.parse().map_err(|_| format!("unparsable {runtime} version {runtime_version:?}"))?;
+pub fn infer_from_runtime(runtime: &str, runtime_version: &str) -> Result<NriVersion, NotInferred> {
+    let table = runtime_table(runtime).ok_or_else(|| NotInferred::UnknownRuntime { runtime: runtime.into() })?;
+    let named = || (runtime.to_string(), runtime_version.to_string());
+    let v: NriVersion = runtime_version.parse().map_err(|_| {
+        let (runtime, version) = named();
+        NotInferred::UnparsableVersion { runtime, version }
+    })?;
     let key = (v.major, v.minor, v.patch);
-    table
-        .iter()
-        .rev()
-        .find(|(from, _)| key >= *from)
-        .map(|(_, nri)| *nri)
-        .ok_or_else(|| format!("{runtime} {runtime_version} predates NRI support"))
+    table.iter().rev().find(|(from, _)| key >= *from).map(|(_, nri)| *nri).ok_or_else(|| {
+        let (runtime, version) = named();
+        NotInferred::BeforeNri { runtime, version }
+    })
 }
 
 /// Decides which NRI version to act on from what `Configure` told us.
@@ -399,7 +427,13 @@ mod tests {
         assert!(matches!(src, VersionSource::Inferred { .. }));
         let (v, src) = resolve("garbage", "mystery", "1");
         assert_eq!(v, NriVersion::BASELINE);
-        assert!(matches!(src, VersionSource::Assumed { .. }));
+        assert_eq!(src, VersionSource::Assumed { why: NotInferred::UnknownRuntime { runtime: "mystery".into() } });
+        assert_eq!(src.to_string(), "assumed (unknown runtime \"mystery\")");
+        let (_, src) = resolve("", "containerd", "v1.6.20");
+        let why = NotInferred::BeforeNri { runtime: "containerd".into(), version: "v1.6.20".into() };
+        assert_eq!(src, VersionSource::Assumed { why });
+        let (_, src) = resolve("", "cri-o", "one.two");
+        assert!(matches!(src, VersionSource::Assumed { why: NotInferred::UnparsableVersion { .. } }), "{src:?}");
     }
 
     #[test]

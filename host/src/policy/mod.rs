@@ -91,7 +91,7 @@ pub mod cache {
 
 /// Load errors (`load/errors.rs`).
 pub mod errors {
-    pub use super::call::errors::{CallError, CallErrorKind, LimitKind};
+    pub use super::call::errors::{CallError, CallErrorKind, LimitKind, TrapCode};
     pub use super::load::errors::{LoadError, WIT_VERSION};
 }
 

@@ -94,10 +94,16 @@ fn rewritten_lately(origin: &Origin, policy: &CompiledPolicy) -> bool {
     if now - file.mtime_ns.max(file.ctime_ns) > 2_000_000_000 {
         return false;
     }
-    match std::fs::read(&origin.spec.wasm) {
-        Ok(bytes) => crate::files::sha256_hex(&bytes) != policy.digest(),
-        Err(_) => true,
-    }
+    !holds(&origin.spec.wasm, file.len, policy.digest())
+}
+
+/// Whether `path` holds exactly the `len` bytes of SHA-256 `digest`. Read
+/// as a load reads it: one descriptor, a regular file, no more than `len`
+/// bytes (a FIFO or `/dev/zero` put in its place after the scan would
+/// hold the reload or fill the host). Anything else is a change, which
+/// the load then judges.
+fn holds(path: &std::path::Path, len: u64, digest: &str) -> bool {
+    crate::files::read_bounded(path, len).is_ok_and(|bytes| crate::files::sha256_hex(&bytes) == digest)
 }
 
 /// Where a version of a policy came from.
@@ -271,7 +277,7 @@ impl Reloader {
         let registry = match self.engine.registry() {
             Ok(r) => r,
             Err(e) => {
-                tracing::debug!(error = %e, "tags not checked: the registry client cannot be used");
+                tracing::debug!(error = %crate::text::chain(&*e), "tags not checked: the registry client cannot be used");
                 return Vec::new();
             }
         };
@@ -739,5 +745,37 @@ pub async fn watch(
             }
         }
         reloader.reload().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The content check of a file rewritten within a clock tick reads it
+    /// as a load does: whatever was put in its place since the scan, it
+    /// answers at once, and only the same bytes are "unchanged".
+    #[test]
+    fn a_lately_rewritten_file_is_compared_without_being_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("10-a.wasm");
+        std::fs::write(&path, b"component").unwrap();
+        let digest = crate::files::sha256_hex(b"component");
+        assert!(holds(&path, 9, &digest));
+        std::fs::write(&path, b"componenT").unwrap();
+        assert!(!holds(&path, 9, &digest), "other bytes of the same length");
+        std::fs::write(&path, b"component and more").unwrap();
+        assert!(!holds(&path, 9, &digest), "grown");
+
+        // A FIFO no one writes to would block a plain read forever.
+        std::fs::remove_file(&path).unwrap();
+        crate::files::mkfifo(&path);
+        assert!(!holds(&path, 9, &digest), "a FIFO");
+        // An endless device would fill the memory of a plain read.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        assert!(!holds(&path, 9, &digest), "a device");
+        std::fs::remove_file(&path).unwrap();
+        assert!(!holds(&path, 9, &digest), "gone");
     }
 }

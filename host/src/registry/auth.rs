@@ -196,10 +196,7 @@ impl AuthFile {
     }
 
     fn read(&self) -> Result<DockerConfig, CredentialError> {
-        let bytes = super::read_small(&self.path).map_err(|e| CredentialError::File {
-            path: self.path.display().to_string(),
-            reason: e.strip_prefix(&format!("{}: ", self.path.display())).unwrap_or(&e).to_string(),
-        })?;
+        let bytes = super::read_small(&self.path).map_err(|e| self.err(e.reason()))?;
         let config: DockerConfig =
             serde_json::from_slice(&bytes).map_err(|e| self.err(format!("not a docker config.json ({e})")))?;
         let path = self.path.display().to_string();

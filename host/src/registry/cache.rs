@@ -15,11 +15,52 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::files::sha256_hex;
+use crate::files::{sha256_hex, FileError};
 
 /// Older than this, a temporary download file is left over from a download
 /// that was cut off: every pull ends well before (`[registry]` deadline).
 const STALE_DOWNLOAD: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Why the cache could not give or keep something. A blob or record that
+/// is absent is a [`FileError::Read`] whose source is `NotFound`
+/// ([`CacheError::is_absent`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// Reading or writing one of its files.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// A blob's content does not have the digest it is named by; it was
+    /// removed.
+    #[error("{}: content has digest sha256:{actual}, not its name (removed)", path.display())]
+    Tampered {
+        /// The blob's file.
+        path: PathBuf,
+        /// The digest its content has, hex.
+        actual: String,
+    },
+    /// A reference's record is not one.
+    #[error("{}: not a reference record", path.display())]
+    NotRecord {
+        /// The record's file.
+        path: PathBuf,
+        /// What the parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A reference's record names another reference.
+    #[error("{}: records another reference", path.display())]
+    OtherReference {
+        /// The record's file.
+        path: PathBuf,
+    },
+}
+
+impl CacheError {
+    /// Whether the blob or record is simply not there.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Self::File(FileError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
 
 /// The digest cache.
 #[derive(Debug, Clone)]
@@ -41,13 +82,14 @@ pub struct RefRecord {
 
 impl BlobCache {
     /// Opens (creating it, mode 0700) the cache in `dir`.
-    pub fn open(dir: &Path) -> Result<Self, String> {
+    pub fn open(dir: &Path) -> Result<Self, CacheError> {
         for sub in ["blobs", "refs"] {
+            let path = dir.join(sub);
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(dir.join(sub))
-                .map_err(|e| format!("cannot create the registry cache {}: {e}", dir.join(sub).display()))?;
+                .create(&path)
+                .map_err(|source| FileError::Create { path, source })?;
         }
         // A download cut off by its deadline or a stop leaves its temporary
         // file. Those older than any download may take go; a younger one
@@ -81,35 +123,32 @@ impl BlobCache {
     }
 
     /// A new temporary file in `blobs/` (for a download), and its path.
-    pub fn temp_file(&self) -> Result<(std::fs::File, PathBuf), String> {
+    pub fn temp_file(&self) -> Result<(std::fs::File, PathBuf), CacheError> {
         let path = self.dir.join("blobs").join(format!(".tmp-{}", crate::files::unique_suffix()));
-        let file = std::fs::File::options()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok((file, path))
+        match std::fs::File::options().write(true).create_new(true).mode(0o600).open(&path) {
+            Ok(file) => Ok((file, path)),
+            Err(source) => Err(FileError::Create { path, source }.into()),
+        }
     }
 
     /// Moves a finished, verified temporary file to its digest's name.
-    pub fn commit(&self, file: std::fs::File, temp: &Path, hex: &str) -> Result<(), String> {
-        let result = file.sync_all().and_then(|()| std::fs::rename(temp, self.blob_path(hex)));
-        if let Err(e) = result {
+    pub fn commit(&self, file: std::fs::File, temp: &Path, hex: &str) -> Result<(), CacheError> {
+        let path = self.blob_path(hex);
+        if let Err(source) = file.sync_all().and_then(|()| std::fs::rename(temp, &path)) {
             let _ = std::fs::remove_file(temp);
-            return Err(format!("cannot store blob {hex} in {}: {e}", self.dir.display()));
+            return Err(FileError::Write { path, source }.into());
         }
         sync_dir(&self.dir.join("blobs"));
         Ok(())
     }
 
     /// Stores `bytes` under their digest.
-    pub fn put(&self, bytes: &[u8]) -> Result<String, String> {
+    pub fn put(&self, bytes: &[u8]) -> Result<String, CacheError> {
         let hex = sha256_hex(bytes);
         let (mut file, temp) = self.temp_file()?;
-        if let Err(e) = file.write_all(bytes) {
+        if let Err(source) = file.write_all(bytes) {
             let _ = std::fs::remove_file(&temp);
-            return Err(format!("cannot write {}: {e}", temp.display()));
+            return Err(FileError::Write { path: temp, source }.into());
         }
         self.commit(file, &temp, &hex)?;
         Ok(hex)
@@ -117,20 +156,13 @@ impl BlobCache {
 
     /// The blob named `hex` if it is there, at most `max` bytes, and has
     /// that digest. A blob whose content does not match is removed.
-    pub fn get(&self, hex: &str, max: u64) -> Result<Vec<u8>, String> {
-        use std::io::Read;
+    pub fn get(&self, hex: &str, max: u64) -> Result<Vec<u8>, CacheError> {
         let path = self.blob_path(hex);
-        let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
-        if !meta.is_file() || meta.len() > max {
-            return Err(format!("{}: not a regular file of at most {max} bytes", path.display()));
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = crate::files::read_bounded(&path, max)?;
         let actual = sha256_hex(&bytes);
         if actual != hex {
             let _ = std::fs::remove_file(&path);
-            return Err(format!("{}: content has digest sha256:{actual}, not its name (removed)", path.display()));
+            return Err(CacheError::Tampered { path, actual });
         }
         Ok(bytes)
     }
@@ -141,27 +173,30 @@ impl BlobCache {
     }
 
     /// Records what `reference` resolved to.
-    pub fn put_ref(&self, record: &RefRecord) -> Result<(), String> {
+    pub fn put_ref(&self, record: &RefRecord) -> Result<(), CacheError> {
         let path = self.ref_path(&record.reference);
-        let body = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+        // Strings and an optional string: always serialisable.
+        let body = serde_json::to_vec(record).unwrap_or_default();
         let (mut file, temp) = self.temp_file()?;
         let result = file.write_all(&body).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(&temp, &path));
-        if let Err(e) = result {
+        if let Err(source) = result {
             let _ = std::fs::remove_file(&temp);
-            return Err(format!("cannot write {}: {e}", path.display()));
+            return Err(FileError::Write { path, source }.into());
         }
         sync_dir(&self.dir.join("refs"));
         Ok(())
     }
 
     /// What `reference` last resolved to, if recorded.
-    pub fn get_ref(&self, reference: &str) -> Result<RefRecord, String> {
+    pub fn get_ref(&self, reference: &str) -> Result<RefRecord, CacheError> {
         let path = self.ref_path(reference);
         let bytes = super::read_small(&path)?;
-        let record: RefRecord =
-            serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a reference record ({e})", path.display()))?;
+        let record: RefRecord = match serde_json::from_slice(&bytes) {
+            Ok(record) => record,
+            Err(source) => return Err(CacheError::NotRecord { path, source }),
+        };
         if record.reference != reference {
-            return Err(format!("{}: records another reference", path.display()));
+            return Err(CacheError::OtherReference { path });
         }
         Ok(record)
     }
@@ -183,11 +218,14 @@ mod tests {
         let cache = BlobCache::open(&dir.path().join("c")).unwrap();
         let hex = cache.put(b"component").unwrap();
         assert_eq!(cache.get(&hex, 100).unwrap(), b"component");
-        assert!(cache.get(&hex, 3).unwrap_err().contains("at most 3 bytes"));
+        let e = cache.get(&hex, 3).unwrap_err();
+        assert!(matches!(e, CacheError::File(FileError::TooLarge { max: 3, .. })), "{e:?}");
         std::fs::write(dir.path().join("c/blobs").join(&hex), b"tampered").unwrap();
         let e = cache.get(&hex, 100).unwrap_err();
-        assert!(e.contains("not its name"), "{e}");
+        assert!(matches!(&e, CacheError::Tampered { actual, .. } if *actual == sha256_hex(b"tampered")), "{e:?}");
+        assert!(e.to_string().contains("not its name"), "{e}");
         assert!(!cache.has(&hex), "a tampered blob is removed");
+        assert!(cache.get(&hex, 100).unwrap_err().is_absent());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("c/blobs")).unwrap().collect();
         assert!(leftovers.is_empty(), "no temporary file is left: {leftovers:?}");
     }
@@ -199,6 +237,15 @@ mod tests {
         let r = RefRecord { reference: "oci://h/p:v".into(), manifest: "a".repeat(64), signature: None };
         cache.put_ref(&r).unwrap();
         assert_eq!(cache.get_ref("oci://h/p:v").unwrap(), r);
-        assert!(cache.get_ref("oci://h/p:w").is_err());
+        assert!(cache.get_ref("oci://h/p:w").unwrap_err().is_absent());
+        // A record put where another reference's belongs, and one that is
+        // not a record, are refused for what they are.
+        let other = cache.ref_path("oci://h/p:w");
+        std::fs::copy(cache.ref_path("oci://h/p:v"), &other).unwrap();
+        assert!(matches!(cache.get_ref("oci://h/p:w"), Err(CacheError::OtherReference { .. })));
+        std::fs::write(&other, b"{not json").unwrap();
+        let e = cache.get_ref("oci://h/p:w").unwrap_err();
+        assert!(matches!(e, CacheError::NotRecord { .. }) && !e.is_absent(), "{e:?}");
+        assert!(crate::text::chain(&e).starts_with(&format!("{}: not a reference record: ", other.display())), "{e}");
     }
 }

@@ -23,17 +23,17 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::cache::{BlobCache, RefRecord};
+use super::cache::{BlobCache, CacheError, RefRecord};
 use super::manifest::{check_wasm, signature_layers, Component};
 use super::sign::{self, TrustedKey};
 use super::transport::{read_bounded, Fail, Request, Transport};
 use super::{
     check_pinning, check_transport, keys_for, CacheUse, OciRef, Provenance, RegistryError, RegistrySettings, Resolved,
-    Source, MAX_MANIFEST_BYTES, MAX_SMALL_BYTES, OCI_MANIFEST,
+    Source, SourceRefused, MAX_MANIFEST_BYTES, MAX_SMALL_BYTES, OCI_MANIFEST,
 };
-use crate::files::sha256_hex;
+use crate::files::{sha256_hex, FileError};
 
-pub use super::transport::{crypto, read_ca};
+pub use super::transport::{crypto, read_ca, CaError, ClientError};
 
 /// A registry client with the node's settings, and the cache.
 #[derive(Debug)]
@@ -54,14 +54,14 @@ enum Sink {
 }
 
 impl Sink {
-    fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
+    fn write(&mut self, chunk: &[u8]) -> Result<(), FileError> {
         match self {
             Self::Memory(bytes) => {
                 bytes.extend_from_slice(chunk);
                 Ok(())
             }
             Self::File { file, path } => {
-                file.write_all(chunk).map_err(|e| format!("cannot write {}: {e}", path.display()))
+                file.write_all(chunk).map_err(|source| FileError::Write { path: path.clone(), source })
             }
         }
     }
@@ -92,7 +92,7 @@ enum Dest<'a> {
 
 impl Registry {
     /// A client for `settings`; `max_blob` bounds a component's size.
-    pub fn new(settings: &RegistrySettings, max_blob: u64) -> Result<Self, String> {
+    pub fn new(settings: &RegistrySettings, max_blob: u64) -> Result<Self, ClientError> {
         let transport = Transport::new(settings)?;
         // A cache that cannot be made costs the start without the registry,
         // not the pulls: said once, and the client works without it.
@@ -100,7 +100,7 @@ impl Registry {
             Ok(cache) => Some(cache),
             Err(e) => {
                 tracing::warn!(
-                    error = %e,
+                    error = %crate::text::chain(&e),
                     "the registry cache cannot be used: policies named by reference are pulled every time, and \
                      cannot load while their registry is unreachable"
                 );
@@ -197,7 +197,7 @@ impl Registry {
             }
             received += chunk.len() as u64;
             hasher.update(&chunk);
-            sink.write(&chunk).map_err(Fail::answered)?;
+            sink.write(&chunk)?;
         }
         if received < size {
             return Err(Fail::unreachable(format!("blob {url}: the body ended after {received} of {size} bytes")));
@@ -243,7 +243,7 @@ impl Registry {
 
     /// What `source` needs before anything is asked: its keys, a pin or a
     /// key for a tag, and HTTPS for a signature unless allowed otherwise.
-    fn preflight(&self, source: &Source) -> Result<Vec<TrustedKey>, String> {
+    fn preflight(&self, source: &Source) -> Result<Vec<TrustedKey>, SourceRefused> {
         let keys = keys_for(source, &self.settings)?;
         check_pinning(&source.reference, keys.len())?;
         check_transport(&self.settings, &source.reference, keys.len())?;
@@ -255,7 +255,7 @@ impl Registry {
     pub async fn resolve(&self, source: &Source) -> Result<Resolved, RegistryError> {
         let reference = source.reference.to_string();
         let fail = |reason: String| RegistryError { reference: reference.clone(), reason };
-        let keys = self.preflight(source).map_err(fail)?;
+        let keys = self.preflight(source).map_err(|e| fail(e.to_string()))?;
         // A pinned digest that the cache holds in full needs no registry.
         if source.reference.digest.is_some() {
             if let Ok(mut found) = self.cached(source, &keys) {
@@ -299,7 +299,7 @@ impl Registry {
     /// where it came from.
     pub async fn pull_to_file(&self, source: &Source, output: &Path) -> Result<(String, Provenance), RegistryError> {
         let fail = |reason: String| RegistryError { reference: source.reference.to_string(), reason };
-        let keys = self.preflight(source).map_err(fail)?;
+        let keys = self.preflight(source).map_err(|e| fail(e.to_string()))?;
         let pulled = self.online(source, &keys, Dest::File(output)).await.map_err(|f| fail(f.reason))?;
         Ok((pulled.digest, pulled.provenance))
     }
@@ -340,7 +340,7 @@ impl Registry {
                 let done = file.sync_all().and_then(|()| std::fs::rename(&temp, output));
                 if let Err(e) = done {
                     let _ = std::fs::remove_file(&temp);
-                    return Err(Fail::answered(format!("cannot write {}: {e}", output.display())));
+                    return Err(FileError::Write { path: output.to_path_buf(), source: e }.into());
                 }
                 None
             }
@@ -397,7 +397,7 @@ impl Registry {
             (None, Some(rec)) => rec.manifest.clone(),
             (None, None) => return Err("the reference was never pulled on this node".into()),
         };
-        let manifest = cache.get(&manifest_hex, MAX_MANIFEST_BYTES)?;
+        let manifest = cache.get(&manifest_hex, MAX_MANIFEST_BYTES).map_err(chain)?;
         let component = check_wasm(&manifest, self.max_blob)?;
         let signer = if keys.is_empty() {
             None
@@ -407,15 +407,15 @@ impl Registry {
                 .filter(|rec| rec.manifest == manifest_hex)
                 .and_then(|rec| rec.signature.clone())
                 .ok_or("no signature of it was kept")?;
-            let sig = cache.get(&sig_hex, MAX_MANIFEST_BYTES)?;
+            let sig = cache.get(&sig_hex, MAX_MANIFEST_BYTES).map_err(chain)?;
             let mut payloads = HashMap::new();
             for (hex, _) in signature_layers(&sig)? {
-                let p = cache.get(&hex, MAX_SMALL_BYTES)?;
+                let p = cache.get(&hex, MAX_SMALL_BYTES).map_err(chain)?;
                 payloads.insert(hex, p);
             }
             Some(check_signature(&sig, &payloads, &manifest_hex, keys, &repository_of(r))?)
         };
-        let bytes = cache.get(&component.hex, self.max_blob)?;
+        let bytes = cache.get(&component.hex, self.max_blob).map_err(chain)?;
         Ok(Resolved {
             bytes,
             digest: component.hex,
@@ -452,17 +452,23 @@ impl Registry {
     }
 }
 
+/// A cache's error as one line, its causes included.
+fn chain(e: CacheError) -> String {
+    crate::text::chain(&e)
+}
+
 /// A new file beside `output` for a download (mode 0644 less the umask).
-fn temp_beside(output: &Path) -> Result<(std::fs::File, PathBuf), String> {
+fn temp_beside(output: &Path) -> Result<(std::fs::File, PathBuf), FileError> {
     let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = output.file_name().ok_or_else(|| format!("{}: not a file name", output.display()))?;
+    let Some(name) = output.file_name() else {
+        let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name");
+        return Err(FileError::Create { path: output.to_path_buf(), source });
+    };
     let temp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), crate::files::unique_suffix()));
-    let file = std::fs::File::options()
-        .write(true)
-        .create_new(true)
-        .open(&temp)
-        .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
-    Ok((file, temp))
+    match std::fs::File::options().write(true).create_new(true).open(&temp) {
+        Ok(file) => Ok((file, temp)),
+        Err(source) => Err(FileError::Create { path: temp, source }),
+    }
 }
 
 /// Why a tag could not be checked.

@@ -142,7 +142,7 @@ impl RegistrySettings {
             TrustedKey::read(key).map_err(|e| format!("[registry] public-keys: {e}"))?;
         }
         if let Some(ca) = &self.ca_file {
-            transport::read_ca(ca).map_err(|e| format!("[registry] ca-file: {e}"))?;
+            transport::read_ca(ca).map_err(|e| format!("[registry] ca-file: {}", crate::text::chain(&e)))?;
         }
         for (i, entry) in self.plain_http.iter().enumerate() {
             if !reference::host_ok(entry) {
@@ -257,18 +257,38 @@ pub fn digest_hex(digest: &str) -> Option<&str> {
     (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then_some(hex)
 }
 
+/// Why a policy's source may not be used, before the registry is asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceRefused {
+    /// A key that applies to it cannot be read or used.
+    #[error(transparent)]
+    Key(#[from] sign::KeyError),
+    /// A tag with neither a digest nor a key to check it by.
+    #[error("a tag alone can change under the node: pin its digest (…@sha256:…) or require a signature (public-keys)")]
+    Unpinned,
+    /// A signature is required and the registry is reached over plain
+    /// HTTP, which `plain-http-signed` has not accepted.
+    #[error(
+        "the policy requires a signature and {registry} is reached over plain HTTP ([registry] plain-http), where \
+         anyone on the path may serve an older signed version: serve the registry over HTTPS, or set \
+         [registry] plain-http-signed = true to accept that"
+    )]
+    SignedOverPlainHttp {
+        /// The registry, as `plain-http` names it.
+        registry: String,
+    },
+}
+
 /// The keys that apply to `source`: its own, else the global ones.
-pub fn keys_for(source: &Source, settings: &RegistrySettings) -> Result<Vec<TrustedKey>, String> {
+pub fn keys_for(source: &Source, settings: &RegistrySettings) -> Result<Vec<TrustedKey>, SourceRefused> {
     let paths: &[PathBuf] = source.public_keys.as_deref().unwrap_or(&settings.public_keys);
-    paths.iter().map(|p| TrustedKey::read(p).map_err(|e| e.to_string())).collect()
+    Ok(paths.iter().map(|p| TrustedKey::read(p)).collect::<Result<_, _>>()?)
 }
 
 /// Whether a reference may be used: a tag only with a digest or a key.
-pub fn check_pinning(reference: &OciRef, keys: usize) -> Result<(), String> {
+pub fn check_pinning(reference: &OciRef, keys: usize) -> Result<(), SourceRefused> {
     if reference.digest.is_none() && keys == 0 {
-        return Err("a tag alone can change under the node: pin its digest (…@sha256:…) or require a \
-                    signature (public-keys)"
-            .into());
+        return Err(SourceRefused::Unpinned);
     }
     Ok(())
 }
@@ -279,69 +299,20 @@ pub fn check_pinning(reference: &OciRef, keys: usize) -> Result<(), String> {
 /// version, not that it is the current one: over plain HTTP anyone on the
 /// path can keep serving an older signed version (or none), which HTTPS
 /// to the registry rules out.
-pub fn check_transport(settings: &RegistrySettings, reference: &OciRef, keys: usize) -> Result<(), String> {
+pub fn check_transport(settings: &RegistrySettings, reference: &OciRef, keys: usize) -> Result<(), SourceRefused> {
     if keys > 0 && settings.plain_http.contains(&reference.registry) && !settings.plain_http_signed {
-        return Err(format!(
-            "the policy requires a signature and {} is reached over plain HTTP ([registry] plain-http), where \
-             anyone on the path may serve an older signed version: serve the registry over HTTPS, or set \
-             [registry] plain-http-signed = true to accept that",
-            reference.registry
-        ));
+        return Err(SourceRefused::SignedOverPlainHttp { registry: reference.registry.clone() });
     }
     Ok(())
 }
 
-/// Reads a file the operator names (credentials, a CA), bounded.
-pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() || meta.len() > 1 << 20 {
-        return Err(format!("{}: must be a regular file of at most 1 MiB", path.display()));
-    }
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
-}
+/// Most bytes of a file the operator names for the registry (a credential
+/// file, a CA bundle, a key).
+pub(crate) const MAX_NAMED_FILE: u64 = 1 << 20;
 
-/// Reads a file of at most `max` bytes.
-pub fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    if bytes.len() as u64 > max {
-        return Err(format!("{}: larger than {max} bytes", path.display()));
-    }
-    Ok(bytes)
-}
-
-/// Writes `bytes` to `path` whole or not at all (a temporary file beside
-/// it, synced, renamed).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| format!("{}: not a file name", path.display()))?;
-    let temp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), crate::files::unique_suffix()));
-    let result = (|| {
-        let mut f = std::fs::File::options().write(true).create_new(true).open(&temp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        format!("cannot write {}: {e}", path.display())
-    })
-}
-
-/// Creates `path` (which must not exist) with `mode`.
-pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::File::options()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+/// Reads a file the operator names (credentials, a CA, a key), bounded.
+pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>, crate::files::FileError> {
+    crate::files::read_bounded(path, MAX_NAMED_FILE)
 }
 
 #[cfg(test)]
@@ -351,7 +322,8 @@ mod tests {
     #[test]
     fn a_tag_alone_needs_a_key() {
         let tag = OciRef::parse("oci://h/p:v1").unwrap();
-        assert!(check_pinning(&tag, 0).unwrap_err().contains("pin its digest"));
+        assert_eq!(check_pinning(&tag, 0), Err(SourceRefused::Unpinned));
+        assert!(SourceRefused::Unpinned.to_string().contains("pin its digest"));
         assert!(check_pinning(&tag, 1).is_ok());
         let pinned = OciRef::parse(&format!("oci://h/p:v1@sha256:{}", "a".repeat(64))).unwrap();
         assert!(check_pinning(&pinned, 0).is_ok());
@@ -407,6 +379,8 @@ mod tests {
         let s = plain(&["localhost:5000"], false);
         assert!(check_transport(&s, &tag, 0).is_ok(), "no signature required: plain HTTP is the operator's choice");
         let e = check_transport(&s, &tag, 1).unwrap_err();
+        assert_eq!(e, SourceRefused::SignedOverPlainHttp { registry: "localhost:5000".into() });
+        let e = e.to_string();
         assert!(e.contains("plain-http-signed") && e.contains("localhost:5000"), "{e}");
         assert!(check_transport(&s, &other, 1).is_ok(), "over HTTPS");
         assert!(check_transport(&plain(&["localhost:5000"], true), &tag, 1).is_ok());

@@ -92,7 +92,8 @@ async fn deadline<T>(
 /// A client for the author's commands: the settings without the node's cache.
 fn client(settings: &RegistrySettings, reference: &OciRef) -> Result<Registry, RegistryError> {
     let settings = RegistrySettings { cache_dir: None, ..settings.clone() };
-    Registry::new(&settings, 1 << 30).map_err(|reason| RegistryError { reference: reference.to_string(), reason })
+    Registry::new(&settings, 1 << 30)
+        .map_err(|e| RegistryError { reference: reference.to_string(), reason: crate::text::chain(&e) })
 }
 
 /// Pushes a component under a tag; returns the manifest's digest (hex).

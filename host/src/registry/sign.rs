@@ -44,11 +44,8 @@ const MAX_KEY_BYTES: u64 = 64 << 10;
 
 fn read_pem(path: &Path) -> Result<String, KeyError> {
     let err = |reason: String| KeyError { path: path.display().to_string(), reason };
-    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
-    if !meta.is_file() || meta.len() > MAX_KEY_BYTES {
-        return Err(err(format!("must be a regular file of at most {MAX_KEY_BYTES} bytes")));
-    }
-    std::fs::read_to_string(path).map_err(|e| err(e.to_string()))
+    let bytes = crate::files::read_bounded(path, MAX_KEY_BYTES).map_err(|e| err(e.reason()))?;
+    String::from_utf8(bytes).map_err(|_| err("not PEM text (not UTF-8)".into()))
 }
 
 /// A public key the operator trusts, named by its file.

@@ -34,6 +34,7 @@ use reqwest::{Method, StatusCode, Url};
 
 use super::auth::{AuthFile, Credentials};
 use super::{OciRef, RegistrySettings, MAX_SMALL_BYTES};
+use crate::files::FileError;
 
 /// Installs the TLS crypto provider once (rustls on ring).
 pub fn crypto() {
@@ -72,6 +73,21 @@ impl Fail {
     }
 }
 
+/// The node's cache failed while the registry had answered: the pull
+/// fails as if the answer were refused.
+impl From<super::cache::CacheError> for Fail {
+    fn from(e: super::cache::CacheError) -> Self {
+        Self::answered(crate::text::chain(&e))
+    }
+}
+
+/// A file of ours (a download's) failed while the registry had answered.
+impl From<FileError> for Fail {
+    fn from(e: FileError) -> Self {
+        Self::answered(crate::text::chain(&e))
+    }
+}
+
 impl From<String> for Fail {
     fn from(reason: String) -> Self {
         Self::answered(reason)
@@ -100,28 +116,76 @@ impl Trust {
     }
 }
 
+/// Why a CA file cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// It cannot be read, is not a regular file, or is too large.
+    #[error(transparent)]
+    Read(FileError),
+    /// It is not PEM.
+    #[error("{}: not PEM certificates", path.display())]
+    NotPem {
+        /// The file.
+        path: PathBuf,
+        /// What the PEM reader said.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// It is PEM, without a certificate.
+    #[error("{}: holds no PEM certificate", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate of it cannot anchor trust.
+    #[error("{}: certificate {index} cannot be a trust anchor", path.display())]
+    NotAnchor {
+        /// The file.
+        path: PathBuf,
+        /// Which, from 1.
+        index: usize,
+        /// What the TLS library said.
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+/// Why a registry client cannot be made from `[registry]`.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// `[registry] ca-file` cannot be used.
+    #[error("[registry] ca-file")]
+    Ca(#[source] CaError),
+    /// The TLS library refused its configuration.
+    #[error("[registry]: setting up TLS failed")]
+    Tls(#[source] rustls::Error),
+    /// The HTTP client could not be built.
+    #[error("[registry]: setting up the HTTP client failed")]
+    Http(#[source] reqwest::Error),
+}
+
 /// Reads a PEM file of CA certificates.
-pub fn read_ca(path: &std::path::Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+pub fn read_ca(path: &std::path::Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, CaError> {
     use rustls::pki_types::pem::PemObject;
-    let pem = super::read_small(path)?;
+    let pem = super::read_small(path).map_err(CaError::Read)?;
     let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: not PEM certificates ({e})", path.display()))?;
+        .map_err(|source| CaError::NotPem { path: path.to_path_buf(), source })?;
     if certs.is_empty() {
-        return Err(format!("{}: holds no PEM certificate", path.display()));
+        return Err(CaError::Empty { path: path.to_path_buf() });
     }
     Ok(certs)
 }
 
 /// The TLS configuration: the ca-file's certificates and the system's.
-fn tls(settings: &RegistrySettings) -> Result<(rustls::ClientConfig, Trust), String> {
+fn tls(settings: &RegistrySettings) -> Result<(rustls::ClientConfig, Trust), ClientError> {
     let mut roots = rustls::RootCertStore::empty();
     let mut trust = Trust { ca_file: settings.ca_file.clone(), ..Trust::default() };
     if let Some(path) = &settings.ca_file {
-        for (i, cert) in read_ca(path)?.into_iter().enumerate() {
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: certificate {}: cannot be a trust anchor ({e})", path.display(), i + 1))?;
+        for (i, cert) in read_ca(path).map_err(ClientError::Ca)?.into_iter().enumerate() {
+            roots.add(cert).map_err(|source| {
+                ClientError::Ca(CaError::NotAnchor { path: path.to_path_buf(), index: i + 1, source })
+            })?;
             trust.from_ca_file += 1;
         }
     }
@@ -133,7 +197,7 @@ fn tls(settings: &RegistrySettings) -> Result<(rustls::ClientConfig, Trust), Str
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up: {e}"))?
+        .map_err(ClientError::Tls)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok((config, trust))
@@ -195,7 +259,7 @@ fn authority(url: &Url) -> String {
 
 impl Transport {
     /// A client for `settings`.
-    pub(crate) fn new(settings: &RegistrySettings) -> Result<Self, String> {
+    pub(crate) fn new(settings: &RegistrySettings) -> Result<Self, ClientError> {
         crypto();
         let (tls, trust) = tls(settings)?;
         let plain = Arc::new(settings.plain_http.clone());
@@ -221,7 +285,7 @@ impl Transport {
             .user_agent(concat!("nri-wasm/", env!("CARGO_PKG_VERSION")))
             .tls_backend_preconfigured(tls)
             .build()
-            .map_err(|e| format!("cannot set up the HTTP client: {}", chain(&e)))?;
+            .map_err(ClientError::Http)?;
         Ok(Self {
             http,
             trust,
@@ -618,6 +682,45 @@ mod tests {
         let e = t.allowed("http://localhost:5001/v2/").unwrap_err();
         assert!(e.reason.contains("plain-http") && e.reason.contains("localhost:5001"), "{e:?}");
         assert!(t.allowed("ftp://localhost:5000/").is_err());
+    }
+
+    /// A CA file that cannot anchor trust keeps the client from being made,
+    /// and says why in one line, each cause once; the kind of failure is
+    /// the error's type, not its text.
+    #[test]
+    fn a_ca_file_that_cannot_be_used_is_named_with_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = |path: &std::path::Path| {
+            let settings = RegistrySettings { ca_file: Some(path.to_path_buf()), ..RegistrySettings::default() };
+            Transport::new(&settings).map(|_| ()).unwrap_err()
+        };
+        let missing = dir.path().join("missing.pem");
+        let e = client(&missing);
+        assert!(
+            matches!(&e, ClientError::Ca(CaError::Read(f)) if f.io().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)),
+            "{e:?}"
+        );
+        let shown = crate::text::chain(&e);
+        assert!(shown.starts_with(&format!("[registry] ca-file: cannot read {}: ", missing.display())), "{shown}");
+
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificate here\n").unwrap();
+        assert!(matches!(client(&empty), ClientError::Ca(CaError::Empty { .. })));
+
+        let broken = dir.path().join("broken.pem");
+        std::fs::write(&broken, "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n").unwrap();
+        let e = client(&broken);
+        assert!(matches!(&e, ClientError::Ca(CaError::NotPem { .. })), "{e:?}");
+        let shown = crate::text::chain(&e);
+        assert!(
+            shown.starts_with(&format!("[registry] ca-file: {}: not PEM certificates: ", broken.display())),
+            "{shown}"
+        );
+
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+        let e = client(&garbage);
+        assert!(matches!(&e, ClientError::Ca(CaError::NotAnchor { index: 1, .. })), "{e:?}");
     }
 
     /// The client builds with no CA anywhere (a minimal image), and says so

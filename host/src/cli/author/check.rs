@@ -252,7 +252,7 @@ fn pull(text: &str, engine: &PolicyEngine, out: &mut dyn Write) -> Result<Vec<u8
     use crate::registry::{OciRef, Source};
     let refused = |error: String| CheckError::Refused { step: "pull", error };
     let reference = OciRef::parse(text).map_err(|e| refused(e.to_string()))?;
-    let registry = engine.registry().map_err(refused)?;
+    let registry = engine.registry().map_err(|e| refused(crate::text::chain(&*e)))?;
     let resolved = engine
         .block_on(async move { registry.resolve(&Source { reference, public_keys: None }).await })
         .map_err(|e| refused(e.to_string()))?;

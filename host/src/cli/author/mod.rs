@@ -188,15 +188,11 @@ fn apply_settings(spec: &mut PolicySpec, settings: &SettingsArgs, defaults: Limi
     }
     let Some(path) = &settings.settings_file else { return Ok(()) };
     let bad = |reason: String| SetupError::SettingsFile { path: path.clone(), reason };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if !meta.is_file() || meta.len() > MAX_SETTINGS_BYTES {
-        return Err(bad(format!("not a regular file of at most {MAX_SETTINGS_BYTES} bytes")));
-    }
     if path.extension().is_some_and(|e| e == "toml") {
         let from_file = manifest::read_spec(&spec.name, &spec.wasm, Some(path), defaults)?;
         *spec = from_file;
     } else {
-        let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let bytes = crate::files::read_bounded(path, MAX_SETTINGS_BYTES).map_err(|e| bad(e.reason()))?;
         spec.settings = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
     }
     Ok(())

@@ -7,6 +7,9 @@
 
 use wasmtime::Trap;
 
+/// Wasmtime's trap codes, as a failed call keeps them.
+pub use wasmtime::Trap as TrapCode;
+
 use super::limiter::Refusal;
 use super::meter::Cut;
 use crate::policy::load::limits::Limits;
@@ -112,6 +115,10 @@ pub enum CallErrorKind {
     /// The policy trapped, or the call failed in a way no limit explains.
     #[error("trapped: {trap}")]
     Trap {
+        /// Wasmtime's trap code, when the guest trapped (`unreachable`, an
+        /// access out of bounds, an integer divided by zero...); `None`
+        /// for a failure that is not a trap (a host function's error).
+        code: Option<Trap>,
         /// The error, on one line, followed by the end of the policy's stderr
         /// when it wrote any.
         trap: String,
@@ -222,13 +229,12 @@ fn classify_kind(err: &wasmtime::Error, a: &Attempt<'_>) -> CallErrorKind {
         Some(Refusal::Table { .. }) => return CallErrorKind::TableLimit { limit: a.limits.table_elements },
         None => {}
     }
-    if let Some(trap) = err.downcast_ref::<Trap>() {
-        match trap {
-            Trap::OutOfFuel => return CallErrorKind::OutOfFuel { limit: a.limits.fuel },
-            Trap::Interrupt => return timeout(a).kind,
-            Trap::StackOverflow => return CallErrorKind::StackOverflow,
-            _ => {}
-        }
+    let code = err.downcast_ref::<Trap>().copied();
+    match code {
+        Some(Trap::OutOfFuel) => return CallErrorKind::OutOfFuel { limit: a.limits.fuel },
+        Some(Trap::Interrupt) => return timeout(a).kind,
+        Some(Trap::StackOverflow) => return CallErrorKind::StackOverflow,
+        _ => {}
     }
     if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return CallErrorKind::Exit { code: exit.0 };
@@ -246,7 +252,7 @@ fn classify_kind(err: &wasmtime::Error, a: &Attempt<'_>) -> CallErrorKind {
         Some(tail) => format!("{text}; stderr: {tail}"),
         None => text,
     };
-    CallErrorKind::Trap { trap }
+    CallErrorKind::Trap { code, trap }
 }
 
 /// The call ran out of time; `a.host_call` says where.

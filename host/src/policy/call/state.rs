@@ -677,12 +677,6 @@ mod tests {
         names
     }
 
-    fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    }
-
     fn set(store: &StateStore, policy: &str, key: &str, value: &str) {
         let mut t = StateTxn::new(store.snapshot(policy), 1 << 20);
         t.set(key.into(), value.into()).unwrap();
@@ -699,7 +693,7 @@ mod tests {
         std::fs::write(&outside, br#"{"stolen":"yes"}"#).unwrap();
         std::os::unix::fs::symlink("/dev/zero", state.join("10-zero.json")).unwrap();
         std::os::unix::fs::symlink(&outside, state.join("20-link.json")).unwrap();
-        mkfifo(&state.join("30-fifo.json"));
+        crate::files::mkfifo(&state.join("30-fifo.json"));
         let store = StateStore::in_dir(state.clone());
         // Each returns at once (a FIFO is not waited on, /dev/zero not
         // read) and starts empty.

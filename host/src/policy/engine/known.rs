@@ -356,9 +356,7 @@ mod tests {
         std::fs::create_dir(&sub).unwrap();
         assert_eq!(read_record(&sub), None);
         let fifo = dir.path().join("fifo.sub");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        crate::files::mkfifo(&fifo);
         assert_eq!(read_record(&fifo), None);
     }
 

@@ -73,7 +73,7 @@ use crate::wit::wit;
 pub use crate::files::{default_cache_dir, ROOT_CACHE_DIR};
 pub use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
 pub use crate::policy::call::env::{CallEnv, Facts};
-pub use crate::policy::call::errors::{CallError, CallErrorKind, LimitKind};
+pub use crate::policy::call::errors::{CallError, CallErrorKind, LimitKind, TrapCode};
 pub use crate::policy::load::compile::codegen_config;
 pub use crate::policy::load::errors::{LoadError, WIT_VERSION};
 
@@ -228,19 +228,20 @@ pub enum Allocator {
     OnDemand(String),
 }
 
-/// Setting up the engine failed.
+/// Setting up the engine failed; each step keeps its cause as the source.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// Wasmtime refused the engine's configuration; wasmtime's error.
-    #[error("creating the wasmtime engine failed: {0}")]
-    Create(String),
+    /// Wasmtime refused the engine's configuration.
+    #[error("creating the wasmtime engine failed")]
+    Create(#[source] wasmtime::Error),
     /// The WASI or `nri-wasm:policy` host functions could not be added to
-    /// the linker; wasmtime's error.
-    #[error("linking the host interface failed: {0}")]
-    Link(String),
-    /// The watchdog that enforces calls' time limits could not be started.
-    #[error("starting the policy runtime failed: {0}")]
-    Runtime(String),
+    /// the linker.
+    #[error("linking the host interface failed")]
+    Link(#[source] wasmtime::Error),
+    /// The watchdog that enforces calls' time limits, or the runtime the
+    /// calls run on, could not be started.
+    #[error("starting the policy runtime failed")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// What one call produced, with its cost.
@@ -292,8 +293,12 @@ pub struct PolicyEngine {
     records: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Where policies named by reference are pulled from (`[registry]`);
     /// one with the default settings is made on first use if none was given.
-    registry: std::sync::OnceLock<Result<Arc<crate::registry::client::Registry>, String>>,
+    registry: std::sync::OnceLock<RegistryClient>,
 }
+
+/// The registry client policies named by reference are pulled with, or
+/// why `[registry]` gave none (shared: every such load reports it).
+pub type RegistryClient = Result<Arc<crate::registry::client::Registry>, Arc<crate::registry::client::ClientError>>;
 
 /// What [`PolicyEngine::prune_cache`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -357,19 +362,19 @@ impl PolicyEngine {
                 Err(err) => {
                     let why = format!("{err:#}");
                     tracing::warn!(error = %why, "pooling allocator unavailable, using on-demand allocation");
-                    let engine = Engine::new(&codegen_config()).map_err(|e| EngineError::Create(format!("{e:#}")))?;
+                    let engine = Engine::new(&codegen_config()).map_err(EngineError::Create)?;
                     (engine, Allocator::OnDemand(why))
                 }
             }
         } else {
-            let engine = Engine::new(&codegen_config()).map_err(|e| EngineError::Create(format!("{e:#}")))?;
+            let engine = Engine::new(&codegen_config()).map_err(EngineError::Create)?;
             (engine, Allocator::OnDemand("disabled in the configuration".into()))
         };
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| EngineError::Link(format!("{e:#}")))?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(EngineError::Link)?;
         crate::wit::Policy::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s: &mut CallState| s)
-            .map_err(|e| EngineError::Link(format!("{e:#}")))?;
-        let watchdog = Watchdog::start(&engine).map_err(|e| EngineError::Runtime(e.to_string()))?;
+            .map_err(EngineError::Link)?;
+        let watchdog = Watchdog::start(&engine).map_err(EngineError::Runtime)?;
         // Guest code is CPU work, and a guest waiting in a host call frees
         // its thread: more workers than cores would only compete.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -381,7 +386,7 @@ impl PolicyEngine {
             // child process's pipes.
             .enable_all()
             .build()
-            .map_err(|e| EngineError::Runtime(e.to_string()))?;
+            .map_err(EngineError::Runtime)?;
         let cache = match &settings.cache_dir {
             None => None,
             Some(dir) => match crate::policy::load::cache::Cache::open(dir, settings.cache_max_mib << 20) {
@@ -413,14 +418,14 @@ impl PolicyEngine {
     /// Compiles with `compiler` (the binary compiles in a child process).
     /// Pulls policies named by reference with `registry` (or fails their
     /// load with its error: the settings could not be used).
-    pub fn with_registry(self, registry: Result<Arc<crate::registry::client::Registry>, String>) -> Self {
+    pub fn with_registry(self, registry: RegistryClient) -> Self {
         let _ = self.registry.set(registry);
         self
     }
 
     /// The registry client (made with the default `[registry]` settings if
     /// none was given).
-    pub fn registry(&self) -> Result<Arc<crate::registry::client::Registry>, String> {
+    pub fn registry(&self) -> RegistryClient {
         self.registry
             .get_or_init(|| {
                 crate::registry::client::Registry::new(
@@ -428,6 +433,7 @@ impl PolicyEngine {
                     self.settings.max_component_mib << 20,
                 )
                 .map(Arc::new)
+                .map_err(Arc::new)
             })
             .clone()
     }

@@ -92,7 +92,7 @@ impl PolicyEngine {
     ) -> Result<CompiledPolicy, LoadError> {
         let started = Instant::now();
         let fail = |reason: String| LoadError::Registry { policy: spec.name.clone(), reason };
-        let registry = self.registry().map_err(fail)?;
+        let registry = self.registry().map_err(|e| fail(crate::text::chain(&*e)))?;
         let resolved = registry.resolve(source).await.map_err(|e| fail(e.to_string()))?;
         let read = started.elapsed();
         let mut pinned = spec.clone();

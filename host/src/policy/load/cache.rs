@@ -706,9 +706,7 @@ mod tests {
         assert_eq!(cache.lookup(&A).unwrap_err(), Rejected::NotAFile("a symbolic link"));
         assert!(cache.get("10-a", &A).is_none());
         assert!(std::fs::symlink_metadata(cache.path(&A.key())).is_err(), "the link is removed, not its target");
-        let fifo = std::ffi::CString::new(cache.path(&A.key()).into_os_string().into_encoded_bytes()).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        crate::files::mkfifo(&cache.path(&A.key()));
         assert_eq!(cache.lookup(&A).unwrap_err(), Rejected::NotAFile("a FIFO"), "opened without blocking");
     }
 

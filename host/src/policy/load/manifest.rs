@@ -252,21 +252,21 @@ const POLICY_KEYS: &[&str] = &[
 /// Most bytes of a settings file.
 const MAX_SETTINGS_BYTES: u64 = 1 << 20;
 
-/// Reads a settings file (a regular file, symlinks followed, at most 1 MiB).
+/// Reads a settings file (a regular file, symlinks followed, at most 1 MiB),
+/// checked and read through one descriptor: a file swapped between a check
+/// and the read for a FIFO (which would hold the load forever) or for
+/// `/dev/zero` (which would fill the host's memory) is refused.
 fn read_settings(name: &str, path: &Path) -> Result<String, SpecError> {
+    use crate::files::FileError;
     let fail = |reason: String| SpecError::Settings { policy: name.into(), path: path.to_path_buf(), reason };
-    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(fail(if meta.is_dir() {
-            "is a directory, not a settings file".into()
-        } else {
-            "is not a regular file".into()
-        }));
-    }
-    if meta.len() > MAX_SETTINGS_BYTES {
-        return Err(fail(format!("is larger than {MAX_SETTINGS_BYTES} bytes")));
-    }
-    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let bytes = crate::files::read_bounded(path, MAX_SETTINGS_BYTES).map_err(|e| {
+        fail(match e {
+            FileError::NotRegular { kind: "a directory", .. } => "is a directory, not a settings file".into(),
+            FileError::NotRegular { kind, .. } => format!("is {kind}, not a regular file"),
+            FileError::TooLarge { .. } => format!("is larger than {MAX_SETTINGS_BYTES} bytes"),
+            e => e.io().map_or_else(|| e.reason(), ToString::to_string),
+        })
+    })?;
     String::from_utf8(bytes).map_err(|_| fail("is not UTF-8 text".into()))
 }
 
@@ -511,6 +511,25 @@ mod tests {
             msg.contains("10-x.toml") && msg.contains("is a directory") && msg.contains("on-error = fail"),
             "{msg}"
         );
+    }
+
+    /// A settings file that is a FIFO (which no one writes to) or an
+    /// endless device is refused at once, saying what it is: neither
+    /// holds the scan nor fills the host's memory.
+    #[test]
+    fn a_settings_file_that_would_block_or_never_end_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["10-fifo", "20-zero"] {
+            std::fs::write(dir.path().join(format!("{name}.wasm")), "").unwrap();
+        }
+        crate::files::mkfifo(&dir.path().join("10-fifo.toml"));
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("20-zero.toml")).unwrap();
+        let (specs, errors) = scan(dir.path(), Limits::default());
+        assert!(specs.is_empty(), "{specs:?}");
+        let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(msgs[0].contains("10-fifo.toml") && msgs[0].contains("is a FIFO, not a regular file"), "{msgs:?}");
+        assert!(msgs[1].contains("20-zero.toml") && msgs[1].contains("is a character device"), "{msgs:?}");
     }
 
     #[test]
