@@ -91,7 +91,7 @@ pub enum CredentialError {
         name: String,
     },
     /// The helper could not be started.
-    #[error("credential helper {helper} ({key} of {path}) cannot run: {source}{hint}")]
+    #[error("credential helper {helper} ({key} of {path}) cannot run{hint}")]
     HelperStart {
         /// `docker-credential-NAME`.
         helper: String,
@@ -506,11 +506,15 @@ echo '{"ServerURL":"h:5000","Username":"alice","Secret":"from-helper"}'"#,
             ("babbling", "is not {\"ServerURL\", \"Username\", \"Secret\"} JSON"),
         ] {
             let f = config(&format!(r#""h:5000":"{name}""#), "");
-            let e = get(&f, "h:5000").unwrap_err().to_string();
+            let e = crate::text::chain(&get(&f, "h:5000").unwrap_err());
             assert!(
                 e.contains(&format!("docker-credential-{name}")) && e.contains("config.json") && e.contains(why),
                 "{name}: {e}"
             );
         }
+        // The system's reason once, after what to do about it.
+        let f = config(r#""h:5000":"missing""#, "");
+        let e = crate::text::chain(&get(&f, "h:5000").unwrap_err());
+        assert!(e.ends_with("or remove it from the file): No such file or directory (os error 2)"), "{e}");
     }
 }

@@ -389,7 +389,8 @@ impl Transport {
     /// anything but loopback.
     async fn credentials(&self, registry: &str, over: &Url) -> Result<Option<(Credentials, String)>, Fail> {
         let Some(auth) = &self.auth else { return Ok(None) };
-        let found = auth.credentials(registry, self.timeout).await.map_err(|e| Fail::answered(e.to_string()))?;
+        let found =
+            auth.credentials(registry, self.timeout).await.map_err(|e| Fail::answered(crate::text::chain(&e)))?;
         let Some(found) = found else { return Ok(None) };
         if over.scheme() != "https" && !is_loopback(&authority(over)) {
             return Err(Fail::answered(format!(

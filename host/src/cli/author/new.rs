@@ -134,7 +134,7 @@ pub enum NewError {
         from: SdkFrom,
     },
     /// A file, directory or the SDK link of the project could not be written.
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}", path.display())]
     Write {
         /// What was being written.
         path: PathBuf,
@@ -323,7 +323,7 @@ pub fn new(args: &NewArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode
     match run(args, out, err) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(err, "nri-wasm new: {e}");
+            let _ = writeln!(err, "nri-wasm new: {}", crate::text::chain(&e));
             ExitCode::from(e.exit_code())
         }
     }
