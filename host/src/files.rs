@@ -132,30 +132,61 @@ impl FileError {
     }
 }
 
-/// Reads a file of at most `max` bytes that someone else names (a
-/// credential file, a CA, a key, a component to push): a regular file,
-/// checked through the open descriptor, never a FIFO that would block the
-/// reader, and read no further than `max + 1` bytes whatever its size says.
-pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
-    use std::io::Read;
+/// Opens `path` for reading, symlinks followed (a mounted secret or
+/// ConfigMap is one), only if it is a regular file, and returns it with
+/// its metadata.
+///
+/// Opening is itself an action on anything but a regular file: a FIFO's
+/// open waits for a writer, and a device's driver runs (opening
+/// `/dev/watchdog` arms the node's watchdog, which reboots it unless fed).
+/// So the path is first opened with `O_PATH`, which opens nothing behind
+/// it, and checked through that descriptor; only that same file is then
+/// opened for reading, through `/proc/self/fd`, so that a device or a FIFO
+/// put in its place at any moment is never opened. Where `/proc` is not
+/// mounted, the path is opened again (without blocking, never as a
+/// terminal) and must be the file that was checked.
+pub fn open_regular_following(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::io::AsRawFd;
     let read = |source| FileError::Read { path: path.to_path_buf(), source };
-    let (file, meta) = match std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .and_then(|f| f.metadata().map(|m| (f, m)))
-    {
-        Ok(opened) => opened,
+    let located =
+        std::fs::File::options().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(path).map_err(read)?;
+    let checked = located.metadata().map_err(read)?;
+    if !checked.file_type().is_file() {
+        return Err(FileError::NotRegular { path: path.to_path_buf(), kind: kind_of(checked.file_type()) });
+    }
+    let flags = libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let through_proc = std::path::PathBuf::from(format!("/proc/self/fd/{}", located.as_raw_fd()));
+    let file = match std::fs::File::options().read(true).custom_flags(flags).open(&through_proc) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::File::options().read(true).custom_flags(flags).open(path).map_err(read)?
+        }
         Err(source) => return Err(read(source)),
     };
-    if !meta.is_file() {
-        return Err(FileError::NotRegular { path: path.to_path_buf(), kind: kind_of(meta.file_type()) });
+    let meta = file.metadata().map_err(read)?;
+    if (meta.dev(), meta.ino()) != (checked.dev(), checked.ino()) || !meta.file_type().is_file() {
+        let source = std::io::Error::other("it was replaced while it was being opened");
+        return Err(read(source));
     }
+    Ok((file, meta))
+}
+
+/// Reads a file of at most `max` bytes that someone else names (a
+/// credential file, a CA, a key, a settings file, the configuration): a
+/// regular file, opened as [`open_regular_following`] opens it (never a
+/// FIFO that would block, never a device), and read no further than
+/// `max + 1` bytes whatever its size says.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
+    use std::io::Read;
+    let (file, meta) = open_regular_following(path)?;
     if meta.len() > max {
         return Err(FileError::TooLarge { path: path.to_path_buf(), max });
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes).map_err(read)?;
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|source| FileError::Read { path: path.to_path_buf(), source })?;
     if bytes.len() as u64 > max {
         return Err(FileError::TooLarge { path: path.to_path_buf(), max });
     }
@@ -306,6 +337,13 @@ mod tests {
         assert!(matches!(e, FileError::NotRegular { kind: "a FIFO", .. }), "{e:?}");
         let e = read_bounded(dir.path(), 5).unwrap_err();
         assert!(matches!(e, FileError::NotRegular { kind: "a directory", .. }), "{e:?}");
+
+        // A device behind a symlink is refused without being opened (its
+        // open would run its driver).
+        let device = dir.path().join("device");
+        std::os::unix::fs::symlink("/dev/null", &device).unwrap();
+        let e = read_bounded(&device, 5).unwrap_err();
+        assert!(matches!(e, FileError::NotRegular { kind: "a character device", .. }), "{e:?}");
 
         // A symlink is followed (a mounted secret is one).
         let link = dir.path().join("link");

@@ -228,6 +228,21 @@ fn check_refuses_faulty_policies_naming_the_step() {
     assert!(ran.stderr.contains("is a directory"), "{}", ran.stderr);
     let ran = run(["check", guests::NOOP, "--settings", "a", "--settings-file", "b"]);
     assert_eq!(ran.code, 2, "{ran:?}");
+    // A settings file that cannot be read is a usage error too, `.toml` or
+    // not, named as the flag that gave it; a FIFO is refused, not waited on.
+    let fifo = dir.path().join("fifo.toml");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for (file, why) in [
+        (dir.path().join("missing.toml"), "cannot read it: No such file"),
+        (dir.path().join("missing.txt"), "cannot read it: No such file"),
+        (dir.path().to_path_buf(), "must be a regular file, not a directory"),
+        (fifo, "must be a regular file, not a FIFO"),
+    ] {
+        let ran = run([OsStr::new("check"), OsStr::new(guests::NOOP), OsStr::new("--settings-file"), file.as_os_str()]);
+        assert_eq!(ran.code, 2, "{}: {ran:?}", file.display());
+        let said = format!("--settings-file {}: {why}", file.display());
+        assert!(ran.stderr.contains(&said), "{said}: {}", ran.stderr);
+    }
 }
 
 // ---------------------------------------------------------------- eval

@@ -188,11 +188,13 @@ fn apply_settings(spec: &mut PolicySpec, settings: &SettingsArgs, defaults: Limi
     }
     let Some(path) = &settings.settings_file else { return Ok(()) };
     let bad = |reason: String| SetupError::SettingsFile { path: path.clone(), reason };
+    // A file that cannot be read is a usage error of this command, said as
+    // such, whatever its kind (a `.toml` is then read as a node reads it).
+    let bytes = crate::files::read_bounded(path, MAX_SETTINGS_BYTES).map_err(|e| bad(e.reason()))?;
     if path.extension().is_some_and(|e| e == "toml") {
         let from_file = manifest::read_spec(&spec.name, &spec.wasm, Some(path), defaults)?;
         *spec = from_file;
     } else {
-        let bytes = crate::files::read_bounded(path, MAX_SETTINGS_BYTES).map_err(|e| bad(e.reason()))?;
         spec.settings = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
     }
     Ok(())

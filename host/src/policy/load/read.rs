@@ -5,33 +5,28 @@
 //! a load does.
 
 use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::errors::LoadError;
 use super::manifest::PolicySpec;
 
 /// Reads a policy file: a regular file (symlinks followed), at most `max`
-/// bytes, checked through the open descriptor so that it cannot be swapped
-/// for something else between the check and the read.
+/// bytes, checked before it is opened for reading and read through that
+/// check's descriptor, so that it cannot be swapped for something else
+/// between the check and the read.
 pub fn read_policy_file(spec: &PolicySpec, max: u64) -> Result<Vec<u8>, LoadError> {
     let path = &spec.wasm;
     let read_err =
         |reason: String| LoadError::Read { policy: spec.name.clone(), path: path.display().to_string(), reason };
-    let file = std::fs::File::options()
-        .read(true)
-        // A FIFO must not block the open; a device must not become our tty.
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| read_err(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| read_err(e.to_string()))?;
-    if !meta.file_type().is_file() {
-        return Err(LoadError::NotAFile {
-            policy: spec.name.clone(),
-            path: path.display().to_string(),
-            what: crate::files::kind_of(meta.file_type()).into(),
-        });
-    }
+    // Neither a FIFO nor a device behind the name is ever opened
+    // (`files::open_regular_following`): a device's open is an action.
+    let (file, meta) = crate::files::open_regular_following(path).map_err(|e| match e {
+        crate::files::FileError::NotRegular { kind, .. } => {
+            LoadError::NotAFile { policy: spec.name.clone(), path: path.display().to_string(), what: kind.into() }
+        }
+        e => read_err(e.io().map_or_else(|| e.reason(), ToString::to_string)),
+    })?;
     if spec.strict_permissions {
         check_permissions(spec, path, &meta)?;
     }
