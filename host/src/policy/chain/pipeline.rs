@@ -25,6 +25,26 @@ use crate::policy::load::caps::{self, Capability};
 use crate::policy::load::manifest::OnConflict;
 use crate::wit::wit;
 
+/// Why a reply cannot be taken for its event, before any merge.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReplyRefused {
+    /// A value the runtime's protocol cannot carry.
+    #[error(transparent)]
+    Convert(#[from] crate::convert::ConvertError),
+    /// An adjustment, where the event adjusts no container being created.
+    #[error("{event} allows no adjustment")]
+    Adjustment {
+        /// The event.
+        event: String,
+    },
+    /// Anything but a verdict, where the event takes only a verdict.
+    #[error("{event} allows no adjustments, updates or evictions")]
+    NotAVerdict {
+        /// The event.
+        event: String,
+    },
+}
+
 /// Where the replies of one event go.
 pub(super) trait Sink: Clone {
     /// A reply in protobuf form.
@@ -33,7 +53,7 @@ pub(super) trait Sink: Clone {
     /// can change nothing).
     fn change(reply: Self::Reply) -> Option<Change>;
     /// Converts a reply, refusing the parts the event does not allow.
-    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String>;
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, ReplyRefused>;
     /// Validates and merges a reply, transactionally; says whether the
     /// policies after see something different.
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError>;
@@ -54,8 +74,8 @@ impl Sink for CreateSink<'_> {
     fn change(reply: Self::Reply) -> Option<Change> {
         Some(reply.into())
     }
-    fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
-        pb::CreateContainerResponse::try_from(reply).map_err(|e| e.to_string())
+    fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, ReplyRefused> {
+        Ok(pb::CreateContainerResponse::try_from(reply)?)
     }
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
         self.0.apply(policy, reply)?;
@@ -75,8 +95,8 @@ impl Sink for UpdateSink {
     fn change(reply: Self::Reply) -> Option<Change> {
         Some(reply.into())
     }
-    fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
-        pb::UpdateContainerResponse::try_from(reply).map_err(|e| e.to_string())
+    fn convert(&self, _event: &str, reply: wit::Reply) -> Result<Self::Reply, ReplyRefused> {
+        Ok(pb::UpdateContainerResponse::try_from(reply)?)
     }
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
         self.0.apply(policy, reply)?;
@@ -96,9 +116,9 @@ impl Sink for StopSink {
     fn change(reply: Self::Reply) -> Option<Change> {
         Some(reply.into())
     }
-    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, ReplyRefused> {
         no_adjustment(event, &reply)?;
-        pb::UpdateContainerResponse::try_from(reply).map_err(|e| e.to_string())
+        Ok(pb::UpdateContainerResponse::try_from(reply)?)
     }
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
         let mut evictions = self.evictions.clone();
@@ -119,9 +139,9 @@ impl Sink for UpdatesSink {
     fn change(reply: Self::Reply) -> Option<Change> {
         Some(reply.into())
     }
-    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, ReplyRefused> {
         no_adjustment(event, &reply)?;
-        let (_, update, evict) = crate::convert::reply_parts(reply).map_err(|e| e.to_string())?;
+        let (_, update, evict) = crate::convert::reply_parts(reply)?;
         Ok(pb::UpdateContainersRequest { update, evict, ..Default::default() })
     }
     fn merge(&mut self, policy: &str, reply: &Self::Reply) -> Result<bool, MergeError> {
@@ -139,9 +159,9 @@ impl Sink for VerdictSink {
     fn change(_reply: Self::Reply) -> Option<Change> {
         None
     }
-    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, String> {
+    fn convert(&self, event: &str, reply: wit::Reply) -> Result<Self::Reply, ReplyRefused> {
         if reply.adjust.is_some() || !reply.update.is_empty() || !reply.evict.is_empty() {
-            return Err(format!("{event} allows no adjustments, updates or evictions"));
+            return Err(ReplyRefused::NotAVerdict { event: event.into() });
         }
         Ok(pb::Empty::default())
     }
@@ -150,9 +170,9 @@ impl Sink for VerdictSink {
     }
 }
 
-fn no_adjustment(event: &str, reply: &wit::Reply) -> Result<(), String> {
+fn no_adjustment(event: &str, reply: &wit::Reply) -> Result<(), ReplyRefused> {
     match reply.adjust {
-        Some(_) => Err(format!("{event} allows no adjustment")),
+        Some(_) => Err(ReplyRefused::Adjustment { event: event.into() }),
         None => Ok(()),
     }
 }
@@ -481,4 +501,42 @@ fn no_time_left(cx: &EvalContext, planned_at: Option<Instant>) -> String {
         ms(w.slot),
         ms(chain)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(adjust: bool, evict: bool) -> wit::Reply {
+        let adjust = adjust.then(|| wit::ContainerAdjustment {
+            annotations: vec![],
+            mounts: vec![],
+            env: vec![],
+            hooks: None,
+            linux: None,
+            rlimits: vec![],
+            cdi_devices: vec![],
+            args: vec![],
+        });
+        let evict =
+            if evict { vec![wit::ContainerEviction { container_id: "c".into(), reason: "r".into() }] } else { vec![] };
+        wit::Reply { adjust, update: vec![], evict }
+    }
+
+    /// A reply with a part its event cannot carry is refused for what it
+    /// is, before any merge: the kind is the error's type, the text names
+    /// the event.
+    #[test]
+    fn a_reply_with_parts_its_event_cannot_take_is_refused_for_what_it_is() {
+        let updates = UpdatesSink(UpdatesMerge::default());
+        let e = updates.convert("RemoveContainer", reply(true, false)).unwrap_err();
+        assert!(matches!(&e, ReplyRefused::Adjustment { event } if event == "RemoveContainer"), "{e:?}");
+        assert_eq!(e.to_string(), "RemoveContainer allows no adjustment");
+        assert!(updates.convert("RemoveContainer", reply(false, true)).is_ok(), "evictions go out afterwards");
+
+        let e = VerdictSink.convert("ValidateContainerAdjustment", reply(false, true)).unwrap_err();
+        assert!(matches!(e, ReplyRefused::NotAVerdict { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "ValidateContainerAdjustment allows no adjustments, updates or evictions");
+        assert!(VerdictSink.convert("ValidateContainerAdjustment", reply(false, false)).is_ok());
+    }
 }
