@@ -508,16 +508,7 @@ mod tests {
     use super::*;
 
     fn reply(adjust: bool, evict: bool) -> wit::Reply {
-        let adjust = adjust.then(|| wit::ContainerAdjustment {
-            annotations: vec![],
-            mounts: vec![],
-            env: vec![],
-            hooks: None,
-            linux: None,
-            rlimits: vec![],
-            cdi_devices: vec![],
-            args: vec![],
-        });
+        let adjust = adjust.then(|| wit::ContainerAdjustment::from(&pb::ContainerAdjustment::default()));
         let evict =
             if evict { vec![wit::ContainerEviction { container_id: "c".into(), reason: "r".into() }] } else { vec![] };
         wit::Reply { adjust, update: vec![], evict }
