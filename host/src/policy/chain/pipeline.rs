@@ -272,7 +272,7 @@ impl Chain {
         }
         let time = run.plan.time(index, cx.deadline);
         if time.wall < Duration::from_millis(self.settings.min_call_ms) {
-            let reason = no_time_left(cx, run.planned_at);
+            let reason = no_time_left(cx, run);
             let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
             return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
         }
@@ -485,21 +485,33 @@ fn take<S: Sink>(
 }
 
 /// Why a policy is skipped for want of time: where the chain's budget went
-/// (waits before the chain started, the policies before it), so that an
-/// operator can tell a slow runtime from a crowded host or a slow policy.
-fn no_time_left(cx: &EvalContext, planned_at: Option<Instant>) -> String {
+/// (waits before the chain started, the policies that ran before it and
+/// the chain's own work between them), so that an operator can tell a slow
+/// runtime from a crowded host or a slow policy. The policies' share is the
+/// sum of their measured calls, not the clock since the plan: with none
+/// before it, none is blamed.
+fn no_time_left(cx: &EvalContext, run: &Run<'_>) -> String {
     let ms = |d: Duration| d.as_millis();
     let w = cx.waits;
-    let chain = planned_at.map(|t| t.elapsed()).unwrap_or_default();
+    let chain = run.planned_at.map(|t| t.elapsed()).unwrap_or_default();
+    let before = match run.steps.len() {
+        0 => "no policy ran before this one".to_string(),
+        1 => format!("the policy before this one took {} ms", ms(run.steps[0].elapsed)),
+        n => {
+            let took: Duration = run.steps.iter().map(|s| s.elapsed).sum();
+            format!("the {n} policies before this one took {} ms", ms(took))
+        }
+    };
+    let own: Duration = chain.saturating_sub(run.steps.iter().map(|s| s.elapsed).sum());
     format!(
         "no time left in the chain's budget ({} ms left): before the chain started the event waited {} ms for the \
          runtime to take earlier updates, {} ms for policies still loading and {} ms for a call slot \
-         (max-concurrent-calls); the policies before this one took {} ms",
+         (max-concurrent-calls); {before}, the chain's own work {} ms",
         ms(cx.deadline.saturating_duration_since(Instant::now())),
         ms(w.outbox),
         ms(w.loading),
         ms(w.slot),
-        ms(chain)
+        ms(own)
     )
 }
 
