@@ -48,6 +48,7 @@ use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{read_spec, PolicySpec};
 use nri_wasm::policy::state::{StateSnapshot, StateStore, StateTxn};
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 use nri_wasm_benches::{bench_limits, guests, Bench};
 use protobuf::{Message, MessageField};
@@ -287,7 +288,7 @@ fn examples(bench: &Bench) -> Vec<Example> {
         .into_iter()
         .map(|(label, dir, event, env, node_req)| {
             let spec = spec(dir, bench_limits());
-            let policy = bench.engine.load(&spec, &bench.facts).unwrap_or_else(|e| panic!("{e}"));
+            let policy = bench.loader.load(&spec, &bench.facts).unwrap_or_else(|e| panic!("{e}"));
             // As the chain does: the container being created, for policies
             // that read the node.
             let current = node_req.map(|r| Arc::new(container_entry(&r.container)));
@@ -368,12 +369,12 @@ fn call_times(e: &Example, engine: &PolicyEngine, warm: usize, n: usize) -> (Dur
 
 /// The smallest `memory-mib` with which the example loads and its call
 /// succeeds.
-fn smallest_memory(e: &Example, engine: &PolicyEngine, bench: &Bench) -> Option<u64> {
+fn smallest_memory(e: &Example, loader: &PolicyLoader, bench: &Bench) -> Option<u64> {
     (1..=64).find(|&mib| {
         let mut spec = e.spec.clone();
         spec.limits.memory_mib = mib;
-        let Ok(policy) = engine.load(&spec, &bench.facts) else { return false };
-        let report = engine.call(&policy, e.event.clone(), &e.env, e.current.as_ref(), BUDGET);
+        let Ok(policy) = loader.load(&spec, &bench.facts) else { return false };
+        let report = loader.engine().call(&policy, e.event.clone(), &e.env, e.current.as_ref(), BUDGET);
         matches!(report.outcome, Ok(Ok(_)))
     })
 }
@@ -395,12 +396,14 @@ fn table(bench: &Bench, noop: &Example, all: &[Example], full: bool) {
     // A second engine without a cache compiles every time; one with a cache
     // of its own holds every example once compiled.
     let compiler = PolicyEngine::new(&EngineSettings { cache_dir: None, ..nri_wasm_e2e::engine_settings() })
+        .map(|engine| PolicyLoader::new(Arc::new(engine)))
         .expect("engine without a cache");
     let cache_dir = tempfile::tempdir().expect("cache directory");
     let cached = PolicyEngine::new(&EngineSettings {
         cache_dir: Some(cache_dir.path().to_path_buf()),
         ..nri_wasm_e2e::engine_settings()
     })
+    .map(|engine| PolicyLoader::new(Arc::new(engine)))
     .expect("engine with a cache");
 
     let (noop_p50, _) = call_times(noop, &bench.engine, warm, calls);
@@ -476,7 +479,7 @@ fn main() {
         label: "no-op test guest (baseline)".into(),
         dir: "noop",
         wasm: PathBuf::from(guests::NOOP),
-        policy: bench.engine.load(&noop_spec, &bench.facts).unwrap_or_else(|e| panic!("{e}")),
+        policy: bench.loader.load(&noop_spec, &bench.facts).unwrap_or_else(|e| panic!("{e}")),
         spec: noop_spec,
         event: create_event(&captured()),
         env: CallEnv::detached(bench.facts.clone()),

@@ -11,6 +11,7 @@ use nri_wasm::policy::chain::{Chain, ChainSettings, EvalContext};
 use nri_wasm::policy::engine::{CallEnv, CompiledPolicy, Facts, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 use protobuf::MessageField;
 
@@ -40,6 +41,8 @@ pub fn bench_limits() -> Limits {
 #[derive(Debug, Clone)]
 pub struct Bench {
     pub engine: Arc<PolicyEngine>,
+    /// Loads policies for `engine`.
+    pub loader: Arc<PolicyLoader>,
     pub facts: Arc<Facts>,
 }
 
@@ -53,13 +56,14 @@ impl Bench {
     /// An engine with the test settings (pooling allocator, shared compile cache).
     pub fn new() -> Self {
         let engine = Arc::new(PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine"));
-        Self { engine, facts: Arc::new(nri_wasm_e2e::test_facts()) }
+        let loader = Arc::new(PolicyLoader::new(engine.clone()));
+        Self { engine, loader, facts: Arc::new(nri_wasm_e2e::test_facts()) }
     }
 
     /// Compiles and initialises one policy.
     pub fn load(&self, name: &str, wasm: &str, settings: &str, on_error: OnError, limits: Limits) -> CompiledPolicy {
         let spec = nri_wasm_e2e::policy_spec(name, wasm, settings, on_error, limits);
-        self.engine.load(&spec, &self.facts).unwrap_or_else(|e| panic!("{e}"))
+        self.loader.load(&spec, &self.facts).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `n` instances of the realistic guest, settings `0` to `n - 1`.

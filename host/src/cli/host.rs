@@ -13,13 +13,14 @@
 //! an author's `eval --config` loads what a node with that configuration
 //! loads. [`HostBuilder::build`] gives the policy side ([`Host`]), and
 //! [`Host::serve`] adds the metrics endpoint, the directory watch and the
-//! supervised connection to the runtime; [`HostBuilder::engine`] gives the
-//! engine alone, for `check`, which loads one component step by step.
+//! supervised connection to the runtime; [`HostBuilder::loader`] gives the
+//! engine and its loader alone, for `check`, which loads one component step
+//! by step.
 //!
 //! Order matters for a node's pods: the host loads its policies in the
 //! background and registers with the runtime as soon as it knows what they
 //! subscribe to (at once when their subscriptions are recorded, see
-//! `policy/engine/known.rs`; the start-up contract is in `policy/dispatcher.rs`);
+//! `policy/load/known.rs`; the start-up contract is in `policy/dispatcher.rs`);
 //! the metrics endpoint and the directory watch run on the policy runtime,
 //! so that the thread serving the runtime does nothing but serve it.
 
@@ -41,6 +42,7 @@ use crate::policy::loader::{self, DirOptions};
 use crate::policy::manifest::PolicySpec;
 use crate::policy::reload::{PolicySource, Reloader};
 use crate::policy::state::StateStore;
+use crate::policy::PolicyLoader;
 
 /// What a host is made of, before it is made. Start with
 /// [`HostBuilder::new`] (every knob at its default), change what differs,
@@ -139,13 +141,13 @@ impl HostBuilder {
         self
     }
 
-    /// The engine alone, as [`build`](Self::build) makes it: the
-    /// configuration's `[engine]` (with its compile cache), this builder's
-    /// compiler, and the registry client of `[registry]` for policies named
-    /// by reference. For `check`, which runs one component through the load
-    /// steps itself.
-    pub fn engine(self) -> Result<Arc<PolicyEngine>, BuildError> {
-        engine(&self.config, self.compiler)
+    /// The engine and its loader alone, as [`build`](Self::build) makes
+    /// them: the configuration's `[engine]` (with its compile cache), this
+    /// builder's compiler, and the registry client of `[registry]` for
+    /// policies named by reference. For `check`, which runs one component
+    /// through the load steps itself.
+    pub fn loader(self) -> Result<Arc<PolicyLoader>, BuildError> {
+        make_loader(&self.config, self.compiler)
     }
 
     /// Builds the policy side of the host and starts the first load in the
@@ -154,7 +156,8 @@ impl HostBuilder {
     /// until it is.
     pub fn build(self) -> Result<Host, BuildError> {
         let HostBuilder { config, compiler, metrics, observer, record, states, given } = self;
-        let engine = engine(&config, compiler)?;
+        let loader = make_loader(&config, compiler)?;
+        let engine = loader.engine().clone();
         if let Allocator::OnDemand(why) = engine.allocator() {
             tracing::info!(reason = %why, "instances are allocated on demand");
         }
@@ -185,7 +188,7 @@ impl HostBuilder {
         source.add_given(&mut specs, &mut Vec::new());
         // Until they load, every policy found is not ready yet, with the
         // subscription of its last load if one is recorded.
-        let pending: Vec<Pending> = loader::pending(&engine, &specs);
+        let pending: Vec<Pending> = loader::pending(&loader, &specs);
         let placeholder = Arc::new(Chain::new(Vec::new(), config.chain).with_pending(pending.clone()));
         metrics.chain_installed(&placeholder, true);
         let dispatcher = PolicyDispatcher::new(
@@ -203,7 +206,7 @@ impl HostBuilder {
         };
         let dispatcher = Arc::new(dispatcher);
         let reloader = Arc::new(
-            Reloader::new(engine.clone(), dispatcher.clone(), metrics.clone(), source, Arc::new(facts))
+            Reloader::new(loader, dispatcher.clone(), metrics.clone(), source, Arc::new(facts))
                 .with_tag_recheck(config.registry.tag_recheck()),
         );
         let first = reloader.clone();
@@ -232,17 +235,19 @@ impl HostBuilder {
     }
 }
 
-/// The engine of `config`, compiling with `compiler`, with the registry
-/// client of its `[registry]` (a client that cannot be made is logged, and
-/// each policy named by reference fails to load with the reason).
-fn engine(config: &Config, compiler: Compiler) -> Result<Arc<PolicyEngine>, BuildError> {
+/// The engine of `config` and its loader, compiling with `compiler`, with
+/// the registry client of its `[registry]` (a client that cannot be made is
+/// logged, and each policy named by reference fails to load with the
+/// reason).
+fn make_loader(config: &Config, compiler: Compiler) -> Result<Arc<PolicyLoader>, BuildError> {
     let registry = crate::registry::client::Registry::new(&config.registry, config.engine.max_component_mib << 20)
         .map(Arc::new)
         .map_err(Arc::new);
     if let Err(e) = &registry {
         tracing::error!(error = %crate::text::chain(&**e), "policies named by reference cannot load");
     }
-    Ok(Arc::new(PolicyEngine::new(&config.engine)?.with_compiler(compiler).with_registry(registry)))
+    let engine = Arc::new(PolicyEngine::new(&config.engine)?);
+    Ok(Arc::new(PolicyLoader::new(engine).with_compiler(compiler).with_registry(registry)))
 }
 
 /// The facts policies see of this node until the runtime configures the

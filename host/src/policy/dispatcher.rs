@@ -35,7 +35,7 @@
 //!
 //! The *start set* is the policies in the directory when the host starts.
 //! What each may subscribe to is known before any is compiled: its
-//! component's event declaration (`load/declared.rs`), or the record of its
+//! component's event declaration (`spec/declared.rs`), or the record of its
 //! last load (`known.rs`; exact for these bytes and settings, so preferred,
 //! narrowed by the declaration). Before registering, the host waits until
 //! the subscription of each is known, at most `[runtime] start-wait-ms`
@@ -886,8 +886,8 @@ mod tests {
     use super::*;
     use crate::merge::MergeError;
     use crate::policy::chain::{Pending, PolicyFailure, REFUSED_WHILE_LOADING};
-    use crate::policy::engine::known::Subscription;
     use crate::policy::engine::{CallError, CallErrorKind};
+    use crate::policy::load::known::Subscription;
 
     /// A dispatcher whose chain is `pending` alone, without any wasm running.
     fn dispatcher_of(pending: Vec<Pending>) -> PolicyDispatcher {

@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::call::env::Facts;
 use crate::policy::chain::{Pending, Unloadable};
-use crate::policy::engine::{Facts, LoadError, PolicyEngine};
-use crate::policy::load::limits::Limits;
-use crate::policy::load::manifest::{self, Mode, OnError, PolicySpec, SpecError};
+use crate::policy::load::errors::LoadError;
+use crate::policy::load::loader::PolicyLoader;
+use crate::policy::spec::limits::Limits;
+use crate::policy::spec::manifest::{self, Mode, OnError, PolicySpec, SpecError};
 
 /// A policy file that was left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,7 +116,7 @@ pub fn add_config_sources(
 
 /// Loads every policy of `specs`, a few at a time, in chain order.
 pub async fn load_specs(
-    engine: &PolicyEngine,
+    loader: &PolicyLoader,
     specs: Vec<PolicySpec>,
     errors: Vec<SpecError>,
     facts: &Arc<Facts>,
@@ -126,7 +128,7 @@ pub async fn load_specs(
         }
         loaded.problems.push(e.into());
     }
-    let results = load_each(engine, &specs, facts).await;
+    let results = load_each(loader, &specs, facts).await;
     for (spec, result) in specs.into_iter().zip(results) {
         match result {
             Ok(policy) => loaded.policies.push(policy),
@@ -145,26 +147,26 @@ pub async fn load_specs(
     loaded
 }
 
-/// Loads each of `specs` (together; the engine bounds how many compile at
+/// Loads each of `specs` (together; the loader bounds how many compile at
 /// once), logging each policy that loaded.
 pub async fn load_each(
-    engine: &PolicyEngine,
+    loader: &PolicyLoader,
     specs: &[PolicySpec],
     facts: &Arc<Facts>,
 ) -> Vec<Result<CompiledPolicy, LoadError>> {
-    futures::future::join_all(specs.iter().map(|spec| load_one(engine, spec, facts))).await
+    futures::future::join_all(specs.iter().map(|spec| load_one(loader, spec, facts))).await
 }
 
 /// Loads one policy, logging it if it loaded.
 pub async fn load_one(
-    engine: &PolicyEngine,
+    loader: &PolicyLoader,
     spec: &PolicySpec,
     facts: &Arc<Facts>,
 ) -> Result<CompiledPolicy, LoadError> {
     let started = std::time::Instant::now();
-    let result = engine.load_async(spec, facts).await;
+    let result = loader.load_async(spec, facts).await;
     if let Err(error) = &result {
-        record_failure(engine, spec, error).await;
+        record_failure(loader, spec, error).await;
     }
     if let Ok(policy) = &result {
         // Where a slow start went, step by step (`compile_ms` is the cache's
@@ -192,15 +194,15 @@ pub async fn load_one(
 /// Records that this version of a policy failed to load (it subscribes to
 /// nothing), so that the next start does not wait for it before
 /// registering (`known.rs`). A file that could not be read has no version.
-async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadError) {
+async fn record_failure(loader: &PolicyLoader, spec: &PolicySpec, error: &LoadError) {
     if matches!(error, LoadError::Read { .. } | LoadError::NotAFile { .. } | LoadError::TooLarge { .. }) {
         return;
     }
-    let Some(dir) = engine.cache().map(|c| c.dir().to_path_buf()) else { return };
-    let max = engine.settings().max_component_mib << 20;
+    let Some(dir) = loader.cache().map(|c| c.dir().to_path_buf()) else { return };
+    let max = loader.settings().max_component_mib << 20;
     let owned = spec.clone();
-    match tokio::task::spawn_blocking(move || crate::policy::engine::known::record_failed(&dir, &owned, max)).await {
-        Ok(Some(record)) => engine.keep_record(&spec.name, record),
+    match tokio::task::spawn_blocking(move || crate::policy::load::known::record_failed(&dir, &owned, max)).await {
+        Ok(Some(record)) => loader.keep_record(&spec.name, record),
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "failed load not recorded"),
     }
@@ -210,16 +212,16 @@ async fn record_failure(engine: &PolicyEngine, spec: &PolicySpec, error: &LoadEr
 /// declares and its subscription as recorded at its last load, if the host
 /// may trust a record of it (`known.rs`). Reads, hashes and inspects each
 /// file: run it off the event path.
-pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
-    let dir = engine.cache().map(crate::policy::load::cache::Cache::dir);
-    let max = engine.settings().max_component_mib << 20;
+pub fn pending(loader: &PolicyLoader, specs: &[PolicySpec]) -> Vec<Pending> {
+    let dir = loader.cache().map(crate::policy::load::cache::Cache::dir);
+    let max = loader.settings().max_component_mib << 20;
     let since = std::time::Instant::now();
     specs
         .iter()
         .map(|spec| {
-            let found = crate::policy::engine::known::foreknown(dir, spec, max);
+            let found = crate::policy::load::known::foreknown(dir, spec, max);
             let expected = found.record.map(|(subscription, record)| {
-                engine.keep_record(&spec.name, record);
+                loader.keep_record(&spec.name, record);
                 subscription
             });
             Pending::new(spec.name.clone(), mandatory(spec), since).with_record(expected).with_declared(found.declared)
@@ -230,7 +232,7 @@ pub fn pending(engine: &PolicyEngine, specs: &[PolicySpec]) -> Vec<Pending> {
 /// Loads every policy in `dir` (tests, with the `testing` feature; the host
 /// loads through `reload`).
 #[cfg(any(test, feature = "testing"))]
-pub async fn load_dir(engine: &PolicyEngine, dir: &Path, options: DirOptions, facts: &Arc<Facts>) -> Loaded {
+pub async fn load_dir(loader: &PolicyLoader, dir: &Path, options: DirOptions, facts: &Arc<Facts>) -> Loaded {
     let (specs, errors) = scan(dir, options);
-    load_specs(engine, specs, errors, facts).await
+    load_specs(loader, specs, errors, facts).await
 }

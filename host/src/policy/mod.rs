@@ -3,32 +3,35 @@
 //! The code is grouped by job, and the groups are layered, lowest first;
 //! a group imports only from the groups above it in this list, never back
 //! (`host/tests/integration/module_circles.rs` fails on a circle):
-//! - `load/`: what a policy file is and what it becomes without an engine:
-//!   reading the file (`read`), its settings file (`manifest`), limits,
-//!   capabilities (`capability`, the table; `caps`, what a policy has), the
-//!   cheap checks before compiling (`inspect`), compiling within bounds
-//!   (`compile`), the compiled forms on disk (`cache`), and load errors.
+//! - `spec/`: what a policy file says: its settings file (`manifest`),
+//!   limits, capabilities (`capability`, the table; `caps`, what a policy
+//!   has; `bounds`, what the default grant allows), the events it declares
+//!   (`declared`) and what its component says of itself (`inspection`).
 //!   At the bottom, so that everything else can name a spec or a limit;
 //! - `call/`: one call, one event, one policy, one fresh instance: what it
-//!   runs (`compiled`, and of it the `profile` a store takes), reads and writes (`event`, `env`, `state`), its
-//!   store, limiter, watchdog and output, and call errors. It knows no
-//!   engine, so the engine can use all of it;
-//! - [`engine`]: the wasmtime engine, linker and policy runtime shared by
-//!   every policy, where loading and calling meet; with the load steps that
-//!   need it (`prepare`: a file to a [`CompiledPolicy`], the cheap steps
-//!   first; `known`: subscriptions remembered across restarts);
+//!   runs (`compiled`, and of it the `profile` a store takes), reads and
+//!   writes (`event`, `env`, `state`), its store, limiter, watchdog and
+//!   output, and call errors. It knows no engine, so the engine can use
+//!   all of it;
 //! - `imports/`: the host side of the interfaces a policy imports (`host`,
 //!   `event`, `node`, `state`), linked into the engine's linker;
+//! - [`engine`]: the wasmtime engine, linker and policy runtime shared by
+//!   every policy; it only runs calls (an event's, a load's `configure`);
+//! - `load/`: loading, in one place: the [`PolicyLoader`] (compiler,
+//!   compile cache, components in use, registry client) and its steps,
+//!   the cheap ones first (`prepare`: `read`, `inspect`, `compile` or the
+//!   `cache`, linking, `configure` on the engine), the subscriptions
+//!   remembered across restarts (`known`), and load errors;
 //! - [`chain`]: the ordered chain for one event, time shares, on-error,
 //!   on-conflict, audit, breaker; with [`tally`], what the host counts
 //!   about it (implemented by `crate::metrics`, which sits above);
 //! - [`dispatcher`]: the chain behind the transport's `Dispatcher`, in
 //!   time, off the reactor, bounded;
-//! - [`loader`]: a policy directory into compiled policies, skipping bad
-//!   files; [`reload`]: watching the directory and the registry, swapping
-//!   the chain.
+//! - [`loader`]: a policy directory into specs, loaded by the
+//!   [`PolicyLoader`], skipping bad files; [`reload`]: watching the
+//!   directory and the registry, swapping the chain.
 //!
-//! This module is the facade. `load/`, `call/` and `imports/` are private
+//! This module is the facade. `spec/`, `load/`, `call/` and `imports/` are private
 //! to the crate; what the rest of the crate, the binary, the tests and the
 //! benchmarks use of them is re-exported below under short module names
 //! (`policy::manifest::PolicySpec`, `policy::limits::Limits`, ...), so that
@@ -44,44 +47,48 @@ pub(crate) mod imports;
 pub(crate) mod load;
 pub mod loader;
 pub mod reload;
+pub(crate) mod spec;
 pub mod tally;
 
 pub use call::compiled::CompiledPolicy;
+pub use load::loader::{PolicyLoader, Pruned, RegistryClient};
 pub use tally::Tally;
 
 /// The WIT world as Rust types (`crate::wit`).
 pub use crate::wit as bindings;
 
-/// A policy's settings file, `NN-name.toml` (`load/manifest.rs`).
+/// A policy's settings file, `NN-name.toml` (`spec/manifest.rs`).
 pub mod manifest {
-    pub use super::load::manifest::{
+    pub use super::spec::manifest::{
         policy_stem, read_spec, read_spec_sourced, Mode, OnConflict, OnError, PolicySpec, SpecError,
     };
 }
 
-/// The limits of one call (`load/limits.rs`).
+/// The limits of one call (`spec/limits.rs`).
 pub mod limits {
-    pub use super::load::limits::{LimitOverrides, Limits};
+    pub use super::spec::limits::{LimitOverrides, Limits};
 }
 
-/// What a policy may change and read (`load/caps.rs`).
+/// What a policy may change and read (`spec/caps.rs`).
 pub mod caps {
-    pub use super::load::caps::{parse_declaration, Allowed, CapSet, Capability, SECTION};
+    pub use super::spec::caps::{parse_declaration, Allowed, CapSet, Capability, SECTION};
 }
 
-/// The events a component declares it may subscribe to (`load/declared.rs`).
+/// The events a component declares it may subscribe to (`spec/declared.rs`).
 pub mod declared {
-    pub use super::load::declared::{answer_name, known_names, wit_name, DeclaredEvents, MAX_BYTES, SECTION};
+    pub use super::spec::declared::{answer_name, known_names, wit_name, DeclaredEvents, MAX_BYTES, SECTION};
 }
 
 /// The checks before compiling (`load/inspect.rs`).
 pub mod inspect {
-    pub use super::load::inspect::{binary, import_refusal, inspect, survey, Inspection, PoolShape};
+    pub use super::engine::PoolShape;
+    pub use super::load::inspect::{binary, import_refusal, inspect, survey, Inspection};
 }
 
 /// Compiling within bounds (`load/compile.rs`).
 pub mod compile {
-    pub use super::load::compile::{child_main, codegen_config, CompileBounds, CompileError, Compiler};
+    pub use super::engine::codegen_config;
+    pub use super::load::compile::{child_main, CompileBounds, CompileError, Compiler};
 }
 
 /// The compile cache (`load/cache.rs`).
@@ -106,10 +113,10 @@ pub mod event {
 }
 
 /// Reading a policy file, the first load step (`load/read.rs`), and what
-/// a policy may use (`engine/prepare.rs`).
+/// a policy may use (`load/prepare.rs`).
 pub mod prepare {
     pub use super::call::compiled::{CompiledPolicy, Imports, LoadTimings};
-    pub use super::engine::prepare::allowed;
+    pub use super::load::prepare::allowed;
     pub use super::load::read::{check_permissions, read_policy_file};
     pub use crate::files::sha256_hex;
 }

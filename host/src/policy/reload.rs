@@ -47,11 +47,13 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::policy::call::compiled::CompiledPolicy;
+use crate::policy::call::env::Facts;
 use crate::policy::chain::{Chain, ChainSettings, Pending, Unloadable};
 use crate::policy::dispatcher::PolicyDispatcher;
-use crate::policy::engine::{Facts, LoadError, PolicyEngine};
-use crate::policy::load::manifest::{PolicySpec, SpecError};
+use crate::policy::load::errors::LoadError;
+use crate::policy::load::loader::PolicyLoader;
 use crate::policy::loader::{self, DirOptions, LoadProblem};
+use crate::policy::spec::manifest::{PolicySpec, SpecError};
 use crate::policy::tally::Tally;
 use crate::registry::tags::{TagWatch, Tagged};
 
@@ -182,7 +184,7 @@ impl PolicySource {
 /// Loads the policy directory into a dispatcher, again and again.
 #[derive(Debug)]
 pub struct Reloader {
-    engine: Arc<PolicyEngine>,
+    loader: Arc<PolicyLoader>,
     dispatcher: Arc<PolicyDispatcher>,
     metrics: Arc<dyn Tally>,
     source: PolicySource,
@@ -202,18 +204,18 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// A reloader that loads `source` with `engine` and installs each chain
+    /// A reloader that loads `source` with `loader` and installs each chain
     /// it builds in `dispatcher`, counting in `metrics`. It loads nothing
     /// until asked to.
     pub fn new(
-        engine: Arc<PolicyEngine>,
+        loader: Arc<PolicyLoader>,
         dispatcher: Arc<PolicyDispatcher>,
         metrics: Arc<dyn Tally>,
         source: PolicySource,
         facts: Arc<Facts>,
     ) -> Self {
         Self {
-            engine,
+            loader,
             dispatcher,
             metrics,
             source,
@@ -256,7 +258,7 @@ impl Reloader {
     /// holds nothing but the check (see [`watch`]).
     fn spawn_tag_check(self: &Arc<Self>) -> tokio::task::JoinHandle<Vec<String>> {
         let this = self.clone();
-        self.engine.handle().spawn(async move { this.check_tags_here().await })
+        self.loader.engine().handle().spawn(async move { this.check_tags_here().await })
     }
 
     async fn check_tags_here(&self) -> Vec<String> {
@@ -274,7 +276,7 @@ impl Reloader {
         if tagged.is_empty() {
             return Vec::new();
         }
-        let registry = match self.engine.registry() {
+        let registry = match self.loader.registry() {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(error = %crate::text::chain(&*e), "tags not checked: the registry client cannot be used");
@@ -306,7 +308,7 @@ impl Reloader {
     /// thread).
     pub async fn reload(self: &Arc<Self>) -> ReloadReport {
         let this = self.clone();
-        match self.engine.handle().spawn(async move { this.reload_here().await }).await {
+        match self.loader.engine().handle().spawn(async move { this.reload_here().await }).await {
             Ok(report) => report,
             Err(e) => {
                 tracing::error!(error = %e, "reloading the policies failed in the host");
@@ -333,8 +335,8 @@ impl Reloader {
         // records) goes once the reload is counted and reported: pruning a
         // large cache must not delay what watchers of the reload see.
         if let Some(names) = in_use {
-            let engine = self.engine.clone();
-            let _ = tokio::task::spawn_blocking(move || engine.prune_cache(&names)).await;
+            let loader = self.loader.clone();
+            let _ = tokio::task::spawn_blocking(move || loader.prune_cache(&names)).await;
         }
         report
     }
@@ -426,7 +428,7 @@ impl Reloader {
         // New and changed versions, loaded together.
         let specs: Vec<PolicySpec> = to_load.iter().map(|(s, _)| s.clone()).collect();
         let results = if self.dispatcher.is_loaded() {
-            loader::load_each(&self.engine, &specs, &self.facts).await
+            loader::load_each(&self.loader, &specs, &self.facts).await
         } else {
             self.first_load(&specs, &next, &unloadable).await
         };
@@ -531,7 +533,7 @@ impl Reloader {
     /// [`Pending`] (see the start-up contract in `dispatcher.rs`). Policies
     /// whose subscription is recorded (most likely compiled before, so
     /// quick to load) start first, so that they never queue behind a long
-    /// compile for the engine's load permits.
+    /// compile for the loader's compile permits.
     async fn first_load(
         &self,
         specs: &[PolicySpec],
@@ -545,10 +547,9 @@ impl Reloader {
         let mut pending: Vec<Pending> = if specs.iter().all(|s| known.contains_key(s.name.as_str())) {
             specs.iter().filter_map(|s| known.get(s.name.as_str()).map(|p| (*p).clone())).collect()
         } else {
-            let engine = self.engine.clone();
-            let owned = specs.to_vec();
-            let looked_up = self.engine.handle().spawn_blocking(move || loader::pending(&engine, &owned)).await;
-            looked_up.unwrap_or_else(|_| loader::pending(&self.engine, specs))
+            let (this, owned) = (self.loader.clone(), specs.to_vec());
+            let looked_up = self.loader.engine().handle().spawn_blocking(move || loader::pending(&this, &owned)).await;
+            looked_up.unwrap_or_else(|_| loader::pending(&self.loader, specs))
         };
         let mut order: Vec<usize> = (0..specs.len()).collect();
         order.sort_by_key(|&i| pending[i].expected.is_none());
@@ -556,7 +557,7 @@ impl Reloader {
             .into_iter()
             .map(|i| {
                 let spec = &specs[i];
-                async move { (i, loader::load_one(&self.engine, spec, &self.facts).await) }
+                async move { (i, loader::load_one(&self.loader, spec, &self.facts).await) }
             })
             .collect();
         let mut results: Vec<Option<Result<CompiledPolicy, LoadError>>> = specs.iter().map(|_| None).collect();

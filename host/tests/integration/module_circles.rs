@@ -476,9 +476,10 @@ fn the_graph_has_the_layering_edges() {
         ("policy::dispatcher", "nri"),
         ("convert", "wit"),
         ("registry", "files"),
-        ("policy::engine", "policy::load"),
+        ("policy::load", "policy::engine"),
+        ("policy::load", "policy::spec"),
         ("policy::engine", "policy::call"),
-        ("policy::call", "policy::load"),
+        ("policy::call", "policy::spec"),
         ("policy::chain", "policy::engine"),
         ("policy::reload", "policy::dispatcher"),
     ] {

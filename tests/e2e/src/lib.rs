@@ -306,6 +306,13 @@ pub fn shared_engine() -> Arc<nri_wasm::policy::engine::PolicyEngine> {
     ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
 }
 
+/// The loader over [`shared_engine`], for every test of a test binary.
+pub fn shared_loader() -> Arc<nri_wasm::policy::PolicyLoader> {
+    use nri_wasm::policy::PolicyLoader;
+    static LOADER: std::sync::OnceLock<Arc<PolicyLoader>> = std::sync::OnceLock::new();
+    LOADER.get_or_init(|| Arc::new(PolicyLoader::new(shared_engine()))).clone()
+}
+
 /// The variable that sets how long the fault and attack matrices run.
 pub const MATRIX_VAR: &str = "NRI_WASM_MATRIX";
 

@@ -15,14 +15,14 @@ use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated, Outco
 use nri_wasm::policy::engine::CompiledPolicy;
 use nri_wasm::policy::manifest::{OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_loader};
 
 /// A generous chain budget: these tests are about what is refused, not when.
 const BUDGET: Duration = Duration::from_secs(10);
 
 fn load(mode: &str, on_error: OnError, grant: CapSet) -> CompiledPolicy {
     let spec = PolicySpec { grant, ..policy_spec("20-bounds", guests::BOUNDS, mode, on_error, roomy()) };
-    engine().load(&spec, &Arc::new(nri_wasm_e2e::test_facts())).unwrap_or_else(|e| panic!("{e}"))
+    shared_loader().load(&spec, &Arc::new(nri_wasm_e2e::test_facts())).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The captured request, its container given what the bounds are measured

@@ -14,7 +14,7 @@ use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated, Outco
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
 use nri_wasm::policy::manifest::{OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, shared_loader};
 
 fn facts() -> Arc<Facts> {
     Arc::new(nri_wasm_e2e::test_facts())
@@ -25,7 +25,7 @@ const BUDGET: Duration = Duration::from_secs(10);
 
 fn load(wasm: &str, mode: &str, on_error: OnError, grant: CapSet) -> CompiledPolicy {
     let spec = PolicySpec { grant, ..policy_spec("20-overreach", wasm, mode, on_error, roomy()) };
-    engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
+    shared_loader().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn create(policy: CompiledPolicy) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
@@ -107,14 +107,14 @@ fn an_undeclared_component_gets_the_grant_and_a_declared_one_no_more_than_it_dec
         on_error: OnError::Fail,
         ..PolicySpec::new("10-annotate", guests::ANNOTATE)
     };
-    let policy = engine().load(&annotate, &facts()).unwrap();
+    let policy = shared_loader().load(&annotate, &facts()).unwrap();
     assert_eq!(policy.allowed().declared, None);
     assert_eq!(policy.allowed().effective(), CapSet::default_grant());
     let Evaluated { value, .. } = create(policy).unwrap();
     assert!(value.adjust.is_some(), "annotations are in the default grant");
     // A grant beyond the declaration widens nothing.
     let hooks = CapSet::default_grant().union(CapSet::from_iter([Capability::Hooks]));
-    let policy = engine().load(&spec(hooks), &facts()).unwrap();
+    let policy = shared_loader().load(&spec(hooks), &facts()).unwrap();
     assert!(!policy.allowed().effective().contains(Capability::Hooks));
     assert_eq!(policy.allowed().unasked().describe(), "hooks");
 }
@@ -134,7 +134,7 @@ fn the_node_view_is_kept_only_for_a_policy_that_may_read_it() {
 
     let undeclared = |grant| {
         let spec = PolicySpec { grant, ..policy_spec("30-hostile", guests::HOSTILE, "quiet", OnError::Fail, roomy()) };
-        engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
+        shared_loader().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
     };
     let no_node = CapSet::default_grant().minus(CapSet::from_iter([Capability::Node]));
     for (what, policy, reads) in [

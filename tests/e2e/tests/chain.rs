@@ -15,7 +15,7 @@ use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, roomy, Harness};
+use nri_wasm_e2e::{guests, roomy, shared_loader, Harness};
 
 use nri_wasm_e2e::{policy_spec, shared_engine as engine};
 
@@ -25,7 +25,7 @@ fn facts() -> Arc<Facts> {
 
 fn load(name: &str, wasm: &str, settings: &str, on_error: OnError, mode: Mode, limits: Limits) -> CompiledPolicy {
     let spec = PolicySpec { mode, ..policy_spec(name, wasm, settings, on_error, limits) };
-    engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
+    shared_loader().load(&spec, &facts()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A small healthy policy: 250 ms is room on a busy machine, and small
@@ -232,7 +232,7 @@ async fn a_flood_of_markers_updates_and_evictions_is_merged_in_time() {
 fn an_audited_policy_that_fails_does_not_fail_the_event() {
     let trapping = load("20-audit", guests::FAULTS, "unreachable", OnError::Fail, Mode::Audit, roomy());
     let spec = PolicySpec { mode: Mode::Audit, ..policy_spec("30-broken", "broken", "", OnError::Fail, roomy()) };
-    let e = engine()
+    let e = shared_loader()
         .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, roomy()), b"junk", &facts())
         .unwrap_err();
     let broken = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
@@ -485,7 +485,7 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
     std::fs::copy(guests::ANNOTATE, dir.path().join("40-bad-settings.wasm")).unwrap();
     std::fs::write(dir.path().join("40-bad-settings.toml"), "settings = \"two words\"\n").unwrap();
     let options = loader::DirOptions { defaults: roomy(), strict_permissions: false };
-    let loaded = nri_wasm_e2e::block_on(loader::load_dir(&engine(), dir.path(), options, &facts()));
+    let loaded = nri_wasm_e2e::block_on(loader::load_dir(&shared_loader(), dir.path(), options, &facts()));
     let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
     assert_eq!(names, ["10-first", "20-second"]);
     let problems: Vec<String> = loaded.problems.iter().map(|p| p.to_string()).collect();
@@ -562,7 +562,7 @@ fn a_conflict_fails_the_event_unless_the_later_policy_yields() {
             on_conflict,
             ..policy_spec("20-b", guests::REPLAY, "memory-limit 2000; env X=1", on_error, roomy())
         };
-        engine().load(&spec, &facts()).unwrap()
+        shared_loader().load(&spec, &facts()).unwrap()
     };
     for on_error in [OnError::Ignore, OnError::Fail] {
         let chain = Chain::new(

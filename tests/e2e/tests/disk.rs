@@ -11,7 +11,7 @@
 //! again rather than loaded.
 //!
 //! Pruning: the cache keeps a subscription record per version of a policy
-//! it loaded (`policy/engine/known.rs`) beside the compiled forms; records and
+//! it loaded (`policy/load/known.rs`) beside the compiled forms; records and
 //! compiled forms of versions gone from the directory are removed after a
 //! reload, once a day old, and the current ones stay however old.
 //!
@@ -33,6 +33,7 @@ use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::prepare::{sha256_hex, CompiledPolicy};
 use nri_wasm::policy::state::StateStore;
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm::testing::StateWriter;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{create_event, guests, roomy};
@@ -73,10 +74,11 @@ fn annotations(engine: &PolicyEngine, p: &CompiledPolicy) -> Vec<String> {
 /// Loads both policies with a new engine on `cache` (a restart), checks
 /// that each behaves as its own source, and says which came from the cache.
 fn restart(cache: &Path) -> [bool; 2] {
-    let engine = PolicyEngine::new(&settings(cache)).expect("engine");
-    let [annotate, noop] = specs().map(|s| engine.load(&s, &facts()).expect("the policy loads"));
-    assert_eq!(annotations(&engine, &annotate), ["example.com/team"], "10-annotate runs its own code");
-    assert_eq!(annotations(&engine, &noop), Vec::<String>::new(), "20-noop runs its own code");
+    let loader = PolicyLoader::new(Arc::new(PolicyEngine::new(&settings(cache)).expect("engine")));
+    let engine = loader.engine();
+    let [annotate, noop] = specs().map(|s| loader.load(&s, &facts()).expect("the policy loads"));
+    assert_eq!(annotations(engine, &annotate), ["example.com/team"], "10-annotate runs its own code");
+    assert_eq!(annotations(engine, &noop), Vec::<String>::new(), "20-noop runs its own code");
     [annotate.timings().cached, noop.timings().cached]
 }
 
@@ -182,8 +184,8 @@ fn a_pin_is_checked_against_the_file_at_every_load() {
     let wasm = dir.path().join("10-annotate.wasm");
     std::fs::copy(guests::NOOP, &wasm).unwrap();
     let spec = PolicySpec { wasm, ..specs()[0].clone() };
-    let engine = PolicyEngine::new(&settings(&cache)).expect("engine");
-    let e = engine.load(&spec, &facts()).unwrap_err().to_string();
+    let loader = PolicyLoader::new(Arc::new(PolicyEngine::new(&settings(&cache)).expect("engine")));
+    let e = loader.load(&spec, &facts()).unwrap_err().to_string();
     assert!(e.contains("10-annotate") && e.contains("sha256"), "{e}");
 }
 
@@ -225,9 +227,10 @@ struct Counting {
 
 impl Counting {
     async fn start(states: StateStore) -> Self {
-        let engine = nri_wasm_e2e::shared_engine();
+        let loader = nri_wasm_e2e::shared_loader();
+        let engine = loader.engine().clone();
         let spec = nri_wasm_e2e::policy_spec("20-count", guests::PROBE, "count", OnError::Fail, roomy());
-        let probe = engine.load_async(&spec, &facts()).await.expect("the probe loads");
+        let probe = loader.load_async(&spec, &facts()).await.expect("the probe loads");
         let states = Arc::new(states);
         let metrics = Arc::new(Metrics::new());
         metrics.watch_states(states.clone());

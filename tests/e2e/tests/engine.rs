@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::{
-    Allocator, CallEnv, CallError, CallErrorKind, EngineSettings, Facts, LimitKind, LoadError, PolicyEngine, TrapCode,
+    Allocator, CallEnv, CallError, CallErrorKind, EngineSettings, Facts, LimitKind, PolicyEngine, TrapCode,
 };
+use nri_wasm::policy::errors::LoadError;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm_e2e::{create_event, guests, roomy};
 
 fn spec(name: &str, wasm: &str, settings: &str, limits: Limits) -> PolicySpec {
@@ -35,8 +37,13 @@ fn facts() -> Arc<Facts> {
     })
 }
 
-fn engine() -> PolicyEngine {
-    PolicyEngine::new(&nri_wasm_e2e::engine_settings()).expect("engine")
+/// A loader over an engine of its own, with the test build's compile cache.
+fn loader() -> PolicyLoader {
+    loader_with(&nri_wasm_e2e::engine_settings())
+}
+
+fn loader_with(settings: &EngineSettings) -> PolicyLoader {
+    PolicyLoader::new(Arc::new(PolicyEngine::new(settings).expect("engine")))
 }
 
 #[test]
@@ -45,31 +52,32 @@ fn compiled_components_are_cached_and_reused() {
     let settings = EngineSettings { cache_dir: Some(dir.path().join("cache")), ..EngineSettings::default() };
     let f = facts();
     let s = spec("10-noop", guests::NOOP, "", roomy());
-    let first = PolicyEngine::new(&settings).unwrap();
+    let first = loader_with(&settings);
     first.load(&s, &f).unwrap();
     // Beside each artifact (`.cwasm`) the cache keeps the subscription the
-    // policy's `configure` returned (`.sub`, see `policy/engine/known.rs`).
+    // policy's `configure` returned (`.sub`, see `policy/load/known.rs`).
     let artifacts = || -> Vec<std::path::PathBuf> {
         let entries = std::fs::read_dir(dir.path().join("cache")).unwrap();
         entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "cwasm")).collect()
     };
     assert_eq!(artifacts().len(), 1, "one artifact per component");
     // A new engine (a restart) loads from the cache and works.
-    let second = PolicyEngine::new(&settings).unwrap();
+    let second = loader_with(&settings);
     let p = second.load(&s, &f).unwrap();
-    let r = second.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+    let r = second.engine().call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert!(r.outcome.unwrap().is_ok());
     // A corrupt artifact is ignored, not trusted.
     drop((p, second, first));
     std::fs::write(&artifacts()[0], b"garbage").unwrap();
-    PolicyEngine::new(&settings).unwrap().load(&s, &f).unwrap();
+    loader_with(&settings).load(&s, &f).unwrap();
 }
 
 #[test]
 fn a_policy_answers_and_consumes_deterministic_fuel() {
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
-    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", roomy()), &f).unwrap();
+    let p = loader.load(&spec("10-annotate", guests::ANNOTATE, "team", roomy()), &f).unwrap();
     assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
     let first = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     let reply = first.outcome.clone().unwrap().unwrap();
@@ -88,9 +96,10 @@ fn a_policy_answers_and_consumes_deterministic_fuel() {
 fn a_component_without_the_standard_library_or_wasi_runs_like_any_other() {
     // tests/guests/bare: no std, no WASI imports, its own allocator and
     // `cabi_realloc`; the benchmarks' floor of a policy.
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
-    let p = engine.load(&spec("10-bare", guests::BARE, "", roomy()), &f).unwrap();
+    let p = loader.load(&spec("10-bare", guests::BARE, "", roomy()), &f).unwrap();
     assert_eq!(p.events().iter().map(|e| e.name()).collect::<Vec<_>>(), ["CreateContainer"]);
     for _ in 0..5 {
         let report = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
@@ -102,8 +111,8 @@ fn a_component_without_the_standard_library_or_wasi_runs_like_any_other() {
 
 #[test]
 fn settings_are_validated_at_load() {
-    let engine = engine();
-    let err = engine.load(&spec("10-annotate", guests::ANNOTATE, "two words", roomy()), &facts()).unwrap_err();
+    let loader = loader();
+    let err = loader.load(&spec("10-annotate", guests::ANNOTATE, "two words", roomy()), &facts()).unwrap_err();
     assert!(
         matches!(&err, LoadError::Init { policy, reason } if policy == "10-annotate" && reason.contains("single word")),
         "{err}"
@@ -116,9 +125,10 @@ fn run_fault(mode: &str, limits: Limits) -> CallError {
 
 /// The error, and the time the call was charged.
 fn run_fault_charged(mode: &str, limits: Limits) -> (CallError, Duration) {
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
-    let p = engine.load(&spec("20-faults", guests::FAULTS, mode, limits), &f).unwrap();
+    let p = loader.load(&spec("20-faults", guests::FAULTS, mode, limits), &f).unwrap();
     let report = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(5));
     (report.outcome.expect_err("the call fails"), report.charged)
 }
@@ -203,13 +213,14 @@ fn schedule(policy: libc::c_int) {
 /// milliseconds. Each of those used to fail as a timeout.
 #[test]
 fn a_call_kept_waiting_by_a_busy_cpu_is_not_charged_for_the_wait() {
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
     // Far above what a call uses on an idle machine (well under a
     // millisecond), below what the busy CPU makes some calls take.
     let limit = Duration::from_millis(10);
     let limits = Limits { timeout_ms: 10, ..Limits::default() };
-    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "team", limits), &f).unwrap();
+    let p = loader.load(&spec("10-annotate", guests::ANNOTATE, "team", limits), &f).unwrap();
     let env = CallEnv::detached(f.clone());
     let warm = engine.call(&p, create_event(), &env, None, Duration::from_secs(10));
     assert!(matches!(warm.outcome, Ok(Ok(_))), "{:?}", warm.outcome);
@@ -275,18 +286,19 @@ fn traps_panics_and_stack_overflows_are_reported() {
 
 #[test]
 fn a_policy_can_deny() {
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
-    let p = engine.load(&spec("20-faults", guests::FAULTS, "deny", roomy()), &f).unwrap();
+    let p = loader.load(&spec("20-faults", guests::FAULTS, "deny", roomy()), &f).unwrap();
     let r = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
     assert_eq!(r.outcome, Ok(Err("denied on purpose".to_string())));
 }
 
 #[test]
 fn a_looping_init_fails_the_load_within_the_limit() {
-    let engine = engine();
+    let loader = loader();
     let limits = Limits { timeout_ms: 20, fuel: u64::MAX / 2, ..Limits::default() };
-    let err = engine.load(&spec("20-faults", guests::FAULTS, "init-loop", limits), &facts()).unwrap_err();
+    let err = loader.load(&spec("20-faults", guests::FAULTS, "init-loop", limits), &facts()).unwrap_err();
     assert!(matches!(err, LoadError::Init { .. }), "{err}");
     assert!(err.to_string().contains("time limit"), "{err}");
 }
@@ -296,15 +308,16 @@ fn a_looping_init_fails_the_load_within_the_limit() {
 /// trap's error.
 #[test]
 fn output_past_what_the_host_keeps_is_dropped_not_fatal() {
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
     let env = CallEnv::detached(f.clone());
-    let chatty = engine.load(&spec("20-faults", guests::FAULTS, "chatty", roomy()), &f).unwrap();
+    let chatty = loader.load(&spec("20-faults", guests::FAULTS, "chatty", roomy()), &f).unwrap();
     let reply = engine.call(&chatty, create_event(), &env, None, Duration::from_secs(5)).outcome.unwrap().unwrap();
     let adjust = reply.adjust.expect("an answer");
     assert_eq!(adjust.annotations, vec![wit::KeyValue { key: "example.com/faults".into(), value: "ok".into() }]);
 
-    let panics = engine.load(&spec("20-faults", guests::FAULTS, "chatty-panic", roomy()), &f).unwrap();
+    let panics = loader.load(&spec("20-faults", guests::FAULTS, "chatty-panic", roomy()), &f).unwrap();
     let err = engine.call(&panics, create_event(), &env, None, Duration::from_secs(5)).outcome.unwrap_err();
     let CallErrorKind::Trap { trap, .. } = &err.kind else { panic!("{err}") };
     assert!(trap.contains("panicked on purpose after logging too much"), "{trap}");
@@ -314,7 +327,7 @@ fn output_past_what_the_host_keeps_is_dropped_not_fatal() {
 /// the policy does not load, with the reason.
 #[test]
 fn reading_the_event_in_configure_keeps_the_policy_from_loading() {
-    let err = engine().load(&spec("20-probe", guests::PROBE, "event-in-configure", roomy()), &facts()).unwrap_err();
+    let err = loader().load(&spec("20-probe", guests::PROBE, "event-in-configure", roomy()), &facts()).unwrap_err();
     assert!(matches!(err, LoadError::Init { .. }), "{err}");
     let text = err.to_string();
     assert!(text.contains("20-probe") && text.contains("read outside handle"), "{text}");
@@ -325,8 +338,8 @@ fn forbidden_imports_are_refused_with_the_import_named() {
     let wat = r#"(component
         (import "wasi:http/outgoing-handler@0.2.0" (instance))
     )"#;
-    let engine = engine();
-    let err = engine.load_bytes(&spec("30-http", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
+    let loader = loader();
+    let err = loader.load_bytes(&spec("30-http", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
     assert!(
         matches!(&err, LoadError::ForbiddenImport { import, .. } if import == "wasi:http/outgoing-handler@0.2.0"),
         "{err}"
@@ -340,23 +353,23 @@ fn components_built_against_another_package_version_are_refused_with_the_reason(
     for old in ["0.1.0", "0.2.0"] {
         let import = format!("nri-wasm:policy/host@{old}");
         let wat = format!(r#"(component (import "{import}" (instance)))"#);
-        let err = engine().load_bytes(&spec("31-old", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
+        let err = loader().load_bytes(&spec("31-old", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
         assert!(matches!(&err, LoadError::Version { import: i, .. } if *i == import), "{err}");
         let text = err.to_string();
-        let current = format!("nri-wasm:policy@{}.x", nri_wasm::policy::engine::WIT_VERSION);
+        let current = format!("nri-wasm:policy@{}.x", nri_wasm::policy::errors::WIT_VERSION);
         assert!(text.contains("31-old") && text.contains(&current) && text.contains("rebuild"), "{text}");
     }
 }
 
 #[test]
 fn garbage_and_wrong_worlds_are_refused() {
-    let engine = engine();
-    let err = engine.load_bytes(&spec("40-junk", "inline", "", roomy()), b"not wasm", &facts()).unwrap_err();
+    let loader = loader();
+    let err = loader.load_bytes(&spec("40-junk", "inline", "", roomy()), b"not wasm", &facts()).unwrap_err();
     assert!(matches!(err, LoadError::NotWasm { .. }), "{err}");
     assert_eq!(err.to_string(), "policy 40-junk: not a WebAssembly file (no \\0asm header)");
-    let core = engine.load_bytes(&spec("42-core", "inline", "", roomy()), b"(module)", &facts()).unwrap_err();
+    let core = loader.load_bytes(&spec("42-core", "inline", "", roomy()), b"(module)", &facts()).unwrap_err();
     assert!(matches!(core, LoadError::CoreModule { .. }), "{core}");
-    let err = engine.load_bytes(&spec("41-empty", "inline", "", roomy()), b"(component)", &facts()).unwrap_err();
+    let err = loader.load_bytes(&spec("41-empty", "inline", "", roomy()), b"(component)", &facts()).unwrap_err();
     assert!(matches!(err, LoadError::World { .. }), "{err}");
 }
 
@@ -370,10 +383,11 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
         cache_dir: None,
         ..EngineSettings::default()
     };
-    let engine = PolicyEngine::new(&settings).expect("the engine still starts");
+    let loader = PolicyLoader::new(Arc::new(PolicyEngine::new(&settings).expect("the engine still starts")));
+    let engine = loader.engine();
     assert!(matches!(engine.allocator(), Allocator::OnDemand(why) if !why.is_empty()), "{:?}", engine.allocator());
     let f = facts();
-    let p = engine.load(&spec("10-annotate", guests::ANNOTATE, "x", roomy()), &f).unwrap();
+    let p = loader.load(&spec("10-annotate", guests::ANNOTATE, "x", roomy()), &f).unwrap();
     assert!(engine
         .call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1))
         .outcome
@@ -394,13 +408,14 @@ fn the_engine_falls_back_to_on_demand_allocation_when_the_pool_cannot_be_reserve
 /// came, and such a policy ran on until its memory ran out, 8 s later.)
 #[test]
 fn a_call_is_interrupted_however_close_its_last_check_falls() {
-    let engine = engine();
+    let loader = loader();
+    let engine = loader.engine();
     let f = facts();
     let policies: Vec<_> = ["facts", "log"]
         .iter()
         .map(|case| {
             let limits = Limits { timeout_ms: 50, fuel: u64::MAX / 2, memory_mib: 64, ..Limits::default() };
-            let p = engine.load(&spec("20-hostile", guests::HOSTILE, &format!("host-call:{case}"), limits), &f);
+            let p = loader.load(&spec("20-hostile", guests::HOSTILE, &format!("host-call:{case}"), limits), &f);
             (*case, p.unwrap())
         })
         .collect();

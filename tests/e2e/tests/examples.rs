@@ -29,7 +29,7 @@ use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_components::examples;
-use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine, Harness};
+use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine, shared_loader, Harness};
 use protobuf::MessageField;
 
 use nri_wasm_sdk::testing::cases::{Case, Edit, Expect};
@@ -180,7 +180,7 @@ fn limits() -> Limits {
 }
 
 fn load(name: &str, wasm: &str, settings: &str) -> Result<CompiledPolicy, LoadError> {
-    engine().load(&policy_spec(name, wasm, settings, OnError::Fail, limits()), &facts())
+    shared_loader().load(&policy_spec(name, wasm, settings, OnError::Fail, limits()), &facts())
 }
 
 fn create(chain: &Chain, req: &pb::CreateContainerRequest) -> Result<pb::CreateContainerResponse, ChainError> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nri_sim::{RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{Chain, ChainSettings, Unloadable};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::LoadError;
+use nri_wasm::policy::errors::LoadError;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::loader;
 use nri_wasm::policy::manifest::OnError;
@@ -61,20 +61,20 @@ fn annotation<'a>(reply: &'a pb::CreateContainerResponse, key: &str) -> Option<&
 
 /// Builds the chain `10-before`, `20-faulty`, `30-after`.
 fn chain(fault: &Fault, on_error: OnError) -> Chain {
-    let engine = engine();
+    let loader = nri_wasm_e2e::shared_loader();
     let f = Arc::new(facts());
     let healthy = |name: &str, tag: &str| {
         // 250 ms: room on a busy machine, and small enough that the two of
         // them leave the faulty policy most of the chain's budget.
         let limits = Limits { timeout_ms: 250, ..roomy() };
-        engine.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, limits), &f).expect("healthy policy")
+        loader.load(&spec(name, guests::ANNOTATE, tag, OnError::Fail, limits), &f).expect("healthy policy")
     };
     let before = healthy("10-before", "before");
     let after = healthy("30-after", "after");
     let faulty = match fault.settings {
-        Some(settings) => engine.load(&spec("20-faulty", guests::FAULTS, settings, on_error, fault.limits), &f),
+        Some(settings) => loader.load(&spec("20-faulty", guests::FAULTS, settings, on_error, fault.limits), &f),
         // A component importing an interface the host does not offer.
-        None => engine.load_bytes(
+        None => loader.load_bytes(
             &spec("20-faulty", "inline", "", on_error, fault.limits),
             br#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#,
             &f,
@@ -225,10 +225,10 @@ async fn forbidden_import() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_env_entries() {
     let _serial = SERIAL.lock().await;
-    let engine = engine();
+    let loader = nri_wasm_e2e::shared_loader();
     let f = Arc::new(facts());
     let limits = Limits { memory_mib: 256, fuel: 20_000_000_000, timeout_ms: 5_000, ..Limits::default() };
-    let p = engine.load(&spec("20-faulty", guests::FAULTS, "huge", OnError::Fail, limits), &f).expect("load");
+    let p = loader.load(&spec("20-faulty", guests::FAULTS, "huge", OnError::Fail, limits), &f).expect("load");
     let chain = Chain::new(vec![p], ChainSettings::default());
     let request: pb::CreateContainerRequest = nri_sim::fixtures::load("CreateContainer").expect("fixture");
     let cx = nri_wasm_e2e::eval_cx(Duration::from_secs(10));

@@ -32,7 +32,7 @@ use nri_wasm::policy::engine::CompiledPolicy;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, test_facts, Harness};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, shared_loader, test_facts, Harness};
 
 /// The tests run one at a time: each is about time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -64,7 +64,7 @@ fn node() -> &'static Workload {
 
 fn load(name: &str, wasm: &str, settings: &str, on_error: OnError, limits: Limits) -> CompiledPolicy {
     let spec = policy_spec(name, wasm, settings, on_error, limits);
-    engine().load(&spec, &Arc::new(test_facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
+    shared_loader().load(&spec, &Arc::new(test_facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn after() -> CompiledPolicy {

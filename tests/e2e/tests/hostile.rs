@@ -21,12 +21,12 @@ use std::time::Duration;
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::engine::LoadError;
+use nri_wasm::policy::errors::LoadError;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::matrix_runs;
-use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, test_facts, Harness};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, shared_loader, test_facts, Harness};
 use nri_wasm_test_support::heap::live;
 
 use crate::ALONE as SERIAL;
@@ -101,7 +101,7 @@ fn healthy(name: &str, tag: &str) -> nri_wasm::policy::engine::CompiledPolicy {
     // 250 ms: room on a busy machine, and the two of them leave an
     // attacker half of the chain's budget of 1 s.
     let spec = policy_spec(name, guests::ANNOTATE, tag, OnError::Fail, Limits { timeout_ms: 250, ..roomy() });
-    engine().load(&spec, &Arc::new(test_facts())).expect("healthy policy")
+    shared_loader().load(&spec, &Arc::new(test_facts())).expect("healthy policy")
 }
 
 fn chain_with(attacker: Option<nri_wasm::policy::engine::CompiledPolicy>) -> Chain {
@@ -127,7 +127,7 @@ async fn run_attack(attack: Attack) -> String {
     for (on_error, mode) in modes {
         let spec =
             PolicySpec { mode, ..policy_spec("20-hostile", guests::HOSTILE, attack.settings, on_error, attack.limits) };
-        let attacker = engine().load(&spec, &Arc::new(test_facts())).expect("the attacker loads");
+        let attacker = shared_loader().load(&spec, &Arc::new(test_facts())).expect("the attacker loads");
         let chain = chain_with(Some(attacker));
         // One permit: a permit the attack kept would stall every later event.
         let dispatcher = Arc::new(PolicyDispatcher::new(engine(), chain, test_facts(), 1));
@@ -347,7 +347,7 @@ async fn twenty_thousand_updates_of_one_container_are_refused_in_time() {
 async fn four_thousand_updates_of_one_container_merge_in_linear_time() {
     let _serial = SERIAL.lock().await;
     let spec = policy_spec("20-hostile", guests::HOSTILE, "one-container-updates:4000", OnError::Fail, limits(900));
-    let attacker = engine().load(&spec, &Arc::new(test_facts())).unwrap();
+    let attacker = shared_loader().load(&spec, &Arc::new(test_facts())).unwrap();
     let chain = Chain::new(vec![attacker], ChainSettings::default());
     let req = request();
     let done = nri_wasm_e2e::block_on(chain.create_container(&nri_wasm_e2e::eval_cx(Duration::from_secs(1)), &req))
@@ -435,7 +435,7 @@ fn configure_that_prints_panics_sleeps_or_exits_fails_the_load_cleanly() {
             OnError::Fail,
             Limits { timeout_ms: 50, ..Limits::default() },
         );
-        engine().load(&spec, &facts)
+        shared_loader().load(&spec, &facts)
     };
     let printed = load("init-print");
     printed.expect("a policy that writes in configure loads");

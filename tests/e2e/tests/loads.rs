@@ -28,6 +28,7 @@ use nri_wasm::policy::compile::Compiler;
 use nri_wasm::policy::engine::{EngineSettings, PolicyEngine};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm_e2e::{policy_spec, test_facts};
 use nri_wasm_test_support::guests;
 
@@ -62,7 +63,7 @@ fn ordinary_policies_load_while_two_others_are_still_in_configure() {
         // The slow ones' compiled forms in a cache of this test's own (their
         // `configure` cut at once: a load that fails after the compile).
         let engine = EngineSettings { cache_dir: Some(dir.path().join("cache")), ..EngineSettings::default() };
-        let warm = PolicyEngine::new(&engine).unwrap();
+        let warm = PolicyLoader::new(Arc::new(PolicyEngine::new(&engine).unwrap()));
         for (name, settings) in [("10-spin", "init-loop"), ("20-sleep", "init-sleep")] {
             let limits = Limits { timeout_ms: 1, ..Limits::default() };
             let spec = policy_spec(

@@ -24,7 +24,7 @@ use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, roomy, Harness};
+use nri_wasm_e2e::{guests, roomy, shared_loader, Harness};
 use protobuf::MessageField;
 
 const NAMES: [&str; 4] = ["10-a", "20-b", "30-c", "40-d"];
@@ -258,7 +258,7 @@ fn chain(replies: &[&str]) -> Chain {
                 limits: roomy(),
                 ..PolicySpec::granting_all(name, guests::REPLAY)
             };
-            engine().load(&spec, &Arc::new(facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
+            shared_loader().load(&spec, &Arc::new(facts())).unwrap_or_else(|e| panic!("{name}: {e}"))
         })
         .collect();
     Chain::new(policies, ChainSettings::default())

@@ -14,7 +14,7 @@ use nri_wasm::policy::engine::CompiledPolicy;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
-use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine, test_facts, Harness};
+use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine, shared_loader, test_facts, Harness};
 use protobuf::MessageField;
 
 const EXCLUSIVE: &str = "exclusive-cpus.nri-wasm.io/count";
@@ -38,7 +38,7 @@ impl Rng {
 
 fn load(name: &str, wasm: &str, settings: &str, limits: Limits) -> CompiledPolicy {
     let spec = policy_spec(name, wasm, settings, OnError::Fail, limits);
-    shared_engine().load(&spec, &Arc::new(test_facts())).unwrap_or_else(|e| panic!("{e}"))
+    shared_loader().load(&spec, &Arc::new(test_facts())).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn dispatcher(policies: Vec<CompiledPolicy>) -> Arc<PolicyDispatcher> {
@@ -295,7 +295,7 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
 
     // A failed call discards its own writes; on-error = ignore lets the event through.
     let trap = policy_spec("10-count", guests::PROBE, "count;trap", OnError::Ignore, roomy());
-    let trapping = shared_engine().load(&trap, &Arc::new(test_facts())).unwrap();
+    let trapping = shared_loader().load(&trap, &Arc::new(test_facts())).unwrap();
     d.replace_chain(Chain::new(vec![trapping], ChainSettings::default()));
     rt.create(&create(1)).await.unwrap();
     assert!(d.states().snapshot("10-count").is_empty(), "a trapped call commits nothing");
@@ -323,7 +323,7 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_failing_on_synchronize_does_not_fail_it() {
     let spec = policy_spec("10-sync", guests::PROBE, "sync-trap;count", OnError::Fail, roomy());
-    let policy = shared_engine().load(&spec, &Arc::new(test_facts())).unwrap();
+    let policy = shared_loader().load(&spec, &Arc::new(test_facts())).unwrap();
     let d = dispatcher(vec![policy]);
     let h = Harness::start_policies(RuntimeProfile::v0_12(), d.clone()).await;
     let rt = SimRuntime::new(h.connect().await, NodeModel::shared());

@@ -25,6 +25,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use nri_wasm::policy::chain::Chain;
 use nri_wasm::policy::engine::{CompiledPolicy, EngineSettings, PolicyEngine};
 use nri_wasm::policy::manifest::{OnConflict, OnError, PolicySpec};
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 use nri_wasm_languages::{call, chain, create, create_container_fixtures, facts, limits, parity};
 
@@ -37,10 +38,10 @@ const SETTINGS: &str = r#"{
     "memory-cap": 268435456
 }"#;
 
-/// An engine without a cache, to time compiling.
-fn uncached_engine() -> Arc<PolicyEngine> {
+/// A loader over an engine without a cache, to time compiling.
+fn uncached_loader() -> PolicyLoader {
     let settings = EngineSettings { cache_dir: None, compile_timeout_ms: 600_000, ..EngineSettings::default() };
-    Arc::new(PolicyEngine::new(&settings).expect("engine"))
+    PolicyLoader::new(Arc::new(PolicyEngine::new(&settings).expect("engine")))
 }
 
 fn spec(name: &str, wasm: &str) -> PolicySpec {
@@ -94,7 +95,7 @@ struct Loaded {
     ten: Chain,
 }
 
-fn table(cached: &Arc<PolicyEngine>, req: &pb::CreateContainerRequest) -> Vec<Loaded> {
+fn table(cached: &Arc<PolicyLoader>, req: &pb::CreateContainerRequest) -> Vec<Loaded> {
     let mut rows = vec![
         "| language | component | compile | load (cached) | instantiate + call p50 / p99 | per call, x Rust | chain of ten p50 / p99 |"
             .to_string(),
@@ -111,7 +112,7 @@ fn table(cached: &Arc<PolicyEngine>, req: &pb::CreateContainerRequest) -> Vec<Lo
         let size = std::fs::metadata(wasm).map(|m| m.len()).unwrap_or(0);
         let size = format!("{:.2} MB", size as f64 / 1e6);
         // Compile: an engine with no cache, once.
-        let fresh = uncached_engine();
+        let fresh = uncached_loader();
         let t = Instant::now();
         let compiled = fresh.load(&spec("50-parity", wasm), &facts);
         let compile = t.elapsed();
@@ -170,7 +171,7 @@ fn table(cached: &Arc<PolicyEngine>, req: &pb::CreateContainerRequest) -> Vec<Lo
 
 fn benches(c: &mut Criterion) {
     // The engine the tests use (production settings, a compiled cache).
-    let cached = nri_wasm_languages::engine();
+    let cached = nri_wasm_languages::loader();
     let req = request();
     let loaded = table(&cached, &req);
     let mut group = c.benchmark_group("call");

@@ -12,6 +12,7 @@ use nri_wasm::policy::errors::LoadError;
 use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{OnError, PolicySpec};
+use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 
 /// The engine settings of the tests: the production defaults, with a cache
@@ -30,6 +31,12 @@ pub fn engine_settings() -> EngineSettings {
 pub fn engine() -> Arc<PolicyEngine> {
     static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
     ENGINE.get_or_init(|| Arc::new(PolicyEngine::new(&engine_settings()).expect("engine"))).clone()
+}
+
+/// The loader over [`engine`], one per test binary.
+pub fn loader() -> Arc<PolicyLoader> {
+    static LOADER: OnceLock<Arc<PolicyLoader>> = OnceLock::new();
+    LOADER.get_or_init(|| Arc::new(PolicyLoader::new(engine()))).clone()
 }
 
 /// The facts every test shows policies (the e2e tests' small node).
@@ -57,7 +64,7 @@ pub fn load_with(
     on_error: OnError,
 ) -> Result<CompiledPolicy, LoadError> {
     let spec = PolicySpec { settings: settings.into(), on_error, limits, ..PolicySpec::granting_all(name, wasm) };
-    engine().load(&spec, &facts())
+    loader().load(&spec, &facts())
 }
 
 /// The message a policy's `configure` refused its settings with, if that

@@ -21,7 +21,8 @@ fn probe() {
         compile_timeout_ms: 600_000,
         ..Default::default()
     };
-    let engine = PolicyEngine::new(&settings).unwrap();
+    let loader = nri_wasm::policy::PolicyLoader::new(Arc::new(PolicyEngine::new(&settings).unwrap()));
+    let engine = loader.engine();
     let bytes = std::fs::read(&path).unwrap();
     let pool = nri_wasm::policy::inspect::PoolShape {
         core_instances: 1000,
@@ -46,7 +47,7 @@ fn probe() {
             ..PolicySpec::granting_all("10-probe", Path::new(&path))
         };
         let t = std::time::Instant::now();
-        let p = match engine.load(&spec, &facts) {
+        let p = match loader.load(&spec, &facts) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("LOAD ERROR: {e}");

@@ -13,7 +13,7 @@ use nri_wasm::policy::chain::ChainError;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{read_spec, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
-use nri_wasm_languages::{call, chain, create, describe, engine, facts, load, settings_error, templates};
+use nri_wasm_languages::{call, chain, create, describe, facts, load, loader, settings_error, templates};
 
 const POLICY: &str = "50-template-check";
 
@@ -46,7 +46,7 @@ fn check(lang: &str, wasm: &str) {
     let fuel = spec.limits.fuel;
     // It can refuse containers: it fails closed, as the Rust template does.
     assert_eq!(spec.on_error, OnError::Fail, "{lang}: the template's policy.toml");
-    let policy = engine().load(&spec, &facts()).unwrap_or_else(|e| panic!("{lang}: {e}"));
+    let policy = loader().load(&spec, &facts()).unwrap_or_else(|e| panic!("{lang}: {e}"));
     // It declares what its example does: its events and its capabilities.
     let events = policy.inspection().events.map(|e| e.describe());
     assert_eq!(events.as_deref(), Some("create-container"), "{lang}: the template's events file");

@@ -31,11 +31,13 @@ use crate::nri::version::EventKind;
 use crate::policy::bindings::wit;
 use crate::policy::caps::{Allowed, Capability};
 use crate::policy::compile::Compiler;
-use crate::policy::engine::{CallEnv, CompiledPolicy, LoadError, PolicyEngine, WIT_VERSION};
+use crate::policy::engine::{CallEnv, CompiledPolicy, PolicyEngine};
+use crate::policy::errors::{LoadError, WIT_VERSION};
 use crate::policy::event::CallEvent;
 use crate::policy::inspect::{self, Inspection};
 use crate::policy::manifest::PolicySpec;
 use crate::policy::prepare::{read_policy_file, Imports};
+use crate::policy::PolicyLoader;
 
 /// Calls timed for the figure of a call that does nothing.
 const NOOP_CALLS: usize = 20;
@@ -246,14 +248,15 @@ fn noop_call(engine: &PolicyEngine, policy: &CompiledPolicy, env: &CallEnv) -> S
 
 /// `check oci://…`: pulls as a node with this configuration's `[registry]`
 /// would (digests, signatures with its `public-keys`), with the registry
-/// client of the host's engine, made without the node's cache (so that the
+/// client of the host's loader, made without the node's cache (so that the
 /// registry is asked), and says where the component came from.
-fn pull(text: &str, engine: &PolicyEngine, out: &mut dyn Write) -> Result<Vec<u8>, CheckError> {
+fn pull(text: &str, loader: &PolicyLoader, out: &mut dyn Write) -> Result<Vec<u8>, CheckError> {
     use crate::registry::{OciRef, Source};
     let refused = |error: String| CheckError::Refused { step: "pull", error };
     let reference = OciRef::parse(text).map_err(|e| refused(e.to_string()))?;
-    let registry = engine.registry().map_err(|e| refused(crate::text::chain(&*e)))?;
-    let resolved = engine
+    let registry = loader.registry().map_err(|e| refused(crate::text::chain(&*e)))?;
+    let resolved = loader
+        .engine()
         .block_on(async move { registry.resolve(&Source { reference, public_keys: None }).await })
         .map_err(|e| refused(e.to_string()))?;
     let p = &resolved.provenance;
@@ -272,7 +275,7 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     }
     let spec = super::file_spec(&args.file, &args.settings, config.policies.limits())?;
 
-    // The engine as a host with this configuration makes it (`HostBuilder`),
+    // The loader as a host with this configuration makes it (`HostBuilder`),
     // with the compile cache `eval` and the host use, so that a large
     // component compiles once per machine rather than once per command (a
     // temporary one when there is none). The second load reads the
@@ -288,9 +291,9 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     };
     config.engine.cache_dir = Some(cache);
     config.registry.cache_dir = None;
-    let engine = HostBuilder::new(config.clone()).compiler(compiler).engine().map_err(SetupError::from)?;
+    let loader = HostBuilder::new(config.clone()).compiler(compiler).loader().map_err(SetupError::from)?;
     let bytes = match reference {
-        Some(text) => pull(text, &engine, out)?,
+        Some(text) => pull(text, &loader, out)?,
         None => read_policy_file(&spec, config.engine.max_component_mib << 20)?,
     };
     // Refused without a word of the content, in one line.
@@ -301,7 +304,7 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
 
     let facts = Arc::new(crate::cli::host::node_facts());
     let started = Instant::now();
-    let loaded = engine.load_bytes(&spec, &bytes, &facts);
+    let loaded = loader.load_bytes(&spec, &bytes, &facts);
     let first = started.elapsed();
     let policy = match loaded {
         Ok(policy) => policy,
@@ -355,7 +358,7 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     }
 
     let started = Instant::now();
-    let again = engine.load_bytes(&spec, &bytes, &facts)?;
+    let again = loader.load_bytes(&spec, &bytes, &facts)?;
     let cached = started.elapsed();
     let from_cache =
         if again.timings().cached { "from the compile cache" } else { "compiled again: the cache is not usable" };
@@ -366,8 +369,8 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
         super::ms(again.timings().compile)
     );
     let env = CallEnv::detached(facts);
-    let _ = writeln!(out, "call      {}", noop_call(&engine, &again, &env));
-    drop(engine);
+    let _ = writeln!(out, "call      {}", noop_call(loader.engine(), &again, &env));
+    drop(loader);
     drop(temporary);
     Ok(())
 }

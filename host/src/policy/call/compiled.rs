@@ -1,6 +1,6 @@
 //! What a call runs: a policy after loading, pre-linked and subscribed.
 //!
-//! Loading (`engine/prepare.rs`) makes these and the chain holds them; a call
+//! Loading (`load/prepare.rs`) makes these and the chain holds them; a call
 //! only reads them. They are defined here, on the call side, so that the
 //! store and the engine's call can name them without importing the loader.
 
@@ -12,9 +12,9 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 use super::profile::CallProfile;
 use super::store::CallState;
 use crate::nri::version::EventMask;
-use crate::policy::load::caps::{Allowed, Capability};
-use crate::policy::load::inspect::Inspection;
-use crate::policy::load::manifest::PolicySpec;
+use crate::policy::spec::caps::{Allowed, Capability};
+use crate::policy::spec::inspection::Inspection;
+use crate::policy::spec::manifest::PolicySpec;
 
 /// Which optional host interfaces a policy imports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

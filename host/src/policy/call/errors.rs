@@ -12,7 +12,7 @@ pub use wasmtime::Trap as TrapCode;
 
 use super::limiter::Refusal;
 use super::meter::Cut;
-use crate::policy::load::limits::Limits;
+use crate::policy::spec::limits::Limits;
 use crate::text::one_line;
 
 /// Which limit cut a call off.

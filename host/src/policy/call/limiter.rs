@@ -13,7 +13,7 @@
 
 use wasmtime::ResourceLimiter;
 
-use crate::policy::load::limits::Limits;
+use crate::policy::spec::limits::Limits;
 
 /// What a limiter refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use crate::policy::load::caps::{Allowed, Capability};
-use crate::policy::load::limits::Limits;
+use crate::policy::spec::caps::{Allowed, Capability};
+use crate::policy::spec::limits::Limits;
 
 /// What a call needs of its policy (see the module doc).
 #[derive(Debug, Clone)]

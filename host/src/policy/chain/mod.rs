@@ -38,9 +38,9 @@ use crate::merge::MergeError;
 use crate::nri::version::{EventKind, EventMask};
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::state::StateWrites;
-use crate::policy::engine::known::Subscription;
 use crate::policy::engine::{CallEnv, CallError, PolicyEngine};
-use crate::policy::load::manifest::{Mode, OnError, PolicySpec};
+use crate::policy::load::known::Subscription;
+use crate::policy::spec::manifest::{Mode, OnError, PolicySpec};
 
 pub use budget::shares;
 pub use change::Change;
@@ -465,7 +465,7 @@ pub struct Pending {
     /// Its subscription as recorded at its last load, if there is a record.
     pub expected: Option<Subscription>,
     /// What its component declares it may subscribe to, if it declares it
-    /// (`load/declared.rs`).
+    /// (`spec/declared.rs`).
     pub declared: Option<Subscription>,
     /// Set once an event waited for it in vain; shared by the copies of
     /// this entry in every chain installed while it loads.

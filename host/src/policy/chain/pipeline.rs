@@ -21,8 +21,8 @@ use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge
 use crate::node::view::ContainerEntry;
 use crate::policy::call::event::CallEvent;
 use crate::policy::call::meter::cpu_time;
-use crate::policy::load::caps::{self, Capability};
-use crate::policy::load::manifest::OnConflict;
+use crate::policy::spec::caps::{self, Capability};
+use crate::policy::spec::manifest::OnConflict;
 use crate::wit::wit;
 
 /// Why a reply cannot be taken for its event, before any merge.

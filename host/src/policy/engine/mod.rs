@@ -2,11 +2,16 @@
 //!
 //! Expensive things are built once: the [`Engine`] (with the pooling
 //! allocator when the host can reserve its address space, on-demand
-//! allocation otherwise), the [`Linker`] with the policy interfaces and an
-//! empty WASI context, and per policy a [`CompiledPolicy`] (`prepare.rs`).
-//! Cheap things are built per call: a store with the call's limits
-//! (`store.rs`) and an instance. Nothing a policy does in one call can be
-//! seen by the next one.
+//! allocation otherwise) and the [`Linker`] with the policy interfaces and
+//! an empty WASI context; per policy, loading (`load/`) makes a
+//! [`CompiledPolicy`] against them. Cheap things are built per call: a
+//! store with the call's limits (`call/store.rs`) and an instance. Nothing a
+//! policy does in one call can be seen by the next one.
+//!
+//! The engine only runs calls: an event's call ([`PolicyEngine::call_async`])
+//! and a load's `configure`. It knows nothing of files, compiling or the
+//! compile cache; the loader (`load/loader.rs`) holds those and uses the
+//! engine to compile for, link against and configure in.
 //!
 //! Every guest call is asynchronous:
 //! - a call ends when its time runs out whatever the guest does: the time
@@ -20,34 +25,17 @@
 //!
 //! The engine owns a *policy runtime* where loads (and their `configure`)
 //! run, off the path of events; an event's chain runs in the task that
-//! received it (`dispatcher.rs`).
-//!
-//! Loads are bounded step by step, never as a whole, so that a slow step
-//! of one policy holds back no other policy's load:
-//! - compiling (CPU and memory: a child process of up to
-//!   `compile-memory-mib`) takes one of [`MAX_CONCURRENT_COMPILES`]
-//!   permits, for the compile only (`PolicyEngine::compile`);
-//! - `configure` takes one of [`MAX_CONCURRENT_CONFIGURES`] instance slots
-//!   of the pool, until its instance is dropped (at its time limit at the
-//!   latest), and its guest code yields to the other loads every
-//!   [`CONFIGURE_YIELD_FUEL`] units of fuel: the loader polls every load of
-//!   a directory from one task, where a `configure` that computes without
-//!   a pause would otherwise stop every other load until its deadline;
-//! - reading files, checking the cache and linking take no permit.
+//! received it (`dispatcher.rs`). A `configure` takes one of
+//! [`MAX_CONCURRENT_CONFIGURES`] instance slots of the pool, until its
+//! instance is dropped (at its time limit at the latest), and its guest
+//! code yields to the other loads every [`CONFIGURE_YIELD_FUEL`] units of
+//! fuel: the loader polls every load of a directory from one task, where a
+//! `configure` that computes without a pause would otherwise stop every
+//! other load until its deadline. Compiles are bounded by the loader
+//! ([`MAX_CONCURRENT_COMPILES`] at once).
 //!
 //! Callers that are not async themselves (tests, the CLI) use the blocking
-//! wrappers [`PolicyEngine::load`] and [`PolicyEngine::call`].
-//!
-//! The engine is its own group because both halves of a policy's life meet
-//! in it: it holds what loading needs (`load/`: the compiler, the cache, the
-//! pool's shape) and runs what a call needs (`call/`: the store, the
-//! watchdog). Loading steps that need the engine live beside it: `prepare`
-//! (a file to a [`CompiledPolicy`], the cheap steps first) and `known`
-//! (what a policy subscribed to, remembered so a restart needs no
-//! `configure` before registering).
-
-pub(crate) mod known;
-pub(crate) mod prepare;
+//! wrapper [`PolicyEngine::call`].
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -66,16 +54,48 @@ use crate::policy::call::meter::{metered, CallClock};
 use crate::policy::call::state::{StateSnapshot, StateTxn, StateWrites};
 use crate::policy::call::store::{drain_output, new_store, CallState};
 use crate::policy::call::watchdog::Watchdog;
-use crate::policy::load::compile::{CompileBounds, Compiler};
-use crate::policy::load::inspect::PoolShape;
 use crate::wit::wit;
 
 pub use crate::files::{default_cache_dir, ROOT_CACHE_DIR};
 pub use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
 pub use crate::policy::call::env::{CallEnv, Facts};
 pub use crate::policy::call::errors::{CallError, CallErrorKind, LimitKind, TrapCode};
-pub use crate::policy::load::compile::codegen_config;
-pub use crate::policy::load::errors::{LoadError, WIT_VERSION};
+
+/// Most core instances, memories and tables a component may create, as
+/// the engine's instance pool is sized (below).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolShape {
+    /// Most core instances one component may create.
+    pub core_instances: usize,
+    /// Most linear memories one component may create.
+    pub memories: usize,
+    /// Most tables one component may create.
+    pub tables: usize,
+    /// Largest linear memory, in bytes (`[engine] max-memory-mib`).
+    pub max_memory_bytes: u64,
+}
+
+/// The engine configuration that decides the compiled code. The host and a
+/// compiling child (below) must use exactly this, or the child's
+/// artifacts would not load.
+pub fn codegen_config() -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
+    // Deterministic execution: same input, same result, same fuel.
+    config.cranelift_nan_canonicalization(true);
+    // A trap's wasm backtrace costs time to capture and names functions
+    // the guest chose; errors are reported as one line without it.
+    config.wasm_backtrace_max_frames(None);
+    // Bounds are checked by compiled code rather than by guard pages: a pool
+    // slot then never changes its page protections, so an instance costs no
+    // mprotect (and no TLB shoot-down on the other cores) when it is
+    // created, grows or is reset. Policies do little arithmetic; the checks
+    // cost them less than the syscalls.
+    config.signals_based_traps(false).memory_guard_size(0).guard_before_linear_memory(false);
+    config
+}
 
 /// Memory (and table) bytes a pool slot keeps resident between calls.
 const KEEP_RESIDENT: usize = 2 << 20;
@@ -178,7 +198,7 @@ impl Default for EngineSettings {
 
 impl EngineSettings {
     /// Checks the settings against the default limits of policies.
-    pub fn validate(&self, defaults: &crate::policy::load::limits::Limits) -> Result<(), String> {
+    pub fn validate(&self, defaults: &crate::policy::spec::limits::Limits) -> Result<(), String> {
         let ranges: [(&str, u64, u64, u64); 7] = [
             ("max-concurrent-calls", self.max_concurrent_calls.into(), 1, 256),
             ("max-memory-mib", self.max_memory_mib, 1, 4096),
@@ -206,16 +226,6 @@ impl EngineSettings {
             ));
         }
         Ok(())
-    }
-
-    /// The bounds of one compilation, from the `compile-*` and
-    /// `max-component-mib` settings.
-    pub fn compile_bounds(&self) -> CompileBounds {
-        CompileBounds {
-            timeout: Duration::from_millis(self.compile_timeout_ms),
-            memory_bytes: self.compile_memory_mib << 20,
-            max_component_bytes: self.max_component_mib << 20,
-        }
     }
 }
 
@@ -269,44 +279,15 @@ pub struct PolicyEngine {
     linker: Linker<CallState>,
     allocator: Allocator,
     settings: EngineSettings,
-    compiler: Compiler,
-    cache: Option<crate::policy::load::cache::Cache>,
     watchdog: Watchdog,
     /// Where guest code runs; shut down without blocking when dropped.
     runtime: Option<tokio::runtime::Runtime>,
-    /// Bounds the compiles under way.
-    compiles: tokio::sync::Semaphore,
     /// Bounds the `configure` calls under way (each instantiates once in
     /// the pool).
     configures: tokio::sync::Semaphore,
     /// The state of every policy that does not import `state` (shared, so
     /// that their calls allocate none).
     no_state: Arc<StateSnapshot>,
-    /// Components in use, by cache key: a file loaded as several policies
-    /// (one component, several settings) or reloaded unchanged shares one
-    /// copy of its code and metadata instead of holding one per policy.
-    pub(crate) in_use:
-        std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<wasmtime::component::Component>>>,
-    /// The subscription record (`known.rs`) of each policy's version this
-    /// host last loaded, refused or found at start, by policy name: what
-    /// [`Self::prune_cache`] keeps.
-    records: std::sync::Mutex<std::collections::HashMap<String, String>>,
-    /// Where policies named by reference are pulled from (`[registry]`);
-    /// one with the default settings is made on first use if none was given.
-    registry: std::sync::OnceLock<RegistryClient>,
-}
-
-/// The registry client policies named by reference are pulled with, or
-/// why `[registry]` gave none (shared: every such load reports it).
-pub type RegistryClient = Result<Arc<crate::registry::client::Registry>, Arc<crate::registry::client::ClientError>>;
-
-/// What [`PolicyEngine::prune_cache`] removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pruned {
-    /// Compiled forms and temporary files.
-    pub entries: usize,
-    /// Subscription records.
-    pub records: usize,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -327,8 +308,7 @@ impl Drop for PolicyEngine {
 
 impl PolicyEngine {
     /// Builds the engine (pooling allocator if possible), the linker, the
-    /// deadline thread and the policy runtime. Components are compiled in
-    /// process until [`Self::with_compiler`] says otherwise.
+    /// deadline thread and the policy runtime.
     pub fn new(settings: &EngineSettings) -> Result<Self, EngineError> {
         let (engine, allocator) = if settings.pooling {
             let mut config = codegen_config();
@@ -387,61 +367,16 @@ impl PolicyEngine {
             .enable_all()
             .build()
             .map_err(EngineError::Runtime)?;
-        let cache = match &settings.cache_dir {
-            None => None,
-            Some(dir) => match crate::policy::load::cache::Cache::open(dir, settings.cache_max_mib << 20) {
-                Ok(cache) => Some(cache),
-                Err(e) => {
-                    tracing::warn!(error = %e, "compiled policies are not cached");
-                    None
-                }
-            },
-        };
         Ok(Self {
             engine,
             linker,
             allocator,
             settings: settings.clone(),
-            compiler: Compiler::InProcess,
-            cache,
             watchdog,
             runtime: Some(runtime),
-            compiles: tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES as usize),
             configures: tokio::sync::Semaphore::new(MAX_CONCURRENT_CONFIGURES as usize),
             no_state: Arc::default(),
-            in_use: Default::default(),
-            records: Default::default(),
-            registry: std::sync::OnceLock::new(),
         })
-    }
-
-    /// Compiles with `compiler` (the binary compiles in a child process).
-    /// Pulls policies named by reference with `registry` (or fails their
-    /// load with its error: the settings could not be used).
-    pub fn with_registry(self, registry: RegistryClient) -> Self {
-        let _ = self.registry.set(registry);
-        self
-    }
-
-    /// The registry client (made with the default `[registry]` settings if
-    /// none was given).
-    pub fn registry(&self) -> RegistryClient {
-        self.registry
-            .get_or_init(|| {
-                crate::registry::client::Registry::new(
-                    &crate::registry::RegistrySettings::default(),
-                    self.settings.max_component_mib << 20,
-                )
-                .map(Arc::new)
-                .map_err(Arc::new)
-            })
-            .clone()
-    }
-
-    /// This engine, compiling components with `compiler` instead.
-    pub fn with_compiler(mut self, compiler: Compiler) -> Self {
-        self.compiler = compiler;
-        self
     }
 
     /// The instance allocator the engine ended up with, and why.
@@ -461,56 +396,6 @@ impl PolicyEngine {
 
     pub(crate) fn linker(&self) -> &Linker<CallState> {
         &self.linker
-    }
-
-    /// Compiles `component` within the engine's bounds, holding one of the
-    /// [`MAX_CONCURRENT_COMPILES`] permits for the compile only.
-    pub(crate) async fn compile(
-        &self,
-        component: Arc<[u8]>,
-    ) -> Result<Vec<u8>, crate::policy::load::compile::CompileError> {
-        let _permit = self.compiles.acquire().await.expect("the compile semaphore is never closed");
-        self.compiler.compile(&self.engine, component, self.settings.compile_bounds()).await
-    }
-
-    /// The cache of compiled components, if one is configured.
-    pub fn cache(&self) -> Option<&crate::policy::load::cache::Cache> {
-        self.cache.as_ref()
-    }
-
-    /// Remembers `record` (a file name) as the subscription record of the
-    /// current version of `policy`.
-    pub(crate) fn keep_record(&self, policy: &str, record: String) {
-        self.records.lock().unwrap_or_else(|p| p.into_inner()).insert(policy.to_string(), record);
-    }
-
-    /// Prunes the compile cache once the chain changed: compiled forms no
-    /// loaded policy uses (once a day old, or past `cache-max-mib`), and the
-    /// subscription records of versions gone from the directory, `policies`
-    /// (the names in it now), once a day old (`known.rs`). Reads the
-    /// directory: run it off the event path.
-    pub fn prune_cache(&self, policies: &[String]) -> Pruned {
-        let Some(cache) = &self.cache else { return Pruned::default() };
-        let used: std::collections::HashSet<String> = {
-            let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
-            in_use.iter().filter(|(_, w)| w.strong_count() > 0).map(|(k, _)| k.clone()).collect()
-        };
-        let records: std::collections::HashSet<String> = {
-            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-            records.retain(|name, _| policies.contains(name));
-            records.values().cloned().collect()
-        };
-        let pruned =
-            Pruned { entries: cache.prune(&used), records: crate::policy::engine::known::prune(cache.dir(), &records) };
-        if pruned != Pruned::default() {
-            tracing::info!(
-                dir = %cache.dir().display(),
-                entries = pruned.entries,
-                records = pruned.records,
-                "compile cache pruned"
-            );
-        }
-        pruned
     }
 
     /// What one component may create, as the pool is sized.
@@ -694,7 +579,7 @@ fn ungranted_node(a: &Attempt<'_>, state: &CallState) -> CallError {
         a.policy,
         a.event,
         CallErrorKind::Ungranted {
-            capability: crate::policy::load::caps::Capability::Node.name(),
+            capability: crate::policy::spec::caps::Capability::Node.name(),
             function: state.refused_in().unwrap_or("node"),
         },
     )

@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::policy::engine::codegen_config;
+
 /// Most bytes of a compiled artifact the host takes from the child.
 const MAX_ARTIFACT_BYTES: usize = 1 << 30;
 /// Most bytes of the child's stderr kept for the error message.
@@ -97,6 +99,16 @@ pub enum CompileError {
 }
 
 impl CompileBounds {
+    /// The bounds of one compilation, from the `compile-*` and
+    /// `max-component-mib` settings.
+    pub fn of(settings: &crate::policy::engine::EngineSettings) -> Self {
+        Self {
+            timeout: Duration::from_millis(settings.compile_timeout_ms),
+            memory_bytes: settings.compile_memory_mib << 20,
+            max_component_bytes: settings.max_component_mib << 20,
+        }
+    }
+
     /// The wall-clock backstop: `WALL_BACKSTOP_FACTOR` × the CPU budget.
     pub fn backstop(&self) -> Duration {
         self.timeout.saturating_mul(WALL_BACKSTOP_FACTOR)
@@ -268,25 +280,4 @@ pub fn child_main(max_component_bytes: u64) -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
-}
-/// The engine configuration that decides the compiled code. The host and a
-/// compiling child (below) must use exactly this, or the child's
-/// artifacts would not load.
-pub fn codegen_config() -> wasmtime::Config {
-    let mut config = wasmtime::Config::new();
-    config.wasm_component_model(true);
-    config.consume_fuel(true);
-    config.epoch_interruption(true);
-    // Deterministic execution: same input, same result, same fuel.
-    config.cranelift_nan_canonicalization(true);
-    // A trap's wasm backtrace costs time to capture and names functions
-    // the guest chose; errors are reported as one line without it.
-    config.wasm_backtrace_max_frames(None);
-    // Bounds are checked by compiled code rather than by guard pages: a pool
-    // slot then never changes its page protections, so an instance costs no
-    // mprotect (and no TLB shoot-down on the other cores) when it is
-    // created, grows or is reset. Policies do little arithmetic; the checks
-    // cost them less than the syscalls.
-    config.signals_based_traps(false).memory_guard_size(0).guard_before_linear_memory(false);
-    config
 }

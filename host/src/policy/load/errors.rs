@@ -98,7 +98,7 @@ pub enum LoadError {
     },
     /// Its event declaration (`declared.rs`) cannot be read: more than one
     /// section, too large, not UTF-8, a control character, an unknown name.
-    #[error("policy {policy}: event declaration ({section}): {reason}", section = super::declared::SECTION)]
+    #[error("policy {policy}: event declaration ({section}): {reason}", section = crate::policy::spec::declared::SECTION)]
     EventDeclaration {
         /// The policy's name (`NN-name`).
         policy: String,
@@ -106,7 +106,7 @@ pub enum LoadError {
         reason: String,
     },
     /// Its `configure` answered events its event declaration does not list.
-    #[error("policy {policy}: configure subscribes to {undeclared}, which its event declaration ({section}) does not list: it declares {declared}; declare every event configure may answer, or answer fewer", section = super::declared::SECTION)]
+    #[error("policy {policy}: configure subscribes to {undeclared}, which its event declaration ({section}) does not list: it declares {declared}; declare every event configure may answer, or answer fewer", section = crate::policy::spec::declared::SECTION)]
     Undeclared {
         /// The policy's name (`NN-name`).
         policy: String,

@@ -11,63 +11,18 @@
 //! The same pass reads what the component declares in its custom sections:
 //! its capabilities (`caps.rs`) and its events (`declared.rs`), the latter
 //! also at start, before any compile, to know what a policy may subscribe
-//! to (`engine/known.rs`).
+//! to (`load/known.rs`).
 //! Only a file that passes is compiled, within bounds (`compile.rs`).
 
 // Imported memories and tables belong to another instance and are not
 // counted; only those a module defines are.
 use wasmtime::wasmparser::{ComponentExternalKind, ComponentTypeRef, Encoding, Instance, Parser, Payload};
 
-use super::declared::DeclaredEvents;
 use super::errors::{LoadError, WIT_VERSION};
-use super::limits::Limits;
-
-/// Most core instances, memories and tables a component may create, as
-/// the engine's instance pool is sized (`engine.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolShape {
-    /// Most core instances one component may create.
-    pub core_instances: usize,
-    /// Most linear memories one component may create.
-    pub memories: usize,
-    /// Most tables one component may create.
-    pub tables: usize,
-    /// Largest linear memory, in bytes (`[engine] max-memory-mib`).
-    pub max_memory_bytes: u64,
-}
-
-/// What the pass found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Inspection {
-    /// Every import of the component, e.g. `wasi:cli/stdout@0.2.6`.
-    pub imports: Vec<String>,
-    /// Every export of the component.
-    pub exports: Vec<String>,
-    /// The `nri-wasm:policy` version its imports name (`0.3.0`), if any.
-    pub wit_version: Option<String>,
-    /// How many core modules it contains, nested components' included.
-    pub core_modules: usize,
-    /// How many core instances it creates.
-    pub core_instances: usize,
-    /// How many linear memories its core instances define.
-    pub memories: usize,
-    /// How many tables its core instances define.
-    pub tables: usize,
-    /// How many functions its core modules define.
-    pub functions: u64,
-    /// Total size of its core modules' code sections, in bytes.
-    pub code_bytes: u64,
-    /// Largest initial size of a memory it defines, in bytes.
-    pub largest_initial_memory: u64,
-    /// Largest initial size of a table it defines, in elements.
-    pub largest_initial_table: u64,
-    /// The text of its capability declaration (`caps::SECTION`), if it has
-    /// one: every such section of the component and its modules, joined.
-    pub declaration: Option<String>,
-    /// The events it declares it may subscribe to (`declared::SECTION`),
-    /// if it has a declaration.
-    pub events: Option<DeclaredEvents>,
-}
+use crate::policy::engine::PoolShape;
+use crate::policy::spec::declared::DeclaredEvents;
+pub use crate::policy::spec::inspection::Inspection;
+use crate::policy::spec::limits::Limits;
 
 /// Most bytes of a capability declaration.
 const MAX_DECLARATION_BYTES: usize = 4096;
@@ -200,7 +155,7 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
                     }
                 }
             }
-            Payload::CustomSection(reader) if reader.name() == super::caps::SECTION => {
+            Payload::CustomSection(reader) if reader.name() == crate::policy::spec::caps::SECTION => {
                 // The size first: a hostile section is refused before it is
                 // checked or copied.
                 let held = found.declaration.as_ref().map_or(0, String::len);
@@ -209,19 +164,19 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
                         policy: policy.into(),
                         reason: format!(
                             "its {} sections hold more than {MAX_DECLARATION_BYTES} bytes",
-                            super::caps::SECTION
+                            crate::policy::spec::caps::SECTION
                         ),
                     });
                 }
                 let text = std::str::from_utf8(reader.data()).map_err(|_| LoadError::Invalid {
                     policy: policy.into(),
-                    reason: format!("its {} section is not UTF-8", super::caps::SECTION),
+                    reason: format!("its {} section is not UTF-8", crate::policy::spec::caps::SECTION),
                 })?;
                 let declaration = found.declaration.get_or_insert_with(String::new);
                 declaration.push(' ');
                 declaration.push_str(text);
             }
-            Payload::CustomSection(reader) if reader.name() == super::declared::SECTION => {
+            Payload::CustomSection(reader) if reader.name() == crate::policy::spec::declared::SECTION => {
                 event_sections.push(reader.data());
             }
             Payload::ComponentImportSection(reader) if depth == 1 => {
@@ -267,11 +222,11 @@ fn events_declared(policy: &str, sections: &[&[u8]]) -> Result<Option<DeclaredEv
         }
     };
     // The size first: a hostile section is refused before it is read.
-    if data.len() > super::declared::MAX_BYTES {
+    if data.len() > crate::policy::spec::declared::MAX_BYTES {
         return Err(refuse(format!(
             "{} bytes, more than the {} a declaration may have",
             data.len(),
-            super::declared::MAX_BYTES
+            crate::policy::spec::declared::MAX_BYTES
         )));
     }
     let text = std::str::from_utf8(data).map_err(|e| refuse(format!("not UTF-8 (at byte {})", e.valid_up_to())))?;
@@ -353,7 +308,7 @@ mod tests {
 
     #[test]
     fn the_event_declaration_is_one_section_of_known_names() {
-        use super::super::declared::SECTION;
+        use crate::policy::spec::declared::SECTION;
         let with = |sections: &[(&str, &[u8])]| {
             let mut bytes = wat::parse_str("(component)").unwrap();
             for (name, content) in sections {
@@ -391,13 +346,13 @@ mod tests {
     fn the_capability_declaration_is_read_from_every_section() {
         let mut bytes = wat::parse_str("(component)").unwrap();
         assert_eq!(survey("p", &bytes).unwrap().declaration, None);
-        bytes.extend(custom(super::super::caps::SECTION, b"env,hooks"));
+        bytes.extend(custom(crate::policy::spec::caps::SECTION, b"env,hooks"));
         bytes.extend(custom("other", b"mounts"));
-        bytes.extend(custom(super::super::caps::SECTION, b"deny"));
+        bytes.extend(custom(crate::policy::spec::caps::SECTION, b"deny"));
         let text = survey("p", &bytes).unwrap().declaration.unwrap();
-        assert_eq!(super::super::caps::parse_declaration(&text).unwrap().describe(), "env, deny, hooks");
+        assert_eq!(crate::policy::spec::caps::parse_declaration(&text).unwrap().describe(), "env, deny, hooks");
         let mut bad = wat::parse_str("(component)").unwrap();
-        bad.extend(custom(super::super::caps::SECTION, b"\xff"));
+        bad.extend(custom(crate::policy::spec::caps::SECTION, b"\xff"));
         let e = survey("p", &bad).unwrap_err().to_string();
         assert!(e.contains("nri-wasm:capabilities section is not UTF-8"), "{e}");
     }

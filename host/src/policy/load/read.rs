@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::errors::LoadError;
-use super::manifest::PolicySpec;
+use crate::policy::spec::manifest::PolicySpec;
 
 /// Reads a policy file: a regular file (symlinks followed), at most `max`
 /// bytes, checked before it is opened for reading and read through that

@@ -2,7 +2,7 @@
 //! one field past what the default grant allows of it, in the way its
 //! settings name (or, with `within`, every field just inside those bounds).
 //! The default grant covers a field only as far as the container's own pod
-//! could have asked for it (`host/src/policy/load/bounds.rs`); past that the
+//! could have asked for it (`host/src/policy/spec/bounds.rs`); past that the
 //! host must refuse the reply naming the capability that covers it, and
 //! accept it once that capability is granted (`tests/e2e/tests/bounds.rs`).
 //! The test's container has an OOM score of 500, `RLIMIT_NOFILE` 1024, the

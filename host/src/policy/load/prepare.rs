@@ -1,4 +1,6 @@
-//! From a policy file to a [`CompiledPolicy`], the cheap steps first.
+//! From a policy file to a [`CompiledPolicy`], the cheap steps first: the
+//! [`PolicyLoader`]'s loads. The first three need no engine; linking and
+//! `configure` use the engine the loader was made for.
 //!
 //! 1. read: a regular file (`load/read.rs`; symlinks are followed, as
 //!    ConfigMap volumes need), opened without blocking, checked by its open descriptor, no
@@ -7,9 +9,9 @@
 //! 2. inspect (`inspect.rs`): header, component, imports, exports, structure;
 //! 3. compile within bounds (`compile.rs`), or take it from the cache if an
 //!    entry there is authenticated and bound to exactly these bytes (`cache.rs`);
-//! 4. link against the host's interfaces and check the world's types;
-//! 5. run `configure` with the policy's settings: its subscription, which
-//!    must be within what the component declares (`load/declared.rs`).
+//! 4. link against the engine's linker and check the world's types;
+//! 5. run `configure` on the engine with the policy's settings: its subscription, which
+//!    must be within what the component declares (`spec/declared.rs`).
 //!
 //! Every step is bounded and fails with a [`LoadError`] that names the
 //! policy, the file and the step.
@@ -19,20 +21,20 @@ use std::time::Instant;
 
 use wasmtime::component::Component;
 
+use super::loader::PolicyLoader;
 use crate::convert::event_kind;
 use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
 use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
 use crate::policy::call::env::Facts;
 use crate::policy::call::profile::CallProfile;
-use crate::policy::engine::PolicyEngine;
 use crate::policy::load::cache::Binding;
-use crate::policy::load::caps::{parse_declaration, Allowed};
-use crate::policy::load::declared::answer_name;
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::inspect::{self, Inspection};
-use crate::policy::load::manifest::PolicySpec;
 use crate::policy::load::read::read_policy_file;
+use crate::policy::spec::caps::{parse_declaration, Allowed};
+use crate::policy::spec::declared::answer_name;
+use crate::policy::spec::manifest::PolicySpec;
 use crate::wit::{wit, PolicyPre};
 
 /// What a policy may use: its spec's grant and its declaration. A
@@ -64,7 +66,7 @@ pub fn allowed(spec: &PolicySpec, inspection: &Inspection) -> Result<Allowed, Lo
     Ok(allowed)
 }
 
-impl PolicyEngine {
+impl PolicyLoader {
     /// Reads, checks, compiles, links and configures one policy.
     pub async fn load_async(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
         let started = Instant::now();
@@ -124,14 +126,14 @@ impl PolicyEngine {
         }
         let step = Instant::now();
         let binary: Arc<[u8]> = inspect::binary(name, &bytes)?.into_owned().into();
-        let inspection = inspect::inspect(name, &binary, &spec.limits, &self.pool_shape())?;
+        let inspection = inspect::inspect(name, &binary, &spec.limits, &self.engine().pool_shape())?;
         let allowed = allowed(spec, &inspection)?;
         timings.inspect = step.elapsed();
 
         let step = Instant::now();
         // Bound to the bytes just read and checked against the pin: a cache
         // entry is used only if it was compiled from exactly these bytes.
-        let binding = Binding::new(self.engine(), &binary);
+        let binding = Binding::new(self.engine().engine(), &binary);
         let cache_key = binding.key();
         let (component, cached) = self.component_shared(name, &binding, binary).await?;
         timings.compile = step.elapsed();
@@ -139,6 +141,7 @@ impl PolicyEngine {
 
         let step = Instant::now();
         let instance_pre = self
+            .engine()
             .linker()
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Link { policy: name.into(), reason: crate::text::one_line(&e) })?;
@@ -178,6 +181,7 @@ impl PolicyEngine {
         // Validate the settings and learn the subscription once, at load.
         let step = Instant::now();
         let kinds = self
+            .engine()
             .configure(&compiled, facts)
             .await
             .map_err(|e| LoadError::Init { policy: name.into(), reason: e.to_string() })?;
@@ -197,7 +201,9 @@ impl PolicyEngine {
         }
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
-        crate::policy::engine::known::record(self, &compiled);
+        if let Some(dir) = self.cache().map(super::cache::Cache::dir) {
+            self.keep_record(name, super::known::record(dir, &compiled));
+        }
         Ok(compiled)
     }
 
@@ -211,7 +217,7 @@ impl PolicyEngine {
     ) -> Result<(Arc<Component>, bool), LoadError> {
         let key = binding.key();
         let in_use =
-            |engine: &Self| engine.in_use.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|w| w.upgrade());
+            |loader: &Self| loader.in_use.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|w| w.upgrade());
         if let Some(component) = in_use(self) {
             return Ok((component, true));
         }
@@ -241,7 +247,7 @@ impl PolicyEngine {
                 // exactly this component; it was read into memory from a
                 // regular file owned by the host's user in a directory no
                 // one else may write. wasmtime checks its own header again.
-                match unsafe { Component::deserialize(self.engine(), entry.code()) } {
+                match unsafe { Component::deserialize(self.engine().engine(), entry.code()) } {
                     Ok(component) => return Ok((component, true)),
                     Err(e) => {
                         let file = cache.path(&binding.key());
@@ -265,18 +271,18 @@ impl PolicyEngine {
         // SAFETY: the artifact was produced just now by this engine's own
         // configuration, in this process or in a child process of this
         // binary that exited cleanly.
-        let component = unsafe { Component::deserialize(self.engine(), &artifact) }
+        let component = unsafe { Component::deserialize(self.engine().engine(), &artifact) }
             .map_err(|e| compile_err(format!("produced an unusable artifact: {}", crate::text::one_line(&e))))?;
         Ok((component, false))
     }
 
     /// [`Self::load_async`] for callers that are not async.
     pub fn load(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
-        self.block_on(self.load_async(spec, facts))
+        self.engine().block_on(self.load_async(spec, facts))
     }
 
     /// [`Self::load_bytes_async`] for callers that are not async.
     pub fn load_bytes(&self, spec: &PolicySpec, bytes: &[u8], facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
-        self.block_on(self.load_bytes_async(spec, bytes.into(), facts))
+        self.engine().block_on(self.load_bytes_async(spec, bytes.into(), facts))
     }
 }

@@ -19,10 +19,10 @@
 //! policy (`guest-sdk/declare.sh` for C, Go, JavaScript and Python). It is
 //! an upper bound: `configure` may narrow it by settings, and its answer is
 //! checked against it when the policy loads (an event answered but not
-//! declared keeps the policy from loading, `engine/prepare.rs`). The host
+//! declared keeps the policy from loading, `load/prepare.rs`). The host
 //! reads it in the same pass that inspects the component (`inspect.rs`),
 //! so it knows at start what every declared policy may need, and registers
-//! with that (`engine/known.rs`, `chain::Pending`).
+//! with that (`load/known.rs`, `chain::Pending`).
 //!
 //! The section is untrusted input like the rest of the file: at most
 //! [`MAX_BYTES`], one section per component, UTF-8, names and separators

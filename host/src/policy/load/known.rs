@@ -9,7 +9,7 @@
 //! known for sure once its `configure` ran, after reading, compiling and
 //! linking, which may take seconds, or minutes on a busy node. Two things
 //! are known before:
-//! - the component's event declaration (`load/declared.rs`), read in one
+//! - the component's event declaration (`spec/declared.rs`), read in one
 //!   pass over its bytes without compiling it: an upper bound of what
 //!   `configure` may answer (a load that answers more fails);
 //! - a record of its last load: after every successful `configure` the
@@ -36,7 +36,7 @@
 //! every start wait for it before registering.
 //!
 //! Records are pruned with the compiled forms ([`prune`], after every
-//! reload that changed the chain): the engine remembers, per policy name,
+//! reload that changed the chain): the loader remembers, per policy name,
 //! the record of the version it last loaded, refused or found at start,
 //! and a record that is none of these for a policy still in the directory
 //! (its file was removed, or a newer file or new settings superseded it) is
@@ -55,8 +55,7 @@ use sha2::{Digest, Sha256};
 use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
 use crate::policy::call::compiled::{CompiledPolicy, Imports};
-use crate::policy::engine::PolicyEngine;
-use crate::policy::load::manifest::PolicySpec;
+use crate::policy::spec::manifest::PolicySpec;
 
 /// Largest record read; a real one is under 100 bytes.
 pub(crate) const MAX_RECORD_BYTES: u64 = 512;
@@ -142,13 +141,12 @@ fn file_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Records what `policy` subscribed to, in the engine's compile cache
-/// directory, and keeps it as the policy's current record. Failing to
-/// write is logged: the next start only waits a little longer.
-pub(crate) fn record(engine: &PolicyEngine, policy: &CompiledPolicy) {
-    let Some(dir) = engine.cache().map(crate::policy::load::cache::Cache::dir) else { return };
+/// Records what `policy` subscribed to, in the compile cache directory
+/// `dir`, and returns the record's file name (the policy's current record).
+/// Failing to write is logged: the next start only waits a little longer.
+pub(crate) fn record(dir: &Path, policy: &CompiledPolicy) -> String {
     let path = write(dir, policy.name(), policy.digest(), &policy.profile.settings, Subscription::of(policy));
-    engine.keep_record(policy.name(), file_name(&path));
+    file_name(&path)
 }
 
 /// Records that the policy of `spec`, as its file is now, failed to load:
@@ -195,7 +193,7 @@ pub(crate) struct Foreknown {
     /// The record of its last load, if the host may trust one, with the
     /// record's file name.
     pub record: Option<(Subscription, String)>,
-    /// What its component declares (`load/declared.rs`): the events it may
+    /// What its component declares (`spec/declared.rs`): the events it may
     /// subscribe to, and whether it may read the node view (its imports
     /// and capability declaration, as [`Imports::reads_node`] judges a
     /// loaded one).
@@ -229,10 +227,10 @@ fn declared(spec: &PolicySpec, bytes: &[u8]) -> Option<Subscription> {
     let found = crate::policy::load::inspect::survey(&spec.name, &binary).ok()?;
     let events = found.events?;
     let caps = match &found.declaration {
-        Some(text) => Some(crate::policy::load::caps::parse_declaration(text).ok()?),
+        Some(text) => Some(crate::policy::spec::caps::parse_declaration(text).ok()?),
         None => None,
     };
-    let allowed = crate::policy::load::caps::Allowed { granted: spec.grant, declared: caps };
+    let allowed = crate::policy::spec::caps::Allowed { granted: spec.grant, declared: caps };
     let imports = Imports {
         node: found.imports.iter().any(|i| i.starts_with("nri-wasm:policy/node@")),
         state: found.imports.iter().any(|i| i.starts_with("nri-wasm:policy/state@")),

@@ -1,0 +1,181 @@
+//! The policy loader: what loading keeps between loads, beside the engine
+//! that runs the calls.
+//!
+//! Loading a policy needs the engine (to compile for it, to link against
+//! its linker and to run `configure` in its pool), but the engine needs
+//! nothing of loading: it runs calls. What only loading uses lives here, in
+//! one place: how components are compiled ([`Compiler`], a child process in
+//! the binary) and how many at once, the compile cache, the components in
+//! use (shared by every policy of one file), the subscription records
+//! (`known.rs`) and the registry client policies named by reference are
+//! pulled with. The load steps themselves are `prepare.rs`.
+//!
+//! The composition root (`cli/host.rs`'s `HostBuilder`, which the author
+//! tools use too) makes one engine and one loader over it; tests and
+//! benchmarks do the same.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use wasmtime::component::Component;
+
+use super::cache::Cache;
+use super::compile::{CompileBounds, CompileError, Compiler};
+use crate::policy::engine::{EngineSettings, PolicyEngine, MAX_CONCURRENT_COMPILES};
+
+/// The registry client policies named by reference are pulled with, or
+/// why `[registry]` gave none (shared: every such load reports it).
+pub type RegistryClient = Result<Arc<crate::registry::client::Registry>, Arc<crate::registry::client::ClientError>>;
+
+/// What [`PolicyLoader::prune_cache`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Compiled forms and temporary files.
+    pub entries: usize,
+    /// Subscription records.
+    pub records: usize,
+}
+
+/// Loads policies for one engine: reads, checks, compiles (or takes from
+/// the cache), links and configures them (`prepare.rs`).
+pub struct PolicyLoader {
+    engine: Arc<PolicyEngine>,
+    compiler: Compiler,
+    /// Bounds the compiles under way.
+    compiles: tokio::sync::Semaphore,
+    cache: Option<Cache>,
+    /// Components in use, by cache key: a file loaded as several policies
+    /// (one component, several settings) or reloaded unchanged shares one
+    /// copy of its code and metadata instead of holding one per policy.
+    pub(super) in_use: Mutex<HashMap<String, Weak<Component>>>,
+    /// The subscription record (`known.rs`) of each policy's version this
+    /// host last loaded, refused or found at start, by policy name: what
+    /// [`Self::prune_cache`] keeps.
+    records: Mutex<HashMap<String, String>>,
+    /// Where policies named by reference are pulled from (`[registry]`);
+    /// one with the default settings is made on first use if none was given.
+    registry: OnceLock<RegistryClient>,
+}
+
+impl std::fmt::Debug for PolicyLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyLoader")
+            .field("engine", &self.engine)
+            .field("cache", &self.cache.as_ref().map(Cache::dir))
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyLoader {
+    /// A loader for `engine`, with the compile cache its `[engine]`
+    /// settings name (none if it cannot be opened: every load then compiles,
+    /// and the reason is logged). Components are compiled in process until
+    /// [`Self::with_compiler`] says otherwise.
+    pub fn new(engine: Arc<PolicyEngine>) -> Self {
+        let settings = engine.settings();
+        let cache = match &settings.cache_dir {
+            None => None,
+            Some(dir) => match Cache::open(dir, settings.cache_max_mib << 20) {
+                Ok(cache) => Some(cache),
+                Err(e) => {
+                    tracing::warn!(error = %e, "compiled policies are not cached");
+                    None
+                }
+            },
+        };
+        Self {
+            engine,
+            compiler: Compiler::InProcess,
+            compiles: tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES as usize),
+            cache,
+            in_use: Mutex::default(),
+            records: Mutex::default(),
+            registry: OnceLock::new(),
+        }
+    }
+
+    /// This loader, compiling components with `compiler` instead (the
+    /// binary compiles in a child process).
+    pub fn with_compiler(mut self, compiler: Compiler) -> Self {
+        self.compiler = compiler;
+        self
+    }
+
+    /// This loader, pulling policies named by reference with `registry` (or
+    /// failing their load with its error: the settings could not be used).
+    pub fn with_registry(self, registry: RegistryClient) -> Self {
+        let _ = self.registry.set(registry);
+        self
+    }
+
+    /// The engine policies are loaded for, and run on.
+    pub fn engine(&self) -> &Arc<PolicyEngine> {
+        &self.engine
+    }
+
+    /// The `[engine]` settings loads are bounded by.
+    pub fn settings(&self) -> &EngineSettings {
+        self.engine.settings()
+    }
+
+    /// The registry client (made with the default `[registry]` settings if
+    /// none was given).
+    pub fn registry(&self) -> RegistryClient {
+        self.registry
+            .get_or_init(|| {
+                crate::registry::client::Registry::new(
+                    &crate::registry::RegistrySettings::default(),
+                    self.settings().max_component_mib << 20,
+                )
+                .map(Arc::new)
+                .map_err(Arc::new)
+            })
+            .clone()
+    }
+
+    /// Compiles `component` within the `[engine]` bounds, holding one of the
+    /// [`MAX_CONCURRENT_COMPILES`] permits for the compile only.
+    pub(super) async fn compile(&self, component: Arc<[u8]>) -> Result<Vec<u8>, CompileError> {
+        let _permit = self.compiles.acquire().await.expect("the compile semaphore is never closed");
+        self.compiler.compile(self.engine.engine(), component, CompileBounds::of(self.settings())).await
+    }
+
+    /// The cache of compiled components, if one is configured.
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
+    }
+
+    /// Remembers `record` (a file name) as the subscription record of the
+    /// current version of `policy`.
+    pub(crate) fn keep_record(&self, policy: &str, record: String) {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).insert(policy.to_string(), record);
+    }
+
+    /// Prunes the compile cache once the chain changed: compiled forms no
+    /// loaded policy uses (once a day old, or past `cache-max-mib`), and the
+    /// subscription records of versions gone from the directory, `policies`
+    /// (the names in it now), once a day old (`known.rs`). Reads the
+    /// directory: run it off the event path.
+    pub fn prune_cache(&self, policies: &[String]) -> Pruned {
+        let Some(cache) = &self.cache else { return Pruned::default() };
+        let used: HashSet<String> = {
+            let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+            in_use.iter().filter(|(_, w)| w.strong_count() > 0).map(|(k, _)| k.clone()).collect()
+        };
+        let records: HashSet<String> = {
+            let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+            records.retain(|name, _| policies.contains(name));
+            records.values().cloned().collect()
+        };
+        let pruned = Pruned { entries: cache.prune(&used), records: super::known::prune(cache.dir(), &records) };
+        if pruned != Pruned::default() {
+            tracing::info!(
+                dir = %cache.dir().display(),
+                entries = pruned.entries,
+                records = pruned.records,
+                "compile cache pruned"
+            );
+        }
+        pruned
+    }
+}
