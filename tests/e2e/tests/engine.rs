@@ -114,7 +114,8 @@ fn settings_are_validated_at_load() {
     let loader = loader();
     let err = loader.load(&spec("10-annotate", guests::ANNOTATE, "two words", roomy()), &facts()).unwrap_err();
     assert!(
-        matches!(&err, LoadError::Init { policy, reason } if policy == "10-annotate" && reason.contains("single word")),
+        matches!(&err, LoadError::Init { policy, error: CallError { kind: CallErrorKind::Init { reason }, event, .. }, }
+            if policy == "10-annotate" && event == "configure" && reason.contains("single word")),
         "{err}"
     );
 }
@@ -299,7 +300,8 @@ fn a_looping_init_fails_the_load_within_the_limit() {
     let loader = loader();
     let limits = Limits { timeout_ms: 20, fuel: u64::MAX / 2, ..Limits::default() };
     let err = loader.load(&spec("20-faults", guests::FAULTS, "init-loop", limits), &facts()).unwrap_err();
-    assert!(matches!(err, LoadError::Init { .. }), "{err}");
+    // The call's own error is kept: typed, its limit is time.
+    assert!(matches!(&err, LoadError::Init { error, .. } if error.limit() == Some(LimitKind::Time)), "{err}");
     assert!(err.to_string().contains("time limit"), "{err}");
 }
 

@@ -24,7 +24,7 @@ use nri_sim::RuntimeProfile;
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
-use nri_wasm::policy::errors::LoadError;
+use nri_wasm::policy::errors::{CallErrorKind, LoadError};
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -213,10 +213,10 @@ fn run(example: &Example, case: &Case) -> Result<Vec<String>, String> {
 /// loading the policy (the policy's own text, after the host's prefix).
 fn settings_error(policy: &str, wasm: &str, settings: &str) -> String {
     match load(policy, wasm, settings) {
-        Err(LoadError::Init { reason, .. }) => {
-            let prefix = format!("policy {policy} on configure: configure rejected its settings: ");
-            reason.strip_prefix(&prefix).unwrap_or(&reason).to_string()
-        }
+        Err(LoadError::Init { error, .. }) => match error.kind {
+            CallErrorKind::Init { reason } => reason,
+            other => panic!("settings {settings:?}: {policy}'s configure failed otherwise: {other}"),
+        },
         Err(other) => panic!("settings {settings:?}: {other}"),
         Ok(_) => panic!("settings {settings:?} were accepted"),
     }

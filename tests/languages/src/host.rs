@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated};
 use nri_wasm::policy::engine::{CallEnv, CallReport, CompiledPolicy, EngineSettings, Facts, PolicyEngine};
-use nri_wasm::policy::errors::LoadError;
+use nri_wasm::policy::errors::{CallErrorKind, LoadError};
 use nri_wasm::policy::event::CallEvent;
 use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::manifest::{OnError, PolicySpec};
@@ -71,9 +71,10 @@ pub fn load_with(
 /// is why it did not load.
 pub fn settings_error(e: &LoadError) -> Option<String> {
     match e {
-        LoadError::Init { reason, .. } => {
-            reason.split_once("configure rejected its settings: ").map(|(_, why)| why.to_string())
-        }
+        LoadError::Init { error, .. } => match &error.kind {
+            CallErrorKind::Init { reason } => Some(reason.clone()),
+            _ => None,
+        },
         _ => None,
     }
 }

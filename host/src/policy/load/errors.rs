@@ -153,12 +153,16 @@ pub enum LoadError {
         reason: String,
     },
     /// The policy's `configure` call failed: it rejected its settings, trapped or hit a limit.
-    #[error("policy {policy}: configure (its settings step) failed: {reason}")]
+    /// The call's error is kept whole (its kind says which limit, which
+    /// trap code, or the policy's own words); the text shows its kind once,
+    /// the policy being named already.
+    #[error("policy {policy}: configure (its settings step) failed: {}", error.kind)]
     Init {
         /// The policy's name (`NN-name`).
         policy: String,
-        /// How the call failed: the error `configure` returned, a trap or a limit.
-        reason: String,
+        /// How the call failed: the error `configure` returned
+        /// ([`CallErrorKind::Init`](crate::policy::call::errors::CallErrorKind::Init)), a trap or a limit.
+        error: crate::policy::call::errors::CallError,
     },
     /// The file's SHA-256 is not the one its `sha256` setting pins.
     #[error("policy {policy}: refused: the pinned sha256 is {expected}, the file's is {actual}")]

@@ -184,7 +184,7 @@ impl PolicyLoader {
             .engine()
             .configure(&compiled, facts)
             .await
-            .map_err(|e| LoadError::Init { policy: name.into(), reason: e.to_string() })?;
+            .map_err(|error| LoadError::Init { policy: name.into(), error })?;
         compiled.timings.configure = step.elapsed();
         // The declaration is an upper bound: a component that answers more
         // than it declared is not what the host registered for.
