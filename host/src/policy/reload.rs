@@ -277,9 +277,13 @@ impl Reloader {
             return Vec::new();
         }
         let registry = match self.loader.registry() {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(error = %crate::text::chain(&*e), "tags not checked: the registry client cannot be used");
+            Some(Ok(r)) => r.clone(),
+            Some(Err(e)) => {
+                tracing::debug!(error = %crate::text::chain(&**e), "tags not checked: the registry client cannot be used");
+                return Vec::new();
+            }
+            None => {
+                tracing::debug!("tags not checked: the host has no registry client");
                 return Vec::new();
             }
         };

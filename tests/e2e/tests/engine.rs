@@ -441,3 +441,20 @@ fn a_call_is_interrupted_however_close_its_last_check_falls() {
     drop(busy);
     assert!(wrong.is_empty(), "not cut at the time limit: {wrong:#?}");
 }
+
+/// A loader is given its registry client by whoever makes it (the host's
+/// composition root); one made without it does not make one of its own
+/// with default settings: a policy named by reference fails to load, named,
+/// at the pull step, and nothing is asked of any registry.
+#[test]
+fn a_loader_without_a_registry_client_refuses_a_policy_named_by_reference() {
+    let reference = nri_wasm::registry::OciRef::parse("oci://registry.invalid/policies/annotate:1").unwrap();
+    let spec = PolicySpec {
+        source: Some(nri_wasm::registry::Source { reference, public_keys: None }),
+        ..spec("10-remote", "unused.wasm", "", roomy())
+    };
+    let err = loader().load(&spec, &facts()).unwrap_err();
+    assert!(matches!(&err, LoadError::Registry { policy, .. } if policy == "10-remote"), "{err}");
+    assert_eq!(err.step(), "pull");
+    assert!(err.to_string().contains("without a registry client"), "{err}");
+}

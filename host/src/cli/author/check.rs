@@ -254,7 +254,11 @@ fn pull(text: &str, loader: &PolicyLoader, out: &mut dyn Write) -> Result<Vec<u8
     use crate::registry::{OciRef, Source};
     let refused = |error: String| CheckError::Refused { step: "pull", error };
     let reference = OciRef::parse(text).map_err(|e| refused(e.to_string()))?;
-    let registry = loader.registry().map_err(|e| refused(crate::text::chain(&*e)))?;
+    let registry = match loader.registry() {
+        Some(Ok(registry)) => registry.clone(),
+        Some(Err(e)) => return Err(refused(crate::text::chain(&**e))),
+        None => return Err(refused("no registry client was made ([registry])".into())),
+    };
     let resolved = loader
         .engine()
         .block_on(async move { registry.resolve(&Source { reference, public_keys: None }).await })

@@ -15,7 +15,7 @@
 //! benchmarks do the same.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use wasmtime::component::Component;
 
@@ -52,9 +52,9 @@ pub struct PolicyLoader {
     /// host last loaded, refused or found at start, by policy name: what
     /// [`Self::prune_cache`] keeps.
     records: Mutex<HashMap<String, String>>,
-    /// Where policies named by reference are pulled from (`[registry]`);
-    /// one with the default settings is made on first use if none was given.
-    registry: OnceLock<RegistryClient>,
+    /// Where policies named by reference are pulled from (`[registry]`),
+    /// as the composition root made it; none unless given.
+    registry: Option<RegistryClient>,
 }
 
 impl std::fmt::Debug for PolicyLoader {
@@ -90,7 +90,7 @@ impl PolicyLoader {
             cache,
             in_use: Mutex::default(),
             records: Mutex::default(),
-            registry: OnceLock::new(),
+            registry: None,
         }
     }
 
@@ -103,8 +103,9 @@ impl PolicyLoader {
 
     /// This loader, pulling policies named by reference with `registry` (or
     /// failing their load with its error: the settings could not be used).
-    pub fn with_registry(self, registry: RegistryClient) -> Self {
-        let _ = self.registry.set(registry);
+    /// Without one, such a policy fails to load, saying so.
+    pub fn with_registry(mut self, registry: RegistryClient) -> Self {
+        self.registry = Some(registry);
         self
     }
 
@@ -118,19 +119,10 @@ impl PolicyLoader {
         self.engine.settings()
     }
 
-    /// The registry client (made with the default `[registry]` settings if
-    /// none was given).
-    pub fn registry(&self) -> RegistryClient {
-        self.registry
-            .get_or_init(|| {
-                crate::registry::client::Registry::new(
-                    &crate::registry::RegistrySettings::default(),
-                    self.settings().max_component_mib << 20,
-                )
-                .map(Arc::new)
-                .map_err(Arc::new)
-            })
-            .clone()
+    /// The registry client policies named by reference are pulled with, if
+    /// one was given.
+    pub fn registry(&self) -> Option<&RegistryClient> {
+        self.registry.as_ref()
     }
 
     /// Compiles `component` within the `[engine]` bounds, holding one of the

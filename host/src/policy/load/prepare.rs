@@ -94,7 +94,11 @@ impl PolicyLoader {
     ) -> Result<CompiledPolicy, LoadError> {
         let started = Instant::now();
         let fail = |reason: String| LoadError::Registry { policy: spec.name.clone(), reason };
-        let registry = self.registry().map_err(|e| fail(crate::text::chain(&*e)))?;
+        let registry = match self.registry() {
+            Some(Ok(registry)) => registry.clone(),
+            Some(Err(e)) => return Err(fail(crate::text::chain(&**e))),
+            None => return Err(fail("this loader was made without a registry client ([registry])".into())),
+        };
         let resolved = registry.resolve(source).await.map_err(|e| fail(e.to_string()))?;
         let read = started.elapsed();
         let mut pinned = spec.clone();
