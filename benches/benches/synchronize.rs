@@ -21,7 +21,7 @@ use nri_sim::workload::Workload;
 use nri_sim::RuntimeProfile;
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm_benches::{bench_limits, guests, Bench};
 use nri_wasm_e2e::Harness;
 

@@ -16,7 +16,7 @@ use crate::nri::registration::{IdentityError, PluginIdentity};
 use crate::nri::transport::DEFAULT_SOCKET;
 use crate::policy::chain::ChainSettings;
 use crate::policy::engine::EngineSettings;
-use crate::policy::limits::{LimitOverrides, Limits};
+use crate::policy::spec::limits::{LimitOverrides, Limits};
 pub use crate::text::toml_error;
 
 /// The whole configuration file.
@@ -155,7 +155,7 @@ impl PoliciesConfig {
 
 /// One entry of `[policies.sources]`, checked.
 fn source(name: &str, text: &str) -> Result<(String, crate::registry::OciRef), String> {
-    if crate::policy::manifest::policy_stem(&format!("{name}.toml"), "toml").as_deref() != Some(name) {
+    if crate::policy::spec::manifest::policy_stem(&format!("{name}.toml"), "toml").as_deref() != Some(name) {
         return Err(format!("[policies.sources] {name:?} is not a policy name (NN-name, e.g. 30-ulimit)"));
     }
     let reference = crate::registry::OciRef::parse(text).map_err(|e| format!("[policies.sources] {name}: {e}"))?;

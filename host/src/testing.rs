@@ -4,10 +4,10 @@
 //!
 //! What the binary never needs lives here or behind the same feature, so
 //! that the crate's public surface is what the binary and an embedder use:
-//! - [`StateWriter`], with `policy::state::StateStore::in_dir_with`: the
+//! - [`StateWriter`], with `policy::call::state::StateStore::in_dir_with`: the
 //!   state store writing through something other than the file system
 //!   (a full volume, a failing disk);
-//! - `policy::manifest::PolicySpec::granting_all`: a spec with every
+//! - `policy::spec::manifest::PolicySpec::granting_all`: a spec with every
 //!   capability granted, dangerous ones included, which no policy loaded
 //!   from a directory gets;
 //! - `nri::frame::FrameDecoder::extend`: bytes appended without a socket;

@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use nri_wasm::node::view::{NodeView, ViewLimits};
 use nri_wasm::nri::record::{parse_document, Request};
 use nri_wasm::policy::bindings::wit;
-use nri_wasm::policy::event::CallEvent;
+use nri_wasm::policy::call::event::CallEvent;
 use protobuf::Message;
 
 /// The request of kind `which` (one per event), if `data` decodes as one.

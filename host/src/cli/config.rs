@@ -144,7 +144,7 @@ fn unread_settings(dir: &std::path::Path) -> Vec<String> {
         .filter_map(|name| name.into_string().ok())
         .filter(|name| {
             let control = name.chars().any(char::is_control);
-            let toml = name.ends_with(".toml") && crate::policy::manifest::policy_stem(name, "toml").is_none();
+            let toml = name.ends_with(".toml") && crate::policy::spec::manifest::policy_stem(name, "toml").is_none();
             let wasm = name.ends_with(".wasm");
             (control && !wasm) || toml
         })
@@ -156,8 +156,8 @@ fn unread_settings(dir: &std::path::Path) -> Vec<String> {
 
 /// What a settings file grants, beside what the component declares (read
 /// from the file, as the host reads it, without compiling it).
-fn grants_line(spec: &crate::policy::manifest::PolicySpec, max_bytes: u64) -> String {
-    use crate::policy::caps::{parse_declaration, Allowed, CapSet};
+fn grants_line(spec: &crate::policy::spec::manifest::PolicySpec, max_bytes: u64) -> String {
+    use crate::policy::spec::caps::{parse_declaration, Allowed, CapSet};
     let extra = spec.grant.dangerous();
     let granted = if extra.is_empty() {
         "grant=default (nothing dangerous)".to_string()
@@ -167,11 +167,11 @@ fn grants_line(spec: &crate::policy::manifest::PolicySpec, max_bytes: u64) -> St
     if spec.source.is_some() {
         return format!("{granted}; declares: known once pulled (`nri-wasm check` on the reference shows it)");
     }
-    let bytes = crate::policy::prepare::read_policy_file(spec, max_bytes).ok();
+    let bytes = crate::policy::load::read::read_policy_file(spec, max_bytes).ok();
     let declared = bytes
         .as_deref()
-        .and_then(|bytes| crate::policy::inspect::binary(&spec.name, bytes).ok())
-        .and_then(|binary| crate::policy::inspect::survey(&spec.name, &binary).ok())
+        .and_then(|bytes| crate::policy::load::inspect::binary(&spec.name, bytes).ok())
+        .and_then(|binary| crate::policy::load::inspect::survey(&spec.name, &binary).ok())
         .map(|found| found.declaration.as_deref().map(parse_declaration));
     let declared = match declared {
         None => return format!("{granted}; declares: (not a readable component)"),

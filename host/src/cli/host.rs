@@ -34,14 +34,14 @@ use crate::metrics::Metrics;
 use crate::node::topology::Topology;
 use crate::nri::record::{RecordOptions, Recorder, RecordingDispatcher};
 use crate::nri::{ConnectOptions, Dispatcher, Supervisor};
+use crate::policy::call::state::StateStore;
 use crate::policy::chain::{Chain, Observer, Pending, Unloadable};
-use crate::policy::compile::Compiler;
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::engine::{Allocator, EngineError, Facts, PolicyEngine};
+use crate::policy::load::compile::Compiler;
 use crate::policy::loader::{self, DirOptions};
-use crate::policy::manifest::PolicySpec;
 use crate::policy::reload::{PolicySource, Reloader};
-use crate::policy::state::StateStore;
+use crate::policy::spec::manifest::PolicySpec;
 use crate::policy::PolicyLoader;
 
 /// What a host is made of, before it is made. Start with

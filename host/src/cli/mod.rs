@@ -287,7 +287,7 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
     no_huge_pages();
     let cli = Cli::parse();
     if let Some(Command::InternalCompile(args)) = &cli.command {
-        return Ok(crate::policy::compile::child_main(args.max_bytes));
+        return Ok(crate::policy::load::compile::child_main(args.max_bytes));
     }
     // SAFETY: by this function's contract nothing has opened a file yet, so
     // the socket the runtime passed (if it did) is owned by nothing else.

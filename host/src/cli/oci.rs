@@ -166,7 +166,7 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
             e => crate::text::chain(&e),
         })?;
         // The component must be one a host loads: the same check `check` starts with.
-        crate::policy::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
+        crate::policy::load::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
         let hex = runtime()?.block_on(push::push(&settings, bytes, &reference)).map_err(|e| e.to_string())?;
         let pinned = OciRef { digest: Some(hex), ..reference };
         let _ = writeln!(out, "{pinned}");

@@ -12,7 +12,7 @@ use super::RunArgs;
 use crate::config::Config;
 use crate::nri::transport::{self, Endpoint};
 use crate::nri::{ConnectOptions, PluginIdentity};
-use crate::policy::compile::Compiler;
+use crate::policy::load::compile::Compiler;
 
 /// The runtime the host serves the runtime's socket on: one thread.
 ///

@@ -29,8 +29,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 
+use crate::policy::call::state::StateStore;
 use crate::policy::chain::{Chain, Observer, Outcome, Step};
-use crate::policy::state::StateStore;
 use crate::policy::Tally;
 
 pub use http::{get, serve};
@@ -147,7 +147,7 @@ pub struct PolicyStatus {
 }
 
 impl PolicyStatus {
-    fn with_state(mut self, health: Option<&crate::policy::state::SaveHealth>) -> Self {
+    fn with_state(mut self, health: Option<&crate::policy::call::state::SaveHealth>) -> Self {
         if let Some(h) = health {
             self.state_save_failures = h.failures;
             self.state_unsaved = h.unsaved;
@@ -346,7 +346,7 @@ impl Metrics {
     }
 
     /// How saving each policy's state went, if a store is watched.
-    fn state_health(&self) -> std::collections::BTreeMap<String, crate::policy::state::SaveHealth> {
+    fn state_health(&self) -> std::collections::BTreeMap<String, crate::policy::call::state::SaveHealth> {
         let states = self.states.lock().unwrap_or_else(|p| p.into_inner()).clone();
         states.map(|s| s.health()).unwrap_or_default()
     }
@@ -695,8 +695,8 @@ mod tests {
 
     #[test]
     fn failed_state_saves_are_counted_and_shown_per_policy() {
+        use crate::policy::call::state::StateTxn;
         use crate::policy::chain::{ChainSettings, Unloadable};
-        use crate::policy::state::StateTxn;
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         // A directory anyone may write: every save is refused.

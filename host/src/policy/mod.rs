@@ -31,23 +31,22 @@
 //!   [`PolicyLoader`], skipping bad files; [`reload`]: watching the
 //!   directory and the registry, swapping the chain.
 //!
-//! This module is the facade. `spec/`, `load/`, `call/` and `imports/` are private
-//! to the crate; what the rest of the crate, the binary, the tests and the
-//! benchmarks use of them is re-exported below under short module names
-//! (`policy::manifest::PolicySpec`, `policy::limits::Limits`, ...), so that
-//! moving a file between those groups changes no caller. `chain`,
-//! `dispatcher`, `engine`, `loader`, `reload` and `tally` are public as
-//! they are.
+//! Every group is named by the path of its files: a caller writes
+//! `policy::spec::manifest::PolicySpec` for `policy/spec/manifest.rs`, and
+//! the files a caller may use are public in their group; the rest stays
+//! private to the crate (`imports/`, a call's store, limiter and
+//! watchdog). Two names are kept at the top for the types most callers
+//! need: [`CompiledPolicy`] and [`PolicyLoader`].
 
-pub(crate) mod call;
+pub mod call;
 pub mod chain;
 pub mod dispatcher;
 pub mod engine;
 pub(crate) mod imports;
-pub(crate) mod load;
+pub mod load;
 pub mod loader;
 pub mod reload;
-pub(crate) mod spec;
+pub mod spec;
 pub mod tally;
 
 pub use call::compiled::CompiledPolicy;
@@ -56,70 +55,6 @@ pub use tally::Tally;
 
 /// The WIT world as Rust types (`crate::wit`).
 pub use crate::wit as bindings;
-
-/// A policy's settings file, `NN-name.toml` (`spec/manifest.rs`).
-pub mod manifest {
-    pub use super::spec::manifest::{
-        policy_stem, read_spec, read_spec_sourced, Mode, OnConflict, OnError, PolicySpec, SpecError,
-    };
-}
-
-/// The limits of one call (`spec/limits.rs`).
-pub mod limits {
-    pub use super::spec::limits::{LimitOverrides, Limits};
-}
-
-/// What a policy may change and read (`spec/caps.rs`).
-pub mod caps {
-    pub use super::spec::caps::{parse_declaration, Allowed, CapSet, Capability, SECTION};
-}
-
-/// The events a component declares it may subscribe to (`spec/declared.rs`).
-pub mod declared {
-    pub use super::spec::declared::{answer_name, known_names, wit_name, DeclaredEvents, MAX_BYTES, SECTION};
-}
-
-/// The checks before compiling (`load/inspect.rs`).
-pub mod inspect {
-    pub use super::engine::PoolShape;
-    pub use super::load::inspect::{binary, import_refusal, inspect, survey, Inspection};
-}
-
-/// Compiling within bounds (`load/compile.rs`).
-pub mod compile {
-    pub use super::engine::codegen_config;
-    pub use super::load::compile::{child_main, CompileBounds, CompileError, Compiler};
-}
-
-/// The compile cache (`load/cache.rs`).
-pub mod cache {
-    pub use super::load::cache::{key_path, Cache};
-}
-
-/// Load errors (`load/errors.rs`).
-pub mod errors {
-    pub use super::call::errors::{CallError, CallErrorKind, LimitKind, TrapCode};
-    pub use super::load::errors::{LoadError, WIT_VERSION};
-}
-
-/// A policy's key-value state (`call/state.rs`).
-pub mod state {
-    pub use super::call::state::{SaveHealth, StateSnapshot, StateStore, StateTxn, StateWrites};
-}
-
-/// The event a call handles (`call/event.rs`).
-pub mod event {
-    pub use super::call::event::CallEvent;
-}
-
-/// Reading a policy file, the first load step (`load/read.rs`), and what
-/// a policy may use (`load/prepare.rs`).
-pub mod prepare {
-    pub use super::call::compiled::{CompiledPolicy, Imports, LoadTimings};
-    pub use super::load::prepare::allowed;
-    pub use super::load::read::{check_permissions, read_policy_file};
-    pub use crate::files::sha256_hex;
-}
 
 /// Text made one bounded line (`crate::text`).
 pub(crate) use crate::text as clip;

@@ -964,11 +964,11 @@ fn the_guides_examples_are_what_the_host_reads() {
             let dir = tempfile::tempdir().unwrap();
             let toml = dir.path().join(format!("{name}.toml"));
             std::fs::write(&toml, &body).unwrap();
-            let spec = nri_wasm::policy::manifest::read_spec(
+            let spec = nri_wasm::policy::spec::manifest::read_spec(
                 name,
                 &dir.path().join(format!("{name}.wasm")),
                 Some(&toml),
-                nri_wasm::policy::limits::Limits::default(),
+                nri_wasm::policy::spec::limits::Limits::default(),
             );
             spec.unwrap_or_else(|e| panic!("{marker}: {e}"));
         } else if let Some(file) = marker.strip_prefix("from the template: ") {

@@ -385,8 +385,8 @@ pub fn eval_cx(budget: Duration) -> nri_wasm::policy::chain::EvalContext {
 /// time limit sets its own and asserts which limit fired; with the default
 /// 100 ms, a healthy policy on a loaded 2-core machine can run out of time
 /// and fail a test that is about something else.
-pub fn roomy() -> nri_wasm::policy::limits::Limits {
-    nri_wasm::policy::limits::Limits { timeout_ms: 2_000, ..nri_wasm::policy::limits::Limits::default() }
+pub fn roomy() -> nri_wasm::policy::spec::limits::Limits {
+    nri_wasm::policy::spec::limits::Limits { timeout_ms: 2_000, ..nri_wasm::policy::spec::limits::Limits::default() }
 }
 
 /// A policy spec as the loader would build it from `NN-name.wasm` + `.toml`.
@@ -394,14 +394,14 @@ pub fn policy_spec(
     name: &str,
     wasm: &str,
     settings: &str,
-    on_error: nri_wasm::policy::manifest::OnError,
-    limits: nri_wasm::policy::limits::Limits,
-) -> nri_wasm::policy::manifest::PolicySpec {
-    nri_wasm::policy::manifest::PolicySpec {
+    on_error: nri_wasm::policy::spec::manifest::OnError,
+    limits: nri_wasm::policy::spec::limits::Limits,
+) -> nri_wasm::policy::spec::manifest::PolicySpec {
+    nri_wasm::policy::spec::manifest::PolicySpec {
         settings: settings.into(),
         on_error,
         limits,
-        ..nri_wasm::policy::manifest::PolicySpec::granting_all(name, wasm)
+        ..nri_wasm::policy::spec::manifest::PolicySpec::granting_all(name, wasm)
     }
 }
 
@@ -413,7 +413,7 @@ pub mod guests {
 }
 
 /// A CreateContainer of a small container, as a policy call reads it.
-pub fn create_event() -> nri_wasm::policy::event::CallEvent {
+pub fn create_event() -> nri_wasm::policy::call::event::CallEvent {
     let pod =
         pb::PodSandbox { id: "pod".into(), name: "pod".into(), namespace: "default".into(), ..Default::default() };
     let container = pb::Container {
@@ -425,7 +425,7 @@ pub fn create_event() -> nri_wasm::policy::event::CallEvent {
         env: vec!["PATH=/bin".into()],
         ..Default::default()
     };
-    nri_wasm::policy::event::CallEvent::container(
+    nri_wasm::policy::call::event::CallEvent::container(
         nri_wasm::policy::bindings::wit::EventKind::CreateContainer,
         Arc::new(pod),
         Arc::new(container),

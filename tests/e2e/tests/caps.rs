@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nri_wasm::policy::caps::{CapSet, Capability};
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated, Outcome};
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
-use nri_wasm::policy::manifest::{OnError, PolicySpec};
+use nri_wasm::policy::spec::caps::{CapSet, Capability};
+use nri_wasm::policy::spec::manifest::{OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, shared_loader};
 

@@ -11,9 +11,9 @@ use nri_wasm::policy::chain::{
 };
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
-use nri_wasm::policy::limits::Limits;
 use nri_wasm::policy::loader;
-use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, roomy, shared_loader, Harness};
 
@@ -554,7 +554,7 @@ async fn thirty_looping_policies_answer_inside_the_request_timeout() {
 /// unrelated env too) and the conflict is reported; so it is in audit mode.
 #[test]
 fn a_conflict_fails_the_event_unless_the_later_policy_yields() {
-    use nri_wasm::policy::manifest::OnConflict;
+    use nri_wasm::policy::spec::manifest::OnConflict;
     let first = load("10-a", guests::REPLAY, "memory-limit 1000", OnError::Fail, Mode::Enforce, roomy());
     let second = |on_error, on_conflict, mode| {
         let spec = PolicySpec {

@@ -26,13 +26,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nri_sim::{PluginConn, RuntimeProfile};
+use nri_wasm::files::sha256_hex;
 use nri_wasm::metrics::Metrics;
+use nri_wasm::policy::call::compiled::CompiledPolicy;
+use nri_wasm::policy::call::state::StateStore;
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
-use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
-use nri_wasm::policy::prepare::{sha256_hex, CompiledPolicy};
-use nri_wasm::policy::state::StateStore;
+use nri_wasm::policy::spec::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::PolicyLoader;
 use nri_wasm::testing::StateWriter;
 use nri_wasm_api::api as pb;
@@ -154,7 +155,7 @@ fn entries_of_another_key_are_compiled_again() {
     let (_dir, cache, _files) = filled();
     // Another host's key (or a lost one): entries it did not write are
     // not believed.
-    std::fs::remove_file(nri_wasm::policy::cache::key_path(&cache)).unwrap();
+    std::fs::remove_file(nri_wasm::policy::load::cache::key_path(&cache)).unwrap();
     assert_eq!(restart(&cache), [false, false]);
     assert_eq!(restart(&cache), [true, true]);
 }
@@ -268,8 +269,8 @@ impl Counting {
     /// event's path, leave the policy's state as `settled` says.
     async fn settled(
         &self,
-        settled: impl Fn(&nri_wasm::policy::state::SaveHealth) -> bool,
-    ) -> nri_wasm::policy::state::SaveHealth {
+        settled: impl Fn(&nri_wasm::policy::call::state::SaveHealth) -> bool,
+    ) -> nri_wasm::policy::call::state::SaveHealth {
         for _ in 0..1000 {
             let health = self.states.health().get("20-count").cloned().unwrap_or_default();
             if settled(&health) {
@@ -398,7 +399,7 @@ fn records_and_compiled_forms_of_versions_gone_from_the_directory_are_pruned() {
         config.engine = settings(&cache);
         config.validate().unwrap();
         let host = nri_wasm::cli::HostBuilder::new(config.clone())
-            .compiler(nri_wasm::policy::compile::Compiler::InProcess)
+            .compiler(nri_wasm::policy::load::compile::Compiler::InProcess)
             .build()
             .unwrap();
         host.reloader.reloads().wait_for(|(n, _)| *n >= 1).await.unwrap();

@@ -9,9 +9,9 @@ use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::{
     Allocator, CallEnv, CallError, CallErrorKind, EngineSettings, Facts, LimitKind, PolicyEngine, TrapCode,
 };
-use nri_wasm::policy::errors::LoadError;
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm::policy::load::errors::LoadError;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm::policy::PolicyLoader;
 use nri_wasm_e2e::{create_event, guests, roomy};
 
@@ -358,7 +358,7 @@ fn components_built_against_another_package_version_are_refused_with_the_reason(
         let err = loader().load_bytes(&spec("31-old", "inline", "", roomy()), wat.as_bytes(), &facts()).unwrap_err();
         assert!(matches!(&err, LoadError::Version { import: i, .. } if *i == import), "{err}");
         let text = err.to_string();
-        let current = format!("nri-wasm:policy@{}.x", nri_wasm::policy::errors::WIT_VERSION);
+        let current = format!("nri-wasm:policy@{}.x", nri_wasm::policy::load::errors::WIT_VERSION);
         assert!(text.contains("31-old") && text.contains(&current) && text.contains("rebuild"), "{text}");
     }
 }

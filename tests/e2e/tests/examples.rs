@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use nri_sim::node::{NodeModel, SimRuntime};
 use nri_sim::RuntimeProfile;
+use nri_wasm::policy::call::errors::CallErrorKind;
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
-use nri_wasm::policy::errors::{CallErrorKind, LoadError};
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::load::errors::LoadError;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_components::examples;
 use nri_wasm_e2e::{guests, policy_spec, shared_engine as engine, shared_loader, Harness};

@@ -29,8 +29,8 @@ use nri_wasm::policy::chain::{
 };
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::CompiledPolicy;
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, policy_spec, roomy, shared_engine as engine, shared_loader, test_facts, Harness};
 

@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nri_wasm::config::Config;
-use nri_wasm::policy::compile::Compiler;
 use nri_wasm::policy::engine::{EngineSettings, PolicyEngine};
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::load::compile::Compiler;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm::policy::PolicyLoader;
 use nri_wasm_e2e::{policy_spec, test_facts};
 use nri_wasm_test_support::guests;

@@ -22,7 +22,7 @@ use nri_sim::reference::{CreateResult, RefError, ReferenceRuntime, UpdatesResult
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
-use nri_wasm::policy::manifest::{Mode, OnError, PolicySpec};
+use nri_wasm::policy::spec::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{guests, roomy, shared_loader, Harness};
 use protobuf::MessageField;

@@ -22,7 +22,7 @@ use nri_sim::{RuntimeProfile, Simulator};
 use nri_wasm::config::Config;
 use nri_wasm::metrics::{self as http, HostStatus, Metrics};
 use nri_wasm::nri::transport::Endpoint;
-use nri_wasm::policy::compile::Compiler;
+use nri_wasm::policy::load::compile::Compiler;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{engine_settings, init_logging, options};
 use nri_wasm_test_support::guests;

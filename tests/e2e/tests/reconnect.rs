@@ -15,7 +15,7 @@ use nri_sim::workload::Workload;
 use nri_sim::{PluginConn, RuntimeProfile, Simulator};
 use nri_wasm::config::Config;
 use nri_wasm::nri::{EventKind, EventMask, Phase, Status, Supervisor};
-use nri_wasm::policy::compile::Compiler;
+use nri_wasm::policy::load::compile::Compiler;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{options, Harness, Recorder, Replies, Seen};
 use nri_wasm_test_support::guests;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use nri_sim::RuntimeProfile;
 use nri_wasm::config::Config;
-use nri_wasm::policy::compile::Compiler;
+use nri_wasm::policy::load::compile::Compiler;
 use nri_wasm::registry::client::Registry;
 use nri_wasm::registry::sign::SigningKeyFile;
 use nri_wasm::registry::{push, CacheUse, OciRef, RegistrySettings, Source};

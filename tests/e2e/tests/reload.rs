@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use nri_sim::RuntimeProfile;
 use nri_wasm::config::Config;
-use nri_wasm::policy::compile::Compiler;
+use nri_wasm::policy::load::compile::Compiler;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{engine_settings, Harness};
 use nri_wasm_test_support::guests;

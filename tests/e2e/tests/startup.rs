@@ -34,7 +34,7 @@ use nri_sim::{RuntimeProfile, SimError, Simulator};
 use nri_wasm::config::Config;
 use nri_wasm::metrics::Metrics;
 use nri_wasm::nri::transport::Endpoint;
-use nri_wasm::policy::compile::Compiler;
+use nri_wasm::policy::load::compile::Compiler;
 use nri_wasm_api::api as pb;
 use nri_wasm_e2e::{init_logging, options};
 use nri_wasm_test_support::guests;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use nri_wasm::policy::chain::Chain;
 use nri_wasm::policy::engine::{CompiledPolicy, EngineSettings, PolicyEngine};
-use nri_wasm::policy::manifest::{OnConflict, OnError, PolicySpec};
+use nri_wasm::policy::spec::manifest::{OnConflict, OnError, PolicySpec};
 use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 use nri_wasm_languages::{call, chain, create, create_container_fixtures, facts, limits, parity};

@@ -6,12 +6,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::call::errors::CallErrorKind;
+use nri_wasm::policy::call::event::CallEvent;
 use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated};
 use nri_wasm::policy::engine::{CallEnv, CallReport, CompiledPolicy, EngineSettings, Facts, PolicyEngine};
-use nri_wasm::policy::errors::{CallErrorKind, LoadError};
-use nri_wasm::policy::event::CallEvent;
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::{OnError, PolicySpec};
+use nri_wasm::policy::load::errors::LoadError;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::{OnError, PolicySpec};
 use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 

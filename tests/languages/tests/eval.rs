@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser as _;
 use nri_wasm::cli::{Cli, Command};
-use nri_wasm::policy::compile::Compiler;
+use nri_wasm::policy::load::compile::Compiler;
 use nri_wasm_languages::examples;
 use serde_json::Value;
 

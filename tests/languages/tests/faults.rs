@@ -8,8 +8,8 @@
 
 use nri_wasm::policy::chain::ChainError;
 use nri_wasm::policy::engine::CallErrorKind;
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::OnError;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm_api::api as pb;
 use nri_wasm_languages::{call, chain, create, create_container_fixtures, faults, limits, load_with};
 

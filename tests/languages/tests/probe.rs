@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nri_wasm::policy::bindings::wit;
+use nri_wasm::policy::call::event::CallEvent;
 use nri_wasm::policy::engine::{CallEnv, EngineSettings, PolicyEngine};
-use nri_wasm::policy::event::CallEvent;
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::PolicySpec;
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::PolicySpec;
 use nri_wasm_api::api as pb;
 
 #[test]
@@ -24,14 +24,14 @@ fn probe() {
     let loader = nri_wasm::policy::PolicyLoader::new(Arc::new(PolicyEngine::new(&settings).unwrap()));
     let engine = loader.engine();
     let bytes = std::fs::read(&path).unwrap();
-    let pool = nri_wasm::policy::inspect::PoolShape {
+    let pool = nri_wasm::policy::engine::PoolShape {
         core_instances: 1000,
         memories: 1000,
         tables: 1000,
         max_memory_bytes: 1 << 32,
     };
     let big = Limits { instances: 1000, memories: 1000, tables: 1000, memory_mib: 4000, ..Limits::default() };
-    match nri_wasm::policy::inspect::inspect("probe", &bytes, &big, &pool) {
+    match nri_wasm::policy::load::inspect::inspect("probe", &bytes, &big, &pool) {
         Ok(i) => eprintln!(
             "inspection: core_instances={} memories={} tables={} largest_memory={} largest_table={} imports={:?}",
             i.core_instances, i.memories, i.tables, i.largest_initial_memory, i.largest_initial_table, i.imports

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nri_wasm::policy::chain::ChainError;
-use nri_wasm::policy::limits::Limits;
-use nri_wasm::policy::manifest::{read_spec, OnError, PolicySpec};
+use nri_wasm::policy::spec::limits::Limits;
+use nri_wasm::policy::spec::manifest::{read_spec, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
 use nri_wasm_languages::{call, chain, create, describe, facts, load, loader, settings_error, templates};
 

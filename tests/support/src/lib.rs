@@ -21,7 +21,7 @@ pub mod heap;
 include!(concat!(env!("OUT_DIR"), "/components.rs"));
 
 /// The custom section a component declares its events in (the host's
-/// `policy::declared::SECTION`, which this crate does not depend on).
+/// `policy::spec::declared::SECTION`, which this crate does not depend on).
 const EVENTS_SECTION: &[u8] = b"nri-wasm:events";
 
 /// `component` as it was before the SDKs declared events: its event

@@ -29,14 +29,16 @@ use super::{HostArgs, SettingsArgs, SetupError, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 use crate::cli::HostBuilder;
 use crate::nri::version::EventKind;
 use crate::policy::bindings::wit;
-use crate::policy::caps::{Allowed, Capability};
-use crate::policy::compile::Compiler;
+use crate::policy::call::compiled::Imports;
+use crate::policy::call::event::CallEvent;
 use crate::policy::engine::{CallEnv, CompiledPolicy, PolicyEngine};
-use crate::policy::errors::{LoadError, WIT_VERSION};
-use crate::policy::event::CallEvent;
-use crate::policy::inspect::{self, Inspection};
-use crate::policy::manifest::PolicySpec;
-use crate::policy::prepare::{read_policy_file, Imports};
+use crate::policy::load::compile::Compiler;
+use crate::policy::load::errors::{LoadError, WIT_VERSION};
+use crate::policy::load::inspect;
+use crate::policy::load::inspect::Inspection;
+use crate::policy::load::read::read_policy_file;
+use crate::policy::spec::caps::{Allowed, Capability};
+use crate::policy::spec::manifest::PolicySpec;
 use crate::policy::PolicyLoader;
 
 /// Calls timed for the figure of a call that does nothing.
@@ -182,19 +184,19 @@ fn write_inspection(spec: &PolicySpec, size: usize, found: &Inspection, out: &mu
     }
 }
 
-/// The events the component declares (`policy::declared`): what a host
+/// The events the component declares (`policy::spec::declared`): what a host
 /// registers for, and waits or fails for, before it has loaded the policy.
 fn declares_line(found: &Inspection) -> String {
     match &found.events {
         Some(events) => format!(
             "{} ({}): what a host registers for before it has loaded the policy; configure may answer less, not more",
             events.describe(),
-            crate::policy::declared::SECTION
+            crate::policy::spec::declared::SECTION
         ),
         None => format!(
             "no events (no {} section): a host knows what it subscribes to only from an earlier load of it, or once \
              it has loaded it (the current SDKs record it: Policy::EVENTS in Rust, the file `events` in the others)",
-            crate::policy::declared::SECTION
+            crate::policy::spec::declared::SECTION
         ),
     }
 }
@@ -418,7 +420,8 @@ mod tests {
         let mut found = Inspection::default();
         let line = declares_line(&found);
         assert!(line.starts_with("no events (no nri-wasm:events section): a host knows"), "{line}");
-        found.events = Some(crate::policy::declared::DeclaredEvents::parse("synchronize create-container").unwrap());
+        found.events =
+            Some(crate::policy::spec::declared::DeclaredEvents::parse("synchronize create-container").unwrap());
         let line = declares_line(&found);
         assert!(
             line.starts_with("create-container, synchronize (nri-wasm:events): what a host registers for"),
@@ -437,14 +440,14 @@ mod tests {
         assert_eq!(world_line(&found), "nri-wasm:policy@0.3.1; exports configure and handle");
     }
 
-    use crate::policy::caps::CapSet;
+    use crate::policy::spec::caps::CapSet;
 
     #[test]
     fn the_reads_line_follows_the_declaration_and_says_when_there_is_none() {
         let everything = Imports { node: true, state: true };
         let declared = |names: &str| Allowed {
             granted: CapSet::default_grant(),
-            declared: Some(crate::policy::caps::parse_declaration(names).unwrap()),
+            declared: Some(crate::policy::spec::caps::parse_declaration(names).unwrap()),
         };
         // A JavaScript or Python policy imports every interface; it declares what it does.
         assert_eq!(

@@ -28,7 +28,7 @@ pub use super::session::{EvalError, EventReport, PolicyInfo, Reply, Session};
 use super::{replay, HostArgs, SettingsArgs, EXIT_USAGE};
 pub use crate::cli::steps::SeenStep;
 use crate::nri::record::parse_document;
-use crate::policy::compile::Compiler;
+use crate::policy::load::compile::Compiler;
 
 /// The arguments of `nri-wasm eval`.
 #[derive(Debug, Args)]

@@ -40,8 +40,9 @@ use clap::Args;
 use crate::cli::host::BuildError;
 use crate::config::{Config, ConfigError};
 use crate::policy::engine::EngineSettings;
-use crate::policy::limits::Limits;
-use crate::policy::manifest::{self, PolicySpec, SpecError};
+use crate::policy::spec::limits::Limits;
+use crate::policy::spec::manifest;
+use crate::policy::spec::manifest::{PolicySpec, SpecError};
 
 /// `check`: the policy loads. `eval`: every event succeeded and every
 /// policy loaded and answered.
@@ -263,7 +264,7 @@ mod tests {
         let from_toml = SettingsArgs { settings: None, settings_file: Some(policy) };
         let spec = file_spec(&dir.path().join("plain.wasm"), &from_toml, Limits::default()).unwrap();
         assert_eq!(spec.settings, r#"{"label":"team"}"#);
-        assert_eq!(spec.mode, crate::policy::manifest::Mode::Audit);
+        assert_eq!(spec.mode, crate::policy::spec::manifest::Mode::Audit);
 
         let typo = dir.path().join("typo.toml");
         std::fs::write(&typo, "on-eror = \"fail\"\n").unwrap();

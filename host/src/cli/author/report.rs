@@ -17,7 +17,7 @@ use crate::cli::steps::SeenStep;
 use crate::nri::record;
 use crate::policy::chain::{Change, Outcome, PolicyFailure};
 use crate::policy::engine::LimitKind;
-use crate::policy::limits::Limits;
+use crate::policy::spec::limits::Limits;
 
 /// A step's changes as the SDK's lines (none when the chain kept no change).
 fn change_lines(change: Option<&Change>) -> Vec<String> {

@@ -28,12 +28,12 @@ use crate::cli::HostBuilder;
 use crate::nri::record::{FormatError, Recorded, Request};
 use crate::nri::service::{answer_budget, runtime_info, DEFAULT_REQUEST_TIMEOUT};
 use crate::nri::{DispatchError, Dispatcher as _};
+use crate::policy::call::state::{StateSnapshot, StateStore, StateTxn};
 use crate::policy::chain::{container_target, pod_target, Outcome};
-use crate::policy::compile::Compiler;
 use crate::policy::dispatcher::PolicyDispatcher;
-use crate::policy::limits::Limits;
+use crate::policy::load::compile::Compiler;
 use crate::policy::loader::{self, DirOptions};
-use crate::policy::state::{StateSnapshot, StateStore, StateTxn};
+use crate::policy::spec::limits::Limits;
 
 /// What keeps `eval` from evaluating.
 #[derive(Debug, thiserror::Error)]

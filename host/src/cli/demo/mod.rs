@@ -123,7 +123,7 @@ pub(super) async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let loading = Instant::now();
     // The state in memory: a demo run with a node's configuration never
     // writes the node's state directory.
-    let states = Arc::new(crate::policy::state::StateStore::in_memory());
+    let states = Arc::new(crate::policy::call::state::StateStore::in_memory());
     let host = HostBuilder::new(config).observer(recorder.clone()).states(states).build()?;
     let mut reloads = host.reloader.reloads();
     let loaded = reloads.wait_for(|(n, _)| *n >= 1).await.map(|r| r.1.clone());

@@ -14,14 +14,14 @@
 //! of the chain; they use only `load/` (a spec, its limits and
 //! capabilities). The host side of the policy's imports is `imports/`.
 
-pub(crate) mod compiled;
-pub(crate) mod env;
-pub(crate) mod errors;
-pub(crate) mod event;
+pub mod compiled;
+pub mod env;
+pub mod errors;
+pub mod event;
 pub(crate) mod limiter;
 pub(crate) mod meter;
 pub(crate) mod output;
 pub(crate) mod profile;
-pub(crate) mod state;
+pub mod state;
 pub(crate) mod store;
 pub(crate) mod watchdog;

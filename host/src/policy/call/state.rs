@@ -193,23 +193,32 @@ impl StateTxn {
     }
 }
 
-/// Reading or writing a state file failed.
+/// Reading or writing a state file failed. Each names the policy and the
+/// file.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // the fields are the same in every variant: the policy, the file, and what about it
 pub enum StateFileError {
+    /// The file could not be read.
     #[error("state of policy {policy}: cannot read {path}")]
     Read { policy: String, path: PathBuf, source: std::io::Error },
+    /// The file is something else than a regular file (`what`).
     #[error("state of policy {policy}: {path} is {what}, not a regular file; not read")]
     NotAFile { policy: String, path: PathBuf, what: &'static str },
+    /// Its owner or mode is not one the host may trust.
     #[error("state of policy {policy}: {path} is {reason}; not read")]
     Untrusted { policy: String, path: PathBuf, reason: String },
+    /// Larger than the policy's `state-kib` allows.
     #[error(
         "state of policy {policy}: {path} has {size} bytes, more than the {limit} its state-kib allows once encoded; not read"
     )]
     TooLarge { policy: String, path: PathBuf, size: u64, limit: u64 },
+    /// Not a JSON object of strings.
     #[error("state of policy {policy}: {path} is not a JSON object of strings: {reason}")]
     Parse { policy: String, path: PathBuf, reason: String },
+    /// The file could not be written.
     #[error("state of policy {policy}: cannot write {path}")]
     Write { policy: String, path: PathBuf, source: std::io::Error },
+    /// The state directory is unusable.
     #[error("state of policy {policy}: state directory {dir}: {reason}")]
     Dir { policy: String, dir: PathBuf, reason: String },
 }

@@ -74,37 +74,76 @@ type HmacSha256 = Hmac<Sha256>;
 /// The cache cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheError {
+    /// The directory (or its key) is not one the host may trust: not its
+    /// owner's, writable by others, a symlink.
     #[error("compile cache {dir}: {reason}")]
-    Untrusted { dir: PathBuf, reason: String },
+    Untrusted {
+        /// The cache directory.
+        dir: PathBuf,
+        /// What about it is not trusted.
+        reason: String,
+    },
+    /// The directory or its key could not be created or read.
     #[error("compile cache {dir}: {reason}")]
-    Io { dir: PathBuf, reason: String },
+    Io {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The system's reason.
+        reason: String,
+    },
 }
 
 /// Why an entry found in the cache was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejected {
+    /// The entry is something else than a regular file (named).
     #[error("it is {0}, not a regular file")]
     NotAFile(&'static str),
+    /// Its owner or mode is not one the host may trust.
     #[error("it is {0}")]
     Untrusted(String),
+    /// Larger than any entry may be.
     #[error("it has {size} bytes, more than the {limit} an entry may have")]
-    TooLarge { size: u64, limit: u64 },
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The most an entry may have.
+        limit: u64,
+    },
+    /// Reading it failed.
     #[error("it cannot be read: {0}")]
     Io(String),
+    /// Shorter than an entry's header.
     #[error("it has {0} bytes, too few for the header of an entry")]
     Short(u64),
+    /// No entry header.
     #[error("it is not an entry written by this host (no header)")]
     Magic,
+    /// Another format version.
     #[error("it has format version {0}; this host reads version {FORMAT}")]
     Version(u32),
+    /// The header's length disagrees with what follows it.
     #[error("its header declares {declared} bytes of code but {actual} follow")]
-    Length { declared: u64, actual: u64 },
+    Length {
+        /// What the header says.
+        declared: u64,
+        /// What follows it.
+        actual: u64,
+    },
+    /// The MAC does not verify under this host's key.
     #[error("its MAC does not verify: it was changed after it was written, or written with another key")]
     Mac,
+    /// Compiled by an engine of other settings.
     #[error("it was compiled by an engine with other settings")]
     Engine,
+    /// Compiled from other bytes than the component asked for.
     #[error("it was compiled from another component (sha256 {found}, not {expected})")]
-    Source { found: String, expected: String },
+    Source {
+        /// The digest the entry names.
+        found: String,
+        /// The digest of the component asked for.
+        expected: String,
+    },
 }
 
 /// What an entry is bound to: the engine that compiled it and the

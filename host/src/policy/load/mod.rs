@@ -11,11 +11,11 @@
 //! of it; what a file says (its spec, limits and capabilities) is `spec/`,
 //! below both. Reading and inspecting a file need no engine.
 
-pub(crate) mod cache;
-pub(crate) mod compile;
-pub(crate) mod errors;
-pub(crate) mod inspect;
+pub mod cache;
+pub mod compile;
+pub mod errors;
+pub mod inspect;
 pub(crate) mod known;
-pub(crate) mod loader;
-pub(crate) mod prepare;
-pub(crate) mod read;
+pub mod loader;
+pub mod prepare;
+pub mod read;

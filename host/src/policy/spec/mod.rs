@@ -10,9 +10,9 @@
 //! capability without a circle.
 
 pub(crate) mod bounds;
-pub(crate) mod capability;
-pub(crate) mod caps;
-pub(crate) mod declared;
-pub(crate) mod inspection;
-pub(crate) mod limits;
-pub(crate) mod manifest;
+pub mod capability;
+pub mod caps;
+pub mod declared;
+pub mod inspection;
+pub mod limits;
+pub mod manifest;
