@@ -398,7 +398,7 @@ impl Registry {
             (None, None) => return Err("the reference was never pulled on this node".into()),
         };
         let manifest = cache.get(&manifest_hex, MAX_MANIFEST_BYTES).map_err(chain)?;
-        let component = check_wasm(&manifest, self.max_blob)?;
+        let component = check_wasm(&manifest, self.max_blob).map_err(|e| crate::text::chain(&e))?;
         let signer = if keys.is_empty() {
             None
         } else {
@@ -409,7 +409,7 @@ impl Registry {
                 .ok_or("no signature of it was kept")?;
             let sig = cache.get(&sig_hex, MAX_MANIFEST_BYTES).map_err(chain)?;
             let mut payloads = HashMap::new();
-            for (hex, _) in signature_layers(&sig)? {
+            for (hex, _) in signature_layers(&sig).map_err(|e| crate::text::chain(&e))? {
                 let p = cache.get(&hex, MAX_SMALL_BYTES).map_err(chain)?;
                 payloads.insert(hex, p);
             }
@@ -497,7 +497,7 @@ fn check_signature(
     let want = format!("sha256:{manifest_hex}");
     let mut named_other = None;
     let mut other_repository = None;
-    for (hex, signature) in signature_layers(sig_manifest)? {
+    for (hex, signature) in signature_layers(sig_manifest).map_err(|e| crate::text::chain(&e))? {
         let Some(payload) = payloads.get(&hex) else { continue };
         match sign::signed_identity(payload) {
             Some((d, _)) if d != want => {

@@ -78,16 +78,87 @@ pub struct WasmConfig {
     pub layer_digests: Vec<String>,
 }
 
+/// Why a manifest is not one the host takes. `what` names which manifest
+/// (`the manifest`, `the signature manifest`); JSON's own error is the
+/// source of [`ManifestError::NotJson`].
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Not JSON of a manifest's shape.
+    #[error("{what} is not an OCI manifest")]
+    NotJson {
+        /// Which manifest.
+        what: &'static str,
+        /// What the JSON reader found.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Another schema version.
+    #[error("{what} is schemaVersion {version}, not 2")]
+    Schema {
+        /// Which manifest.
+        what: &'static str,
+        /// The version it declares.
+        version: u32,
+    },
+    /// Another media type: an index or an image manifest.
+    #[error("{what} media type is {found:?}, not {OCI_MANIFEST:?} (an index or an image?)")]
+    MediaType {
+        /// Which manifest.
+        what: &'static str,
+        /// The media type it declares.
+        found: String,
+    },
+    /// The config is not a wasm config: not a wasm artifact.
+    #[error("config media type is {found:?}, not {WASM_CONFIG:?}: not a wasm artifact")]
+    NotWasm {
+        /// The config's media type.
+        found: String,
+    },
+    /// Not exactly one layer.
+    #[error("manifest has {count} layers; a wasm artifact has exactly one")]
+    Layers {
+        /// How many it has.
+        count: usize,
+    },
+    /// The layer is not a component.
+    #[error("layer media type is {found:?}, not {WASM_LAYER:?}")]
+    LayerMediaType {
+        /// The layer's media type.
+        found: String,
+    },
+    /// The layer's digest is not a SHA-256 digest.
+    #[error("layer digest {digest:?} is not sha256:<64 hex digits>")]
+    Digest {
+        /// The digest as given, made safe to show and cut short.
+        digest: String,
+    },
+    /// The component is larger than a policy may be; nothing of it was
+    /// asked for.
+    #[error(
+        "the component is {size} bytes, more than the {max} bytes a policy may have ([engine] max-component-mib); \
+         not downloaded"
+    )]
+    TooLarge {
+        /// The size the manifest declares.
+        size: u64,
+        /// The most a policy may have.
+        max: u64,
+    },
+    /// A signature manifest without a cosign signature layer.
+    #[error("the signature manifest holds no cosign signature layer")]
+    NoSignature,
+}
+
 impl Manifest {
     /// Parses a manifest body, saying what is wrong with it.
-    pub fn parse(bytes: &[u8], what: &str) -> Result<Self, String> {
-        let m: Self = serde_json::from_slice(bytes).map_err(|e| format!("{what} is not an OCI manifest ({e})"))?;
+    pub fn parse(bytes: &[u8], what: &'static str) -> Result<Self, ManifestError> {
+        let m: Self = serde_json::from_slice(bytes).map_err(|source| ManifestError::NotJson { what, source })?;
         if m.schema_version != 2 {
-            return Err(format!("{what} is schemaVersion {}, not 2", m.schema_version));
+            return Err(ManifestError::Schema { what, version: m.schema_version });
         }
         if let Some(t) = &m.media_type {
             if t != OCI_MANIFEST {
-                return Err(format!("{what} media type is {t:?}, not {OCI_MANIFEST:?} (an index or an image?)"));
+                return Err(ManifestError::MediaType { what, found: t.clone() });
             }
         }
         Ok(m)
@@ -122,29 +193,21 @@ pub struct Component {
 /// Checks a wasm artifact's manifest; returns the component it names.
 /// `max` bounds the size the manifest may declare: a larger component is
 /// refused before a byte of it is asked for.
-pub fn check_wasm(bytes: &[u8], max: u64) -> Result<Component, String> {
+pub fn check_wasm(bytes: &[u8], max: u64) -> Result<Component, ManifestError> {
     let m = Manifest::parse(bytes, "the manifest")?;
     if m.config.media_type != WASM_CONFIG {
-        return Err(format!(
-            "config media type is {:?}, not {WASM_CONFIG:?}: not a wasm artifact",
-            m.config.media_type
-        ));
+        return Err(ManifestError::NotWasm { found: m.config.media_type });
     }
     let [layer] = m.layers.as_slice() else {
-        return Err(format!("manifest has {} layers; a wasm artifact has exactly one", m.layers.len()));
+        return Err(ManifestError::Layers { count: m.layers.len() });
     };
     if layer.media_type != WASM_LAYER {
-        return Err(format!("layer media type is {:?}, not {WASM_LAYER:?}", layer.media_type));
+        return Err(ManifestError::LayerMediaType { found: layer.media_type.clone() });
     }
-    let hex = digest_hex(&layer.digest).ok_or_else(|| {
-        format!("layer digest {:?} is not sha256:<64 hex digits>", crate::text::guest_text(&layer.digest, 80))
-    })?;
+    let hex = digest_hex(&layer.digest)
+        .ok_or_else(|| ManifestError::Digest { digest: crate::text::guest_text(&layer.digest, 80) })?;
     if layer.size > max {
-        return Err(format!(
-            "the component is {} bytes, more than the {max} bytes a policy may have ([engine] max-component-mib); \
-             not downloaded",
-            layer.size
-        ));
+        return Err(ManifestError::TooLarge { size: layer.size, max });
     }
     Ok(Component { hex: hex.to_string(), size: layer.size })
 }
@@ -155,7 +218,7 @@ const MAX_SIGNATURE_LAYERS: usize = 16;
 /// The payload layers of a cosign signature manifest: (digest hex,
 /// signature). Layers of another kind, without a signature, with another
 /// digest algorithm or larger than a payload may be are skipped.
-pub fn signature_layers(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
+pub fn signature_layers(bytes: &[u8]) -> Result<Vec<(String, String)>, ManifestError> {
     let m = Manifest::parse(bytes, "the signature manifest")?;
     let mut out = Vec::new();
     for layer in m.layers.iter().take(MAX_SIGNATURE_LAYERS) {
@@ -167,7 +230,7 @@ pub fn signature_layers(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
         out.push((hex.to_string(), signature.clone()));
     }
     if out.is_empty() {
-        return Err("the signature manifest holds no cosign signature layer".into());
+        return Err(ManifestError::NoSignature);
     }
     Ok(out)
 }
@@ -226,9 +289,15 @@ mod tests {
                 "not an OCI",
             ),
         ] {
-            let e = check_wasm(&m, 100).unwrap_err();
+            let e = crate::text::chain(&check_wasm(&m, 100).unwrap_err());
             assert!(e.contains(why), "{why}: {e}");
         }
+        // Typed: what was wrong, not only how it reads.
+        let big = check_wasm(&manifest(WASM_CONFIG, &[(WASM_LAYER, &d, 101)]), 100).unwrap_err();
+        assert!(matches!(big, ManifestError::TooLarge { size: 101, max: 100 }), "{big}");
+        let junk = check_wasm(b"{", 100).unwrap_err();
+        assert!(matches!(&junk, ManifestError::NotJson { what: "the manifest", .. }), "{junk}");
+        assert!(std::error::Error::source(&junk).is_some(), "the JSON error is kept as the source");
     }
 
     /// What `push` writes is what the node accepts, and reads back the same.
@@ -263,9 +332,9 @@ mod tests {
         assert_eq!(layers, [(crate::files::sha256_hex(payload), "c2ln".to_string())]);
         let mut odd = m.clone();
         odd.layers[0].size = MAX_SMALL_BYTES + 1;
-        assert!(signature_layers(&odd.to_bytes()).unwrap_err().contains("no cosign signature layer"));
+        assert!(matches!(signature_layers(&odd.to_bytes()), Err(ManifestError::NoSignature)));
         let mut unsigned = m;
         unsigned.layers[0].annotations.clear();
-        assert!(signature_layers(&unsigned.to_bytes()).unwrap_err().contains("no cosign signature layer"));
+        assert!(matches!(signature_layers(&unsigned.to_bytes()), Err(ManifestError::NoSignature)));
     }
 }

@@ -82,6 +82,12 @@ impl From<super::cache::CacheError> for Fail {
 }
 
 /// A file of ours (a download's) failed while the registry had answered.
+impl From<super::manifest::ManifestError> for Fail {
+    fn from(e: super::manifest::ManifestError) -> Self {
+        Self::answered(crate::text::chain(&e))
+    }
+}
+
 impl From<FileError> for Fail {
     fn from(e: FileError) -> Self {
         Self::answered(crate::text::chain(&e))
