@@ -6,9 +6,9 @@
 //! chain's steps, whether requests are recorded, where the policies' state
 //! lives, and which policies (a directory, or a component given with its
 //! settings). Those knobs are the fields of [`HostBuilder`], each defaulted
-//! in [`HostBuilder::new`] and nowhere else; everything else (the engine
-//! with its compile cache, the registry client with the configuration's
-//! `[registry]`, the node's facts, the loader and the chain's settings) is
+//! in [`HostBuilder::new`] and nowhere else; everything else (the engine,
+//! the loader with its compile cache and the registry client of the
+//! configuration's `[registry]`, the node's facts and the chain's settings) is
 //! made here, from the configuration, the same way for all of them, so that
 //! an author's `eval --config` loads what a node with that configuration
 //! loads. [`HostBuilder::build`] gives the policy side ([`Host`]), and

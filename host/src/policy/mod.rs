@@ -36,7 +36,10 @@
 //! the files a caller may use are public in their group; the rest stays
 //! private to the crate (`imports/`, a call's store, limiter and
 //! watchdog). Two names are kept at the top for the types most callers
-//! need: [`CompiledPolicy`] and [`PolicyLoader`].
+//! need: [`CompiledPolicy`] and [`PolicyLoader`]; and [`engine`] names the
+//! call types a caller of [`engine::PolicyEngine::call`] needs with it
+//! (`CallEnv`, `Facts`, `CompiledPolicy`, `CallError`, `CallTime`), which
+//! live in `call/`.
 
 pub mod call;
 pub mod chain;

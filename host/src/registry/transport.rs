@@ -81,13 +81,14 @@ impl From<super::cache::CacheError> for Fail {
     }
 }
 
-/// A file of ours (a download's) failed while the registry had answered.
+/// The registry answered with a manifest the host does not take.
 impl From<super::manifest::ManifestError> for Fail {
     fn from(e: super::manifest::ManifestError) -> Self {
         Self::answered(crate::text::chain(&e))
     }
 }
 
+/// A file of ours (a download's) failed while the registry had answered.
 impl From<FileError> for Fail {
     fn from(e: FileError) -> Self {
         Self::answered(crate::text::chain(&e))

@@ -7,10 +7,11 @@
 //! `host/src/policy/mod.rs`) is, lowest first:
 //! - top level: `alloc`, `files`, `text`, `watch`, `wit`; `nri`; `merge`,
 //!   `node`, `convert`, `registry`; `policy`; `metrics`, `config`; `cli`;
-//! - in `policy/`: `load`; `call`; `engine`; `imports`; `chain`, `tally`;
-//!   `dispatcher`; `loader`; `reload`. The facade (`policy/mod.rs` and its
-//!   re-exporting modules) is for the rest of the crate: a group that used
-//!   it would import every other group.
+//! - in `policy/`: `spec`; `call`; `imports`; `engine`; `load`; `chain`,
+//!   `tally`; `dispatcher`; `loader`; `reload`. The few names
+//!   `policy/mod.rs` keeps at the top (`CompiledPolicy`, `PolicyLoader`)
+//!   are for the rest of the crate: a group that used them would import
+//!   another group through its parent.
 //!
 //! This test reads `host/src`, resolves every `crate::`, `super::` and
 //! `self::` path (in `use` items and in code, unit tests included) to the

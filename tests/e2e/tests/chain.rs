@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{
-    Chain, ChainError, ChainSettings, EvalContext, Evaluated, ManualClock, Outcome, PolicyFailure, Step, Unloadable,
+    Chain, ChainError, ChainSettings, EvalContext, Evaluated, ManualClock, Outcome, Pending, PolicyFailure, Step,
+    Unloadable,
 };
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
@@ -675,14 +676,17 @@ async fn a_policy_skipped_for_time_says_where_the_budget_went() {
 /// A policy skipped for want of time after another one ran names what the
 /// one before it took: a first policy loops until its 2,000 ms are over,
 /// which leaves the second less than the 1,000 ms a call needs to start
-/// (`min-call-ms`), however fast or slow the machine is.
+/// (`min-call-ms`), however fast or slow the machine is. An optional policy
+/// still loading (reported, not called) is not counted among those before.
 #[test]
 fn a_policy_skipped_after_a_slow_one_names_what_that_one_took() {
     let looping = Limits { fuel: u64::MAX / 2, timeout_ms: 2_000, ..roomy() };
     let next =
         load("20-next", guests::ANNOTATE, "n", OnError::Fail, Mode::Enforce, Limits { timeout_ms: 1_000, ..roomy() });
     let settings = ChainSettings { min_call_ms: 1_000, ..ChainSettings::default() };
-    let chain = Chain::new(vec![faulty("10-loop", "loop", OnError::Ignore, looping), next], settings);
+    let loading = Pending::new("05-loading", false, std::time::Instant::now());
+    let chain = Chain::new(vec![faulty("10-loop", "loop", OnError::Ignore, looping), next], settings)
+        .with_pending(vec![loading]);
     let skipped = create(&chain, Duration::from_secs(3), &request()).unwrap_err().to_string();
     assert!(skipped.contains("20-next") && skipped.contains("no time left in the chain's budget"), "{skipped}");
     let took = skipped
@@ -692,6 +696,7 @@ fn a_policy_skipped_after_a_slow_one_names_what_that_one_took() {
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no time of the policy before in: {skipped}"));
     // The loop ran until its own limit or its share of the wall clock, both
-    // 2,000 ms when it started.
-    assert!(took >= 1_500, "{skipped}");
+    // 2,000 ms when the plan was made (unless the plan came more than a
+    // second after the event's deadline was set).
+    assert!(took >= 1_000, "{skipped}");
 }

@@ -35,9 +35,9 @@ use crate::policy::engine::{CallEnv, CompiledPolicy, PolicyEngine};
 use crate::policy::load::compile::Compiler;
 use crate::policy::load::errors::{LoadError, WIT_VERSION};
 use crate::policy::load::inspect;
-use crate::policy::load::inspect::Inspection;
 use crate::policy::load::read::read_policy_file;
 use crate::policy::spec::caps::{Allowed, Capability};
+use crate::policy::spec::inspection::Inspection;
 use crate::policy::spec::manifest::PolicySpec;
 use crate::policy::PolicyLoader;
 

@@ -11,7 +11,7 @@
 //! - `errors`: why a call gave no answer, named after the limit or trap.
 //!
 //! These pieces know nothing of the engine that runs them (`engine/`) nor
-//! of the chain; they use only `load/` (a spec, its limits and
+//! of the chain; they use only `spec/` (a spec, its limits and
 //! capabilities). The host side of the policy's imports is `imports/`.
 
 pub mod compiled;

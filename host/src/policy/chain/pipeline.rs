@@ -190,6 +190,9 @@ pub(super) struct Run<'t> {
     plan: Plan,
     /// When the chain's plan was made (its first policy about to start).
     planned_at: Option<Instant>,
+    /// How many steps were recorded before the plan (policies not ready,
+    /// reported without a call).
+    planned_steps: usize,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -203,6 +206,7 @@ impl<'t> Run<'t> {
             total: 0,
             plan: Plan::default(),
             planned_at: None,
+            planned_steps: 0,
             observer: None,
         }
     }
@@ -216,6 +220,7 @@ impl<'t> Run<'t> {
     ) {
         self.plan = Plan::new(entries, cx.deadline.saturating_duration_since(start));
         self.planned_at = Some(start);
+        self.planned_steps = self.steps.len();
         self.observer = cx.observer.clone();
     }
 
@@ -489,20 +494,23 @@ fn take<S: Sink>(
 /// the chain's own work between them), so that an operator can tell a slow
 /// runtime from a crowded host or a slow policy. The policies' share is the
 /// sum of their measured calls, not the clock since the plan: with none
-/// before it, none is blamed.
+/// called before it (none, or only policies skipped, quarantined or not
+/// ready), none is blamed.
 fn no_time_left(cx: &EvalContext, run: &Run<'_>) -> String {
     let ms = |d: Duration| d.as_millis();
     let w = cx.waits;
     let chain = run.planned_at.map(|t| t.elapsed()).unwrap_or_default();
-    let before = match run.steps.len() {
+    // The policies of this plan that were called (one skipped, quarantined
+    // or not ready took no time and is not counted).
+    let called: Vec<Duration> =
+        run.steps.iter().skip(run.planned_steps).map(|s| s.elapsed).filter(|d| !d.is_zero()).collect();
+    let took: Duration = called.iter().sum();
+    let before = match called.len() {
         0 => "no policy ran before this one".to_string(),
-        1 => format!("the policy before this one took {} ms", ms(run.steps[0].elapsed)),
-        n => {
-            let took: Duration = run.steps.iter().map(|s| s.elapsed).sum();
-            format!("the {n} policies before this one took {} ms", ms(took))
-        }
+        1 => format!("the policy before this one took {} ms", ms(took)),
+        n => format!("the {n} policies before this one took {} ms", ms(took)),
     };
-    let own: Duration = chain.saturating_sub(run.steps.iter().map(|s| s.elapsed).sum());
+    let own = chain.saturating_sub(took);
     format!(
         "no time left in the chain's budget ({} ms left): before the chain started the event waited {} ms for the \
          runtime to take earlier updates, {} ms for policies still loading and {} ms for a call slot \

@@ -21,7 +21,7 @@ use wasmtime::wasmparser::{ComponentExternalKind, ComponentTypeRef, Encoding, In
 use super::errors::{LoadError, WIT_VERSION};
 use crate::policy::engine::PoolShape;
 use crate::policy::spec::declared::DeclaredEvents;
-pub use crate::policy::spec::inspection::Inspection;
+use crate::policy::spec::inspection::Inspection;
 use crate::policy::spec::limits::Limits;
 
 /// Most bytes of a capability declaration.

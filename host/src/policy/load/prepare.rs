@@ -30,10 +30,11 @@ use crate::policy::call::env::Facts;
 use crate::policy::call::profile::CallProfile;
 use crate::policy::load::cache::Binding;
 use crate::policy::load::errors::LoadError;
-use crate::policy::load::inspect::{self, Inspection};
+use crate::policy::load::inspect;
 use crate::policy::load::read::read_policy_file;
 use crate::policy::spec::caps::{parse_declaration, Allowed};
 use crate::policy::spec::declared::answer_name;
+use crate::policy::spec::inspection::Inspection;
 use crate::policy::spec::manifest::PolicySpec;
 use crate::wit::{wit, PolicyPre};
 
