@@ -456,5 +456,5 @@ fn a_loader_without_a_registry_client_refuses_a_policy_named_by_reference() {
     let err = loader().load(&spec, &facts()).unwrap_err();
     assert!(matches!(&err, LoadError::Registry { policy, .. } if policy == "10-remote"), "{err}");
     assert_eq!(err.step(), "pull");
-    assert!(err.to_string().contains("without a registry client"), "{err}");
+    assert!(err.to_string().contains(nri_wasm::policy::load::loader::NO_REGISTRY), "{err}");
 }

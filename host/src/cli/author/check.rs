@@ -259,7 +259,7 @@ fn pull(text: &str, loader: &PolicyLoader, out: &mut dyn Write) -> Result<Vec<u8
     let registry = match loader.registry() {
         Some(Ok(registry)) => registry.clone(),
         Some(Err(e)) => return Err(refused(crate::text::chain(&**e))),
-        None => return Err(refused("no registry client was made ([registry])".into())),
+        None => return Err(refused(crate::policy::load::loader::NO_REGISTRY.into())),
     };
     let resolved = loader
         .engine()

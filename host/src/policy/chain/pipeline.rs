@@ -502,10 +502,12 @@ fn no_time_left(cx: &EvalContext, run: &Run<'_>) -> String {
     let chain = run.planned_at.map(|t| t.elapsed()).unwrap_or_default();
     // The policies of this plan that were called (one skipped, quarantined
     // or not ready took no time and is not counted).
-    let called: Vec<Duration> =
-        run.steps.iter().skip(run.planned_steps).map(|s| s.elapsed).filter(|d| !d.is_zero()).collect();
-    let took: Duration = called.iter().sum();
-    let before = match called.len() {
+    let (called, took) = run.steps[run.planned_steps..]
+        .iter()
+        .map(|s| s.elapsed)
+        .filter(|d| !d.is_zero())
+        .fold((0, Duration::ZERO), |(n, sum), d| (n + 1, sum + d));
+    let before = match called {
         0 => "no policy ran before this one".to_string(),
         1 => format!("the policy before this one took {} ms", ms(took)),
         n => format!("the {n} policies before this one took {} ms", ms(took)),

@@ -27,6 +27,10 @@ use crate::policy::engine::{EngineSettings, PolicyEngine, MAX_CONCURRENT_COMPILE
 /// why `[registry]` gave none (shared: every such load reports it).
 pub type RegistryClient = Result<Arc<crate::registry::client::Registry>, Arc<crate::registry::client::ClientError>>;
 
+/// Why a policy named by reference cannot be pulled by a loader made
+/// without a registry client.
+pub const NO_REGISTRY: &str = "this host was made without a registry client ([registry])";
+
 /// What [`PolicyLoader::prune_cache`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pruned {

@@ -98,7 +98,7 @@ impl PolicyLoader {
         let registry = match self.registry() {
             Some(Ok(registry)) => registry.clone(),
             Some(Err(e)) => return Err(fail(crate::text::chain(&**e))),
-            None => return Err(fail("this loader was made without a registry client ([registry])".into())),
+            None => return Err(fail(super::loader::NO_REGISTRY.into())),
         };
         let resolved = registry.resolve(source).await.map_err(|e| fail(e.to_string()))?;
         let read = started.elapsed();
