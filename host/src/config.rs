@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::invalid::Invalid;
 use crate::nri::registration::{IdentityError, PluginIdentity};
 use crate::nri::transport::DEFAULT_SOCKET;
 use crate::policy::chain::ChainSettings;
@@ -61,12 +62,13 @@ impl Default for MetricsConfig {
 
 impl MetricsConfig {
     /// The address to listen on, if the endpoint is on.
-    pub fn socket_addr(&self) -> Result<Option<std::net::SocketAddr>, String> {
+    pub fn socket_addr(&self) -> Result<Option<std::net::SocketAddr>, Invalid> {
         if self.address.is_empty() {
             return Ok(None);
         }
         self.address.parse().map(Some).map_err(|_| {
-            format!("[metrics] address {:?} is not an IP address and port such as 127.0.0.1:9580", self.address)
+            let rule = format!("{:?} is not an IP address and port such as 127.0.0.1:9580", self.address);
+            Invalid::key("[metrics]", "address", rule)
         })
     }
 }
@@ -148,17 +150,19 @@ impl PoliciesConfig {
 
     /// `[policies.sources]`, checked: each name is a policy's (`NN-name`),
     /// each reference parses.
-    pub fn sources(&self) -> Result<Vec<(String, crate::registry::OciRef)>, String> {
+    pub fn sources(&self) -> Result<Vec<(String, crate::registry::OciRef)>, Invalid> {
         self.sources.iter().map(|(name, text)| source(name, text)).collect()
     }
 }
 
 /// One entry of `[policies.sources]`, checked.
-fn source(name: &str, text: &str) -> Result<(String, crate::registry::OciRef), String> {
+fn source(name: &str, text: &str) -> Result<(String, crate::registry::OciRef), Invalid> {
+    const T: &str = "[policies.sources]";
     if crate::policy::spec::manifest::policy_stem(&format!("{name}.toml"), "toml").as_deref() != Some(name) {
-        return Err(format!("[policies.sources] {name:?} is not a policy name (NN-name, e.g. 30-ulimit)"));
+        return Err(Invalid::key(T, name, "is not a policy name (NN-name, e.g. 30-ulimit)"));
     }
-    let reference = crate::registry::OciRef::parse(text).map_err(|e| format!("[policies.sources] {name}: {e}"))?;
+    let reference = crate::registry::OciRef::parse(text)
+        .map_err(|e| Invalid::key(T, name, "is not a usable reference").because(e))?;
     Ok((name.to_string(), reference))
 }
 
@@ -286,15 +290,21 @@ pub enum ConfigError {
         message: String,
     },
     /// The file parses, but a value breaks a rule the types cannot express.
-    #[error("config file {}{}: {message}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    #[error(
+        "config file {}{}: {}",
+        path.display(),
+        line.map(|l| format!(", line {l}")).unwrap_or_default(),
+        problem.text()
+    )]
     Invalid {
         /// The configuration file, or `(flags)` when command-line flags
         /// changed the value.
         path: PathBuf,
         /// The line of the offending key, when it can be found in the text.
         line: Option<usize>,
-        /// The rule broken, naming the table and the key.
-        message: String,
+        /// The rule broken, naming the table and the key (shown with its
+        /// cause, so it is not this error's `source()`).
+        problem: Invalid,
     },
     /// The `[plugin]` name or index is not one the runtime accepts.
     #[error("invalid [plugin] settings")]
@@ -345,15 +355,22 @@ const TABLES: &[(&str, &[&str])] = &[
 /// A log filter: levels, or `target=level` directives, comma separated. A
 /// bare word that is not a level would be taken as a target name and
 /// silently log nothing of it, so it is refused.
-fn check_log_filter(filter: &str) -> Result<(), String> {
+fn check_log_filter(filter: &str) -> Result<(), Invalid> {
     const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+    let refused = |why: String| {
+        let rule = format!(
+            "{filter:?}: {why}; allowed: off, error, warn, info, debug, trace, or a filter such as \
+             \"info,nri_wasm::nri=debug\""
+        );
+        Invalid::key("[logging]", "level", rule)
+    };
     for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
         let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level);
         if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
-            return Err(format!("{directive:?} names no level"));
+            return Err(refused(format!("{directive:?} names no level")));
         }
     }
-    tracing_subscriber::EnvFilter::try_new(filter).map(drop).map_err(|e| e.to_string())
+    tracing_subscriber::EnvFilter::try_new(filter).map(drop).map_err(|e| refused("not a filter".into()).because(e))
 }
 
 /// Every key and table name of the configuration file.
@@ -423,7 +440,7 @@ impl Config {
     /// changed by flags).
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.problems().into_iter().next() {
-            Some(message) => Err(ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, message }),
+            Some(problem) => Err(ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, problem }),
             None => Ok(()),
         }
     }
@@ -431,36 +448,43 @@ impl Config {
     /// Every rule the values break, one message each, naming the table and
     /// the key. A rule that returns only its first finding (the limits', the
     /// engine's) is one message here; `every_error` asks again key by key.
-    fn problems(&self) -> Vec<String> {
+    fn problems(&self) -> Vec<Invalid> {
         let mut found = Vec::new();
-        let mut rule = |result: Result<(), String>| found.extend(result.err());
-        rule(self.identity().map(drop).map_err(|e| format!("[plugin] {e}")));
+        let mut rule = |result: Result<(), Invalid>| found.extend(result.err());
+        rule(self.identity().map(drop).map_err(|e| {
+            let key = match e {
+                IdentityError::BadIndex(_) => "index",
+                IdentityError::EmptyName | IdentityError::BadName(_) => "name",
+            };
+            Invalid::key("[plugin]", key, "is refused").because(e)
+        }));
+        const RT: &str = "[runtime]";
         let rt = &self.runtime;
         if rt.socket.as_os_str().is_empty() {
-            rule(Err("[runtime] socket must not be empty".into()));
+            rule(Err(Invalid::key(RT, "socket", "must not be empty")));
         }
         if rt.register_timeout_ms == 0 {
-            rule(Err("[runtime] register-timeout-ms must be positive".into()));
+            rule(Err(Invalid::key(RT, "register-timeout-ms", "must be positive")));
         }
         if rt.reconnect_initial_ms == 0 || rt.reconnect_max_ms < rt.reconnect_initial_ms {
-            rule(Err(format!(
-                "[runtime] reconnect-initial-ms ({}) must be positive and at most reconnect-max-ms ({})",
+            let rule_text = format!(
+                "({}) must be positive and at most reconnect-max-ms ({})",
                 rt.reconnect_initial_ms, rt.reconnect_max_ms
-            )));
+            );
+            rule(Err(Invalid::key(RT, "reconnect-initial-ms", rule_text).also(RT, "reconnect-max-ms")));
         }
         let registration_ms = RUNTIME_REGISTRATION_TIMEOUT.as_millis() as u64;
         if rt.start_wait_ms >= registration_ms {
-            rule(Err(format!(
-                "[runtime] start-wait-ms {} must be below {registration_ms}, the runtime's registration timeout \
-                 (containerd's default): a plugin the runtime launched is dropped if it has not registered by then",
+            let rule_text = format!(
+                "{} must be below {registration_ms}, the runtime's registration timeout (containerd's default): a \
+                 plugin the runtime launched is dropped if it has not registered by then",
                 rt.start_wait_ms
-            )));
+            );
+            rule(Err(Invalid::key(RT, "start-wait-ms", rule_text)));
         }
         if self.policies.reload_debounce_ms > 60_000 {
-            rule(Err(format!(
-                "[policies] reload-debounce-ms {} must be at most 60000",
-                self.policies.reload_debounce_ms
-            )));
+            let rule_text = format!("{} must be at most 60000", self.policies.reload_debounce_ms);
+            rule(Err(Invalid::key("[policies]", "reload-debounce-ms", rule_text)));
         }
         for (name, text) in &self.policies.sources {
             rule(source(name, text).map(drop));
@@ -471,13 +495,7 @@ impl Config {
         rule(self.engine.validate(&limits));
         rule(self.registry.validate());
         rule(self.metrics.socket_addr().map(drop));
-        rule(check_log_filter(&self.logging.level).map_err(|why| {
-            format!(
-                "[logging] level {:?}: {why}; allowed: off, error, warn, info, debug, trace, or a filter such as \
-                 \"info,nri_wasm::nri=debug\"",
-                self.logging.level
-            )
-        }));
+        rule(check_log_filter(&self.logging.level));
         found
     }
 
@@ -559,6 +577,8 @@ mod every_error {
     use toml::de::{DeTable, DeValue};
     use toml::Spanned;
 
+    use crate::invalid::Invalid;
+
     use super::{config_keys, toml_error, Config, ConfigError};
 
     /// A key's place: the names from the top, each with its span (the key's
@@ -607,17 +627,17 @@ mod every_error {
 
         // The rules on values: the file as a whole, then each key alone,
         // for the rules that say only their first finding.
-        let invalid = |message: String, at: Option<usize>| Found {
+        let invalid = |problem: Invalid, at: Option<usize>| Found {
             at: at.unwrap_or(usize::MAX),
-            error: ConfigError::Invalid { path: origin.to_path_buf(), line: at.map(|at| line(text, at)), message },
+            error: ConfigError::Invalid { path: origin.to_path_buf(), line: at.map(|at| line(text, at)), problem },
         };
         let mut blamed: Vec<Vec<String>> = Vec::new();
-        for message in config.problems() {
-            let key = blame(&root, &message);
+        for problem in config.problems() {
+            let key = blame(&root, &problem);
             if let Some((path, _)) = &key {
                 blamed.push(path.clone());
             }
-            found.push(invalid(message, key.map(|(_, at)| at)));
+            found.push(invalid(problem, key.map(|(_, at)| at)));
         }
         let mut leaves = Vec::new();
         collect_leaves(&kept, &mut Vec::new(), &mut leaves);
@@ -627,10 +647,10 @@ mod every_error {
                 continue;
             }
             let Ok(alone) = from_doc(&span, nest(&leaf, &value)) else { continue };
-            for message in alone.problems() {
-                if let Some((path, at)) = blame(&root, &message).filter(|(path, _)| *path == names) {
+            for problem in alone.problems() {
+                if let Some((path, at)) = blame(&root, &problem).filter(|(path, _)| *path == names) {
                     blamed.push(path);
-                    found.push(invalid(message, Some(at)));
+                    found.push(invalid(problem, Some(at)));
                 }
             }
         }
@@ -724,48 +744,30 @@ mod every_error {
         }
     }
 
-    /// The key a rule's message is about, and where it is: the tables the
-    /// message names (`[runtime]`), in the order it names them, and of the
-    /// keys the file has in the first of them that has any in the message,
-    /// the one the message names first.
-    fn blame(root: &DeTable<'_>, message: &str) -> Option<(Vec<String>, usize)> {
-        let mut rest = message;
-        while let Some(open) = rest.find('[') {
-            let after = &rest[open + 1..];
-            let Some(close) = after.find(']') else { break };
-            let name = &after[..close];
-            rest = &after[close + 1..];
-            let mut table = Some(root);
-            for part in name.split('.') {
-                table = table.and_then(|t| {
-                    t.iter().find(|(k, _)| k.get_ref() == part).and_then(|(_, v)| match v.get_ref() {
-                        DeValue::Table(inner) => Some(inner),
-                        _ => None,
-                    })
-                });
-            }
-            let Some(table) = table else { continue };
-            let named = table
-                .iter()
-                .filter_map(|(key, _)| Some((mentioned(message, &key.get_ref().replace('_', "-"))?, key)))
-                .min_by_key(|(at, _)| *at);
-            if let Some((_, key)) = named {
-                let mut path: Vec<String> = name.split('.').map(str::to_string).collect();
-                path.push(key.get_ref().to_string());
-                return Some((path, key.span().start));
-            }
-        }
-        None
+    /// The key a refusal is about, and where the file sets it: its own key,
+    /// else the key its rule ties it to; `None` when the file sets neither
+    /// (a default broke the rule) or the refusal names no key.
+    fn blame(root: &DeTable<'_>, problem: &Invalid) -> Option<(Vec<String>, usize)> {
+        let own = problem.key.as_ref().map(|key| (problem.table.as_str(), key.as_str()));
+        let also = problem.also.as_ref().map(|(table, key)| (table.as_str(), key.as_str()));
+        own.into_iter().chain(also).find_map(|(table, key)| set_at(root, table, key))
     }
 
-    /// Where `word` is in `message` as a word of its own.
-    fn mentioned(message: &str, word: &str) -> Option<usize> {
-        let is_name = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        message.match_indices(word).map(|(at, _)| at).find(|&at| {
-            let before = message[..at].chars().next_back();
-            let after = message[at + word.len()..].chars().next();
-            matches!(before, Some(' ' | '"')) && !after.is_some_and(is_name)
-        })
+    /// The path of `key` in `table` (`[policies.limits]`) and where the file
+    /// sets it, if it does.
+    fn set_at(root: &DeTable<'_>, table: &str, key: &str) -> Option<(Vec<String>, usize)> {
+        let name = table.strip_prefix('[')?.strip_suffix(']')?;
+        let mut at = root;
+        for part in name.split('.') {
+            at = at.iter().find(|(k, _)| k.get_ref() == part).and_then(|(_, v)| match v.get_ref() {
+                DeValue::Table(inner) => Some(inner),
+                _ => None,
+            })?;
+        }
+        let (found, _) = at.iter().find(|(k, _)| k.get_ref().replace('_', "-") == key)?;
+        let mut path: Vec<String> = name.split('.').map(str::to_string).collect();
+        path.push(found.get_ref().to_string());
+        Some((path, found.span().start))
     }
 
     /// The line (1-based) of a byte offset.
@@ -825,9 +827,9 @@ mod tests {
         assert_eq!((sources[0].0.as_str(), sources[0].1.repository.as_str()), ("30-ulimit", "p/ulimit"));
         assert_eq!(parse(&c.to_toml()).unwrap().policies.sources, c.policies.sources, "{}", c.to_toml());
         let e = parse("[policies.sources]\nulimit = \"oci://r.example/p/u:1\"\n").unwrap_err().to_string();
-        assert!(e.contains("[policies.sources] \"ulimit\" is not a policy name"), "{e}");
+        assert!(e.contains("line 2: [policies.sources] ulimit is not a policy name"), "{e}");
         let e = parse("[policies.sources]\n\"30-u\" = \"https://r.example/p/u:1\"\n").unwrap_err().to_string();
-        assert!(e.contains("[policies.sources] 30-u:"), "{e}");
+        assert!(e.contains("line 2: [policies.sources] 30-u is not a usable reference: "), "{e}");
     }
 
     /// The start wait is below the runtime's registration timeout; an error

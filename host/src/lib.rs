@@ -13,8 +13,9 @@
 //! - [`config`]: the operator's configuration file, validated up front;
 //! - [`metrics`]: Prometheus metrics, health and status over HTTP;
 //! - [`cli`]: the command line of the `nri-wasm` binary;
-//! - [`wit`], [`text`], [`files`]: what several of the above share (the
-//!   WIT world as Rust types, text made safe to show, host-private files),
+//! - [`wit`], [`text`], [`files`], [`invalid`]: what several of the above
+//!   share (the WIT world as Rust types, text made safe to show,
+//!   host-private files, a setting a rule refuses),
 //!   kept at the bottom so that none of them imports another for it;
 //! - `testing` (with the `testing` feature): seams for tests, benchmarks
 //!   and fuzz targets, not part of the stable surface.
@@ -24,7 +25,7 @@
 //! two of these modules, no two groups of `policy/` and no two files of one
 //! folder (a folder's `mod.rs` aside) import each other, directly or around
 //! a circle:
-//! 1. `alloc`, `files`, `text`, `watch`, `wit`;
+//! 1. `alloc`, `files`, `invalid`, `text`, `watch`, `wit`;
 //! 2. `nri` (the transport and its `Dispatcher` seam);
 //! 3. `merge`, `node`, `convert`, `registry`;
 //! 4. `policy`;
@@ -38,6 +39,7 @@ pub mod cli;
 pub mod config;
 pub mod convert;
 pub mod files;
+pub mod invalid;
 pub mod merge;
 pub mod metrics;
 pub mod node;

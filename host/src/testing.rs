@@ -13,7 +13,7 @@
 //! - `nri::frame::FrameDecoder::extend`: bytes appended without a socket;
 //! - [`NullDispatcher`]: a dispatcher that changes nothing, the baseline of
 //!   the transport tests;
-//! - `policy::loader::load_dir`: a directory loaded once, without the
+//! - `policy::load::directory::load_dir`: a directory loaded once, without the
 //!   reloader the host loads through;
 //! - `policy::reload::Reloader::check_tags`: the registry tag check on
 //!   demand, which the host runs from `watch` on a timer or SIGHUP;

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use super::ConfigCheckArgs;
 use crate::config::Config;
-use crate::policy::loader::{self, DirOptions};
+use crate::policy::load::directory::{self, DirOptions};
 
 /// Checks `args.file`; writes the report to `out` and errors to `err`.
 pub(super) fn check(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
@@ -57,10 +57,10 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
         let options =
             DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
         let (mut specs, mut errors) = match readable {
-            Some(dir) => loader::scan(dir, options),
+            Some(dir) => directory::scan(dir, options),
             None => Default::default(),
         };
-        loader::add_config_sources(&mut specs, &mut errors, readable, &sources, options);
+        directory::add_config_sources(&mut specs, &mut errors, readable, &sources, options);
         if !args.quiet {
             match readable {
                 Some(dir) => writeln!(out, "policies in {}:", dir.display())?,

@@ -35,11 +35,11 @@ use crate::node::topology::Topology;
 use crate::nri::record::{RecordOptions, Recorder, RecordingDispatcher};
 use crate::nri::{ConnectOptions, Dispatcher, Supervisor};
 use crate::policy::call::state::StateStore;
-use crate::policy::chain::{Chain, Observer, Pending, Unloadable};
+use crate::policy::chain::{Chain, Observer, Pending};
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::engine::{Allocator, EngineError, Facts, PolicyEngine};
 use crate::policy::load::compile::Compiler;
-use crate::policy::loader::{self, DirOptions};
+use crate::policy::load::directory::{self, DirOptions, Unloadable};
 use crate::policy::reload::{PolicySource, Reloader};
 use crate::policy::spec::manifest::PolicySpec;
 use crate::policy::PolicyLoader;
@@ -86,8 +86,8 @@ pub enum BuildError {
     Engine(#[from] EngineError),
     /// `[policies.sources]` names a policy or a reference that cannot be
     /// used (a configuration built in code; a file's is checked when read).
-    #[error("{0}")]
-    Sources(String),
+    #[error("{}", .0.text())]
+    Sources(crate::invalid::Invalid),
 }
 
 impl HostBuilder {
@@ -173,7 +173,7 @@ impl HostBuilder {
         let options =
             DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
         let mut specs = match &config.policies.dir {
-            Some(dir) => loader::scan(dir, options).0,
+            Some(dir) => directory::scan(dir, options).0,
             None => {
                 if config.policies.sources.is_empty() && given.is_empty() {
                     tracing::info!("no policy directory configured: the chain is empty");
@@ -183,12 +183,12 @@ impl HostBuilder {
         };
         // Those named in the host configuration ([policies.sources]) are found too.
         let sources = config.policies.sources().map_err(BuildError::Sources)?;
-        loader::add_config_sources(&mut specs, &mut Vec::new(), config.policies.dir.as_deref(), &sources, options);
+        directory::add_config_sources(&mut specs, &mut Vec::new(), config.policies.dir.as_deref(), &sources, options);
         let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain, sources, given };
         source.add_given(&mut specs, &mut Vec::new());
         // Until they load, every policy found is not ready yet, with the
         // subscription of its last load if one is recorded.
-        let pending: Vec<Pending> = loader::pending(&loader, &specs);
+        let pending: Vec<Pending> = Pending::all(directory::expected(&loader, &specs));
         let placeholder = Arc::new(Chain::new(Vec::new(), config.chain).with_pending(pending.clone()));
         metrics.chain_installed(&placeholder, true);
         let dispatcher = PolicyDispatcher::new(
@@ -285,7 +285,7 @@ impl Host {
     pub async fn serve(self, options: ConnectOptions, stop: CancellationToken) -> anyhow::Result<()> {
         let Host { dispatcher: policies, reloader, metrics, config, record } = self;
         let engine = policies.engine().clone();
-        if let Some(addr) = config.metrics.socket_addr().map_err(anyhow::Error::msg)? {
+        if let Some(addr) = config.metrics.socket_addr()? {
             let serving = engine.handle().spawn(crate::metrics::serve(addr, metrics.clone(), stop.clone()));
             // Policies matter more than their metrics: a port someone else
             // holds is reported, and the host serves the runtime without it

@@ -20,6 +20,13 @@
 //! that never reads again must not keep the process from exiting (the
 //! writer thread is not waited for past that).
 //!
+//! Why not `tracing-appender`'s non-blocking writer: it bounds its queue in
+//! records, not bytes (a policy's log lines are clipped, the host's own
+//! are not), and a record it drops is only counted, in a counter the
+//! caller must poll: the log itself never says that records were lost, nor
+//! where. An operator reading a stalled node's log needs that line, in
+//! order, which is the part written here.
+//!
 //! The author tools (`check`, `eval`, `config check`...) keep writing
 //! their log synchronously: they hold stderr for their reports, and a
 //! person reading a terminal wants the log in order with the report.

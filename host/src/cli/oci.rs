@@ -46,10 +46,10 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     /// The registry settings, and the largest component a node loads.
-    fn settings_and_max(&self) -> Result<(RegistrySettings, u64), String> {
+    fn settings_and_max(&self) -> anyhow::Result<(RegistrySettings, u64)> {
         let (mut settings, max) = match &self.config {
             Some(path) => {
-                let config = crate::config::Config::load(path).map_err(|e| crate::text::chain(&e))?;
+                let config = crate::config::Config::load(path)?;
                 (config.registry, config.engine.max_component_mib << 20)
             }
             None => {
@@ -77,7 +77,7 @@ impl RegistryArgs {
         Ok((settings, max))
     }
 
-    fn settings(&self) -> Result<RegistrySettings, String> {
+    fn settings(&self) -> anyhow::Result<RegistrySettings> {
         self.settings_and_max().map(|(s, _)| s)
     }
 }
@@ -141,15 +141,15 @@ pub struct VerifyArgs {
     pub registry: RegistryArgs,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-fn report(err: &mut dyn Write, result: Result<(), String>) -> ExitCode {
+fn report(err: &mut dyn Write, result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(err, "error: {e}");
+            let _ = writeln!(err, "error: {}", crate::text::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -159,15 +159,16 @@ fn report(err: &mut dyn Write, result: Result<(), String>) -> ExitCode {
 pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
         let (settings, max) = args.registry.settings_and_max()?;
-        let reference = OciRef::parse(&args.reference).map_err(|e| e.to_string())?;
+        let reference = OciRef::parse(&args.reference)?;
         // No larger than a node loads ([engine] max-component-mib).
         let bytes = crate::files::read_bounded(&args.file, max).map_err(|e| match e {
-            FileError::TooLarge { .. } => format!("{e}, the most a node loads ([engine] max-component-mib)"),
-            e => crate::text::chain(&e),
+            FileError::TooLarge { .. } => anyhow::anyhow!("{e}, the most a node loads ([engine] max-component-mib)"),
+            e => e.into(),
         })?;
         // The component must be one a host loads: the same check `check` starts with.
-        crate::policy::load::inspect::binary("push", &bytes).map_err(|e| format!("{}: {e}", args.file.display()))?;
-        let hex = runtime()?.block_on(push::push(&settings, bytes, &reference)).map_err(|e| e.to_string())?;
+        crate::policy::load::inspect::binary("push", &bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+        let hex = runtime()?.block_on(push::push(&settings, bytes, &reference))?;
         let pinned = OciRef { digest: Some(hex), ..reference };
         let _ = writeln!(out, "{pinned}");
         Ok(())
@@ -177,11 +178,11 @@ pub fn push(args: &PushArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
 
 /// The client and source for `reference` with `keys` as the signature
 /// requirement (what `pull` and `verify` share).
-fn client(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> Result<(Registry, Source), String> {
+fn client(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> anyhow::Result<(Registry, Source)> {
     let (settings, max) = registry.settings_and_max()?;
     let settings = RegistrySettings { public_keys: keys.to_vec(), ..settings };
-    let reference = OciRef::parse(reference).map_err(|e| e.to_string())?;
-    let registry = Registry::new(&settings, max).map_err(|e| crate::text::chain(&e))?;
+    let reference = OciRef::parse(reference)?;
+    let registry = Registry::new(&settings, max)?;
     Ok((registry, Source { reference, public_keys: None }))
 }
 
@@ -189,8 +190,7 @@ fn client(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> Result<
 pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
         let (registry, source) = client(&args.registry, &args.keys, &args.reference)?;
-        let (digest, p) =
-            runtime()?.block_on(registry.pull_to_file(&source, &args.output)).map_err(|e| e.to_string())?;
+        let (digest, p) = runtime()?.block_on(registry.pull_to_file(&source, &args.output))?;
         let _ = writeln!(out, "{} manifest {} component sha256:{digest}", p.source, p.manifest);
         if let Some(s) = &p.signer {
             let _ = writeln!(out, "signed by {s}");
@@ -204,12 +204,10 @@ pub fn pull(args: &PullArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
 pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
         if let Some(path) = &args.generate {
-            let key = SigningKeyFile::generate().map_err(|e| format!("no random bytes: {e}"))?;
+            let key = SigningKeyFile::generate().map_err(|e| anyhow::anyhow!("no random bytes: {e}"))?;
             let (private, public) = key.to_pem()?;
             let public_path = PathBuf::from(format!("{}.pub", path.display()));
-            let write = |path: &Path, text: &str, mode| {
-                crate::files::write_new(path, text.as_bytes(), mode).map_err(|e| crate::text::chain(&e))
-            };
+            let write = |path: &Path, text: &str, mode| crate::files::write_new(path, text.as_bytes(), mode);
             write(path, &private, 0o600)?;
             write(&public_path, &public, 0o644)?;
             let _ =
@@ -217,12 +215,12 @@ pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
             return Ok(());
         }
         let (Some(reference), Some(key)) = (&args.reference, &args.key) else {
-            return Err("sign needs a reference and --key (or --generate FILE)".into());
+            anyhow::bail!("sign needs a reference and --key (or --generate FILE)");
         };
         let settings = args.registry.settings()?;
-        let reference = OciRef::parse(reference).map_err(|e| e.to_string())?;
-        let key = SigningKeyFile::read(key).map_err(|e| e.to_string())?;
-        let (hex, tag) = runtime()?.block_on(push::sign(&settings, &key, &reference)).map_err(|e| e.to_string())?;
+        let reference = OciRef::parse(reference)?;
+        let key = SigningKeyFile::read(key)?;
+        let (hex, tag) = runtime()?.block_on(push::sign(&settings, &key, &reference))?;
         let _ = writeln!(out, "signed sha256:{hex} of {reference} (signature under tag {tag})");
         Ok(())
     })();
@@ -233,7 +231,7 @@ pub fn sign(args: &SignArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCo
 pub fn verify(args: &VerifyArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     let result = (|| {
         let (registry, source) = client(&args.registry, &args.keys, &args.reference)?;
-        let resolved = runtime()?.block_on(registry.resolve(&source)).map_err(|e| e.to_string())?;
+        let resolved = runtime()?.block_on(registry.resolve(&source))?;
         let p = &resolved.provenance;
         let _ = writeln!(
             out,

@@ -73,7 +73,9 @@ use protobuf::MessageField;
 use adjust::Adjuster;
 use owners::Owners;
 use update::Updates;
-pub use validate::{is_cgroup_file, validate_create_reply, validate_updates, KnownContainers, Unknown, MAX_UPDATES};
+pub use validate::{
+    is_cgroup_file, validate_create_reply, validate_updates, BadField, KnownContainers, Unknown, MAX_UPDATES,
+};
 
 /// What a merge knows of the node's containers, to refuse updates of
 /// containers the node does not have.
@@ -113,8 +115,8 @@ pub enum MergeError {
     Invalid {
         /// The policy whose reply it was.
         policy: String,
-        /// What is wrong with it.
-        reason: String,
+        /// The field that is wrong, and what is wrong with it.
+        reason: BadField,
     },
 }
 

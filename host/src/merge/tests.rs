@@ -153,8 +153,10 @@ fn conflict(field: &str, first: &str, second: &str) -> MergeError {
     MergeError::Conflict { field: field.into(), first: first.into(), second: second.into() }
 }
 
+/// `reason` as shown: the field's path, `: `, what is wrong.
 fn invalid(policy: &str, reason: &str) -> MergeError {
-    MergeError::Invalid { policy: policy.into(), reason: reason.into() }
+    let (field, what) = reason.split_once(": ").expect("a field and what is wrong with it");
+    MergeError::Invalid { policy: policy.into(), reason: BadField { field: field.into(), what: what.into() } }
 }
 
 fn mounts_of(c: &pb::Container) -> Vec<(&str, &str)> {

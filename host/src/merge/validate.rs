@@ -43,10 +43,22 @@ impl KnownContainers for Unknown {
     }
 }
 
-type Checked = Result<(), String>;
+/// A field of a reply that NRI or the OCI runtime would refuse: its path in
+/// NRI's messages (`adjust.linux.resources.cpu.quota`) and what is wrong
+/// with it (guest text clipped and escaped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {what}")]
+pub struct BadField {
+    /// The field's path.
+    pub field: String,
+    /// What is wrong with its value.
+    pub what: String,
+}
 
-fn bad(field: impl Display, what: impl Display) -> String {
-    format!("{field}: {what}")
+type Checked = Result<(), BadField>;
+
+fn bad(field: impl Display, what: impl Display) -> BadField {
+    BadField { field: field.to_string(), what: what.to_string() }
 }
 
 /// Checks a CreateContainer reply: its adjustment, updates and evictions.
@@ -76,7 +88,7 @@ pub fn validate_updates(
     updates(update, node).and_then(|()| evictions(evict, node)).map_err(|reason| invalid(policy, reason))
 }
 
-fn invalid(policy: &str, reason: String) -> MergeError {
+fn invalid(policy: &str, reason: BadField) -> MergeError {
     MergeError::Invalid { policy: policy.to_string(), reason }
 }
 
@@ -620,8 +632,8 @@ fn text(field: &str, s: &str) -> Checked {
 /// A key that may carry a removal marker: neither empty nor a bare `-`.
 fn removable(what: &str, name: &str, key: &str) -> Checked {
     match key {
-        "" => Err(format!("{what}: an empty {name}")),
-        "-" => Err(format!("{what}: removal marker \"-\" names no {name}")),
+        "" => Err(bad(what, format!("an empty {name}"))),
+        "-" => Err(bad(what, format!("removal marker \"-\" names no {name}"))),
         _ => Ok(()),
     }
 }
@@ -629,10 +641,10 @@ fn removable(what: &str, name: &str, key: &str) -> Checked {
 /// A key NRI has no removal for: neither empty nor starting with `-`.
 fn literal(what: &str, name: &str, key: &str) -> Checked {
     if key.is_empty() {
-        return Err(format!("{what}: an empty {name}"));
+        return Err(bad(what, format!("an empty {name}")));
     }
     if key.starts_with('-') {
-        return Err(format!("{what}: {name} {:?} starts with '-', but NRI cannot remove these", clip(key)));
+        return Err(bad(what, format!("{name} {:?} starts with '-', but NRI cannot remove these", clip(key))));
     }
     Ok(())
 }

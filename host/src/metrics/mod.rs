@@ -696,7 +696,8 @@ mod tests {
     #[test]
     fn failed_state_saves_are_counted_and_shown_per_policy() {
         use crate::policy::call::state::StateTxn;
-        use crate::policy::chain::{ChainSettings, Unloadable};
+        use crate::policy::chain::ChainSettings;
+        use crate::policy::load::directory::Unloadable;
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         // A directory anyone may write: every save is refused.

@@ -17,7 +17,9 @@
 //!   `event`, `node`, `state`), linked into the engine's linker;
 //! - [`engine`]: the wasmtime engine, linker and policy runtime shared by
 //!   every policy; it only runs calls (an event's, a load's `configure`);
-//! - `load/`: loading, in one place: the [`PolicyLoader`] (compiler,
+//! - `load/`: loading, in one place: a policy directory and the
+//!   configuration's sources into specs, loaded a few at a time, skipping
+//!   bad files (`directory`); the [`PolicyLoader`] (compiler,
 //!   compile cache, components in use, registry client) and its steps,
 //!   the cheap ones first (`prepare`: `read`, `inspect`, `compile` or the
 //!   `cache`, linking, `configure` on the engine), the subscriptions
@@ -27,9 +29,8 @@
 //!   about it (implemented by `crate::metrics`, which sits above);
 //! - [`dispatcher`]: the chain behind the transport's `Dispatcher`, in
 //!   time, off the reactor, bounded;
-//! - [`loader`]: a policy directory into specs, loaded by the
-//!   [`PolicyLoader`], skipping bad files; [`reload`]: watching the
-//!   directory and the registry, swapping the chain.
+//! - [`reload`]: watching the directory and the registry, swapping the
+//!   chain.
 //!
 //! Every group is named by the path of its files: a caller writes
 //! `policy::spec::manifest::PolicySpec` for `policy/spec/manifest.rs`, and
@@ -47,7 +48,6 @@ pub mod dispatcher;
 pub mod engine;
 pub(crate) mod imports;
 pub mod load;
-pub mod loader;
 pub mod reload;
 pub mod spec;
 pub mod tally;

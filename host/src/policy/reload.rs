@@ -48,11 +48,11 @@ use tokio::sync::watch;
 
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::env::Facts;
-use crate::policy::chain::{Chain, ChainSettings, Pending, Unloadable};
+use crate::policy::chain::{Chain, ChainSettings, Pending};
 use crate::policy::dispatcher::PolicyDispatcher;
+use crate::policy::load::directory::{self, DirOptions, LoadProblem, Unloadable};
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::loader::PolicyLoader;
-use crate::policy::loader::{self, DirOptions, LoadProblem};
 use crate::policy::spec::manifest::{PolicySpec, SpecError};
 use crate::policy::tally::Tally;
 use crate::registry::tags::{TagWatch, Tagged};
@@ -350,7 +350,7 @@ impl Reloader {
     async fn build_and_install(&self) -> (ReloadReport, Option<Vec<String>>) {
         let mut report = ReloadReport::default();
         let (mut specs, mut errors) = match &self.source.dir {
-            Some(dir) => loader::scan(dir, self.source.options),
+            Some(dir) => directory::scan(dir, self.source.options),
             None => Default::default(),
         };
         let current = self.dispatcher.chain();
@@ -368,7 +368,7 @@ impl Reloader {
         // read: a move found while it could not be read waits for the next.
         let moved: HashSet<String> = self.tags.take_moved();
         let dir = self.source.dir.as_deref();
-        loader::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
+        directory::add_config_sources(&mut specs, &mut errors, dir, &self.source.sources, self.source.options);
         self.source.add_given(&mut specs, &mut errors);
         let live: HashMap<&str, &Arc<CompiledPolicy>> =
             current.entries().iter().map(|e| (e.policy.name(), &e.policy)).collect();
@@ -400,7 +400,7 @@ impl Reloader {
                         report.refused.push((name, why));
                     }
                     None => {
-                        let mandatory = loader::mandatory(&was.spec);
+                        let mandatory = directory::mandatory(&was.spec);
                         unloadable.push(Unloadable { name: name.clone(), reason: why.clone(), mandatory });
                         report.failed.push((name, why));
                     }
@@ -432,7 +432,7 @@ impl Reloader {
         // New and changed versions, loaded together.
         let specs: Vec<PolicySpec> = to_load.iter().map(|(s, _)| s.clone()).collect();
         let results = if self.dispatcher.is_loaded() {
-            loader::load_each(&self.loader, &specs, &self.facts).await
+            directory::load_each(&self.loader, &specs, &self.facts).await
         } else {
             self.first_load(&specs, &next, &unloadable).await
         };
@@ -490,7 +490,7 @@ impl Reloader {
                             unloadable.push(Unloadable {
                                 name: name.clone(),
                                 reason: why.clone(),
-                                mandatory: loader::mandatory(&spec),
+                                mandatory: directory::mandatory(&spec),
                             });
                             report.failed.push((name, why));
                         }
@@ -552,8 +552,9 @@ impl Reloader {
             specs.iter().filter_map(|s| known.get(s.name.as_str()).map(|p| (*p).clone())).collect()
         } else {
             let (this, owned) = (self.loader.clone(), specs.to_vec());
-            let looked_up = self.loader.engine().handle().spawn_blocking(move || loader::pending(&this, &owned)).await;
-            looked_up.unwrap_or_else(|_| loader::pending(&self.loader, specs))
+            let looked_up =
+                self.loader.engine().handle().spawn_blocking(move || directory::expected(&this, &owned)).await;
+            Pending::all(looked_up.unwrap_or_else(|_| directory::expected(&self.loader, specs)))
         };
         let mut order: Vec<usize> = (0..specs.len()).collect();
         order.sort_by_key(|&i| pending[i].expected.is_none());
@@ -561,7 +562,7 @@ impl Reloader {
             .into_iter()
             .map(|i| {
                 let spec = &specs[i];
-                async move { (i, loader::load_one(&self.loader, spec, &self.facts).await) }
+                async move { (i, directory::load_one(&self.loader, spec, &self.facts).await) }
             })
             .collect();
         let mut results: Vec<Option<Result<CompiledPolicy, LoadError>>> = specs.iter().map(|_| None).collect();
@@ -575,7 +576,7 @@ impl Reloader {
                 Err(error) => unloadable.push(Unloadable {
                     name: spec.name.clone(),
                     reason: LoadProblem::Load { path: spec.wasm.clone(), error: error.clone() }.to_string(),
-                    mandatory: loader::mandatory(spec),
+                    mandatory: directory::mandatory(spec),
                 }),
             }
             results[i] = Some(result);

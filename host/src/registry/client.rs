@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::cache::{BlobCache, CacheError, RefRecord};
-use super::manifest::{check_wasm, signature_layers, Component};
+use super::manifest::{check_wasm, signature_layers, Component, ManifestError};
 use super::sign::{self, TrustedKey};
 use super::transport::{read_bounded, Fail, Request, Transport};
 use super::{
@@ -231,7 +231,9 @@ impl Registry {
                 v.insert(self.small_blob(r, &hex).await?);
             }
         }
-        let signer = check_signature(&bytes, &payloads, manifest_hex, keys, &repository_of(r))?;
+        // The registry answered with a signature the host does not accept.
+        let signer = check_signature(&bytes, &payloads, manifest_hex, keys, &repository_of(r))
+            .map_err(|e| Fail::answered(crate::text::chain(&e)))?;
         if let Some(cache) = &self.cache {
             cache.put(&bytes)?;
             for p in payloads.values() {
@@ -286,7 +288,9 @@ impl Registry {
                 Ok(found)
             }
             Err(cached) => Err(fail(match self.cache {
-                Some(_) => format!("{error} (and the node's cache has no usable copy: {cached})"),
+                Some(_) => {
+                    format!("{error} (and the node's cache has no usable copy: {})", crate::text::chain(&cached))
+                }
                 None => error,
             })),
         }
@@ -388,17 +392,17 @@ impl Registry {
 
     /// Everything checked again from the cache: the manifest by digest, the
     /// component by the manifest's digest, the signature by the keys.
-    fn cached(&self, source: &Source, keys: &[TrustedKey]) -> Result<Resolved, String> {
-        let cache = self.cache.as_ref().ok_or("no cache")?;
+    fn cached(&self, source: &Source, keys: &[TrustedKey]) -> Result<Resolved, NotCached> {
+        let cache = self.cache.as_ref().ok_or(NotCached::NoCache)?;
         let r = &source.reference;
         let record = cache.get_ref(&r.to_string()).ok();
         let manifest_hex = match (&r.digest, &record) {
             (Some(d), _) => d.clone(),
             (None, Some(rec)) => rec.manifest.clone(),
-            (None, None) => return Err("the reference was never pulled on this node".into()),
+            (None, None) => return Err(NotCached::NeverPulled),
         };
-        let manifest = cache.get(&manifest_hex, MAX_MANIFEST_BYTES).map_err(chain)?;
-        let component = check_wasm(&manifest, self.max_blob).map_err(|e| crate::text::chain(&e))?;
+        let manifest = cache.get(&manifest_hex, MAX_MANIFEST_BYTES)?;
+        let component = check_wasm(&manifest, self.max_blob)?;
         let signer = if keys.is_empty() {
             None
         } else {
@@ -406,16 +410,16 @@ impl Registry {
                 .as_ref()
                 .filter(|rec| rec.manifest == manifest_hex)
                 .and_then(|rec| rec.signature.clone())
-                .ok_or("no signature of it was kept")?;
-            let sig = cache.get(&sig_hex, MAX_MANIFEST_BYTES).map_err(chain)?;
+                .ok_or(NotCached::NoSignature)?;
+            let sig = cache.get(&sig_hex, MAX_MANIFEST_BYTES)?;
             let mut payloads = HashMap::new();
-            for (hex, _) in signature_layers(&sig).map_err(|e| crate::text::chain(&e))? {
-                let p = cache.get(&hex, MAX_SMALL_BYTES).map_err(chain)?;
+            for (hex, _) in signature_layers(&sig)? {
+                let p = cache.get(&hex, MAX_SMALL_BYTES)?;
                 payloads.insert(hex, p);
             }
             Some(check_signature(&sig, &payloads, &manifest_hex, keys, &repository_of(r))?)
         };
-        let bytes = cache.get(&component.hex, self.max_blob).map_err(chain)?;
+        let bytes = cache.get(&component.hex, self.max_blob)?;
         Ok(Resolved {
             bytes,
             digest: component.hex,
@@ -453,10 +457,6 @@ impl Registry {
 }
 
 /// A cache's error as one line, its causes included.
-fn chain(e: CacheError) -> String {
-    crate::text::chain(&e)
-}
-
 /// A new file beside `output` for a download (mode 0644 less the umask).
 fn temp_beside(output: &Path) -> Result<(std::fs::File, PathBuf), FileError> {
     let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -493,11 +493,11 @@ fn check_signature(
     manifest_hex: &str,
     keys: &[TrustedKey],
     repository: &str,
-) -> Result<String, String> {
+) -> Result<String, SignatureRefused> {
     let want = format!("sha256:{manifest_hex}");
     let mut named_other = None;
     let mut other_repository = None;
-    for (hex, signature) in signature_layers(sig_manifest).map_err(|e| crate::text::chain(&e))? {
+    for (hex, signature) in signature_layers(sig_manifest)? {
         let Some(payload) = payloads.get(&hex) else { continue };
         match sign::signed_identity(payload) {
             Some((d, _)) if d != want => {
@@ -515,20 +515,78 @@ fn check_signature(
             return Ok(format!("{} ({})", key.path.display(), key.fingerprint()));
         }
     }
-    let keys: Vec<String> = keys.iter().map(|k| k.path.display().to_string()).collect();
     Err(match (named_other, other_repository) {
-        (_, Some(r)) => format!(
-            "the signature of {want} was made for {}, not for {repository} (critical.identity.docker-reference): \
-             refused",
-            crate::text::guest_text(&r, 200)
-        ),
-        (Some(d), None) => {
-            format!("the signature payload names {}, not {want}: refused", crate::text::guest_text(&d, 100))
-        }
-        (None, None) => {
-            format!("no signature of {want} verifies with the configured keys ({}): refused", keys.join(", "))
-        }
+        (_, Some(r)) => SignatureRefused::OtherRepository {
+            want,
+            signed_for: crate::text::guest_text(&r, 200),
+            repository: repository.to_string(),
+        },
+        (Some(d), None) => SignatureRefused::OtherManifest { want, named: crate::text::guest_text(&d, 100) },
+        (None, None) => SignatureRefused::NoKeyVerifies {
+            want,
+            keys: keys.iter().map(|k| k.path.display().to_string()).collect::<Vec<_>>().join(", "),
+        },
     })
+}
+
+/// Why no signature of a manifest is accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureRefused {
+    /// The signature manifest is not one.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A trusted key signed it for another repository.
+    #[error(
+        "the signature of {want} was made for {signed_for}, not for {repository} \
+         (critical.identity.docker-reference): refused"
+    )]
+    OtherRepository {
+        /// `sha256:` and the manifest's digest.
+        want: String,
+        /// The repository the payload names (escaped, clipped).
+        signed_for: String,
+        /// The repository the policy is pulled from.
+        repository: String,
+    },
+    /// The payload names another manifest.
+    #[error("the signature payload names {named}, not {want}: refused")]
+    OtherManifest {
+        /// `sha256:` and the manifest's digest.
+        want: String,
+        /// What the payload names (escaped, clipped).
+        named: String,
+    },
+    /// No signature verifies with a configured key.
+    #[error("no signature of {want} verifies with the configured keys ({keys}): refused")]
+    NoKeyVerifies {
+        /// `sha256:` and the manifest's digest.
+        want: String,
+        /// The keys' files.
+        keys: String,
+    },
+}
+
+/// Why the node's cache has no usable copy of a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum NotCached {
+    /// The node keeps no cache.
+    #[error("no cache")]
+    NoCache,
+    /// A tag never pulled on this node.
+    #[error("the reference was never pulled on this node")]
+    NeverPulled,
+    /// A signature is required and none was kept with the copy.
+    #[error("no signature of it was kept")]
+    NoSignature,
+    /// An entry could not be read or failed its check.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The kept manifest is not a wasm artifact's.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The kept signature is not accepted.
+    #[error(transparent)]
+    Signature(#[from] SignatureRefused),
 }
 
 /// `registry/repository`, as a signature payload names it.
@@ -565,7 +623,9 @@ mod tests {
         assert!(check_signature(&m, &p, &manifest_hex, &keys, "h:5000/team/p").is_ok());
         let (m, p) = signed_for("h:5000/other/q");
         let e = check_signature(&m, &p, &manifest_hex, &keys, "h:5000/team/p").unwrap_err();
-        assert!(e.contains("h:5000/other/q") && e.contains("h:5000/team/p") && e.contains("refused"), "{e}");
+        let SignatureRefused::OtherRepository { signed_for, repository, .. } = &e else { panic!("{e}") };
+        assert_eq!((signed_for.as_str(), repository.as_str()), ("h:5000/other/q", "h:5000/team/p"));
+        assert!(e.to_string().contains("refused"), "{e}");
     }
 
     /// `pull`'s output is written whole or not at all: a download that

@@ -47,6 +47,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::invalid::Invalid;
+
 pub use reference::OciRef;
 use sign::TrustedKey;
 
@@ -123,42 +125,42 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 
 impl RegistrySettings {
     /// Checks what the types cannot.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
+        const T: &str = "[registry]";
         if !(100..=600_000).contains(&self.timeout_ms) {
-            return Err(format!("[registry] timeout-ms {} must be within 100..=600000", self.timeout_ms));
+            return Err(Invalid::key(T, "timeout-ms", format!("{} must be within 100..=600000", self.timeout_ms)));
         }
         if self.tag_recheck_ms != 0 && !(1_000..=86_400_000).contains(&self.tag_recheck_ms) {
-            return Err(format!(
-                "[registry] tag-recheck-ms {} must be 0 (off) or within 1000..=86400000 (a second to a day)",
-                self.tag_recheck_ms
-            ));
+            let rule = format!("{} must be 0 (off) or within 1000..=86400000 (a second to a day)", self.tag_recheck_ms);
+            return Err(Invalid::key(T, "tag-recheck-ms", rule));
         }
-        if let Some(dir) = &self.cache_dir {
-            if !dir.is_absolute() {
-                return Err(format!("[registry] cache-dir {} must be an absolute path", dir.display()));
-            }
+        if let Some(dir) = self.cache_dir.as_ref().filter(|d| !d.is_absolute()) {
+            return Err(Invalid::key(T, "cache-dir", format!("{} must be an absolute path", dir.display())));
         }
         for key in &self.public_keys {
-            TrustedKey::read(key).map_err(|e| format!("[registry] public-keys: {e}"))?;
+            TrustedKey::read(key)
+                .map_err(|e| Invalid::key(T, "public-keys", "names a key the host cannot use").because(e))?;
         }
         if let Some(ca) = &self.ca_file {
-            transport::read_ca(ca).map_err(|e| format!("[registry] ca-file: {}", crate::text::chain(&e)))?;
+            transport::read_ca(ca).map_err(|e| {
+                Invalid::key(T, "ca-file", format!("{} is not a usable CA bundle", ca.display())).because(e)
+            })?;
         }
         for (i, entry) in self.plain_http.iter().enumerate() {
             if !reference::host_ok(entry) {
-                return Err(format!(
-                    "[registry] plain-http {entry:?} must be a registry as references name it: host or host:port \
-                     (a DNS name or IPv4 address), no scheme, no path"
-                ));
+                let rule = format!(
+                    "{entry:?} must be a registry as references name it: host or host:port (a DNS name or IPv4 \
+                     address), no scheme, no path"
+                );
+                return Err(Invalid::key(T, "plain-http", rule));
             }
             if self.plain_http[..i].contains(entry) {
-                return Err(format!("[registry] plain-http names {entry:?} twice"));
+                return Err(Invalid::key(T, "plain-http", format!("names {entry:?} twice")));
             }
         }
         if self.plain_http_signed && self.plain_http.is_empty() {
-            return Err("[registry] plain-http-signed = true needs registries in plain-http: it only allows \
-                        signed policies from those"
-                .into());
+            let rule = "= true needs registries in plain-http: it only allows signed policies from those";
+            return Err(Invalid::key(T, "plain-http-signed", rule));
         }
         Ok(())
     }
@@ -334,16 +336,19 @@ mod tests {
         let ok = RegistrySettings::default();
         assert!(ok.validate().is_ok());
         let bad = RegistrySettings { timeout_ms: 5, ..ok.clone() };
-        assert!(bad.validate().unwrap_err().contains("timeout-ms"));
+        assert_eq!(bad.validate().unwrap_err().key.as_deref(), Some("timeout-ms"));
         for ms in [0, 1_000, 86_400_000] {
             assert!(RegistrySettings { tag_recheck_ms: ms, ..ok.clone() }.validate().is_ok(), "{ms}");
         }
         for ms in [1, 999, 86_400_001] {
             let e = RegistrySettings { tag_recheck_ms: ms, ..ok.clone() }.validate().unwrap_err();
-            assert!(e.contains("tag-recheck-ms") && e.contains(&ms.to_string()), "{e}");
+            assert_eq!(e.key.as_deref(), Some("tag-recheck-ms"));
+            assert!(e.rule.contains(&ms.to_string()), "{e}");
         }
         let bad = RegistrySettings { public_keys: vec!["/nonexistent/k.pub".into()], ..ok.clone() };
-        assert!(bad.validate().unwrap_err().contains("/nonexistent/k.pub"));
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("public-keys"));
+        assert!(e.cause.is_some() && e.text().contains("/nonexistent/k.pub"), "{}", e.text());
         // Credentials are read when a registry asks for them (a mounted
         // secret may come later, and is read again as it rotates).
         let later = RegistrySettings { auth_file: Some("/nonexistent/config.json".into()), ..ok };
@@ -367,12 +372,12 @@ mod tests {
             ("localhost:99999", "host or host:port"),
         ] {
             let e = plain(&[entry], false).validate().unwrap_err();
-            assert!(e.contains("plain-http") && e.contains(why), "{entry}: {e}");
+            assert!(e.key.as_deref() == Some("plain-http") && e.rule.contains(why), "{entry}: {e}");
         }
         let e = plain(&["h:1", "h:1"], false).validate().unwrap_err();
-        assert!(e.contains("twice"), "{e}");
+        assert!(e.rule.contains("twice"), "{e}");
         let e = plain(&[], true).validate().unwrap_err();
-        assert!(e.contains("plain-http-signed"), "{e}");
+        assert_eq!(e.key.as_deref(), Some("plain-http-signed"), "{e}");
 
         let tag = OciRef::parse("oci://localhost:5000/p:v1").unwrap();
         let other = OciRef::parse("oci://localhost:5001/p:v1").unwrap();

@@ -39,6 +39,17 @@ pub struct KeyError {
     pub reason: String,
 }
 
+/// A key pair that cannot be written as PEM.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    /// The private key as PKCS#8.
+    #[error("cannot encode the private key as PKCS#8 PEM")]
+    Private(#[source] p256::pkcs8::Error),
+    /// The public key as PKIX.
+    #[error("cannot encode the public key as PEM")]
+    Public(#[source] p256::pkcs8::spki::Error),
+}
+
 /// Most bytes of a key file.
 const MAX_KEY_BYTES: u64 = 64 << 10;
 
@@ -119,9 +130,9 @@ impl SigningKeyFile {
     }
 
     /// The private key as PKCS#8 PEM, and the public key as PKIX PEM.
-    pub fn to_pem(&self) -> Result<(String, String), String> {
-        let private = self.key.to_pkcs8_pem(LineEnding::LF).map_err(|e| e.to_string())?.to_string();
-        let public = self.key.verifying_key().to_public_key_pem(LineEnding::LF).map_err(|e| e.to_string())?;
+    pub fn to_pem(&self) -> Result<(String, String), PemError> {
+        let private = self.key.to_pkcs8_pem(LineEnding::LF).map_err(PemError::Private)?.to_string();
+        let public = self.key.verifying_key().to_public_key_pem(LineEnding::LF).map_err(PemError::Public)?;
         Ok((private, public))
     }
 

@@ -8,11 +8,10 @@ use std::time::Duration;
 use nri_sim::{PluginConn, RuntimeProfile, SimError};
 use nri_wasm::policy::chain::{
     Chain, ChainError, ChainSettings, EvalContext, Evaluated, ManualClock, Outcome, Pending, PolicyFailure, Step,
-    Unloadable,
 };
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
 use nri_wasm::policy::engine::{CompiledPolicy, Facts};
-use nri_wasm::policy::loader;
+use nri_wasm::policy::load::directory::{self, Unloadable};
 use nri_wasm::policy::spec::limits::Limits;
 use nri_wasm::policy::spec::manifest::{Mode, OnError, PolicySpec};
 use nri_wasm_api::api as pb;
@@ -236,7 +235,7 @@ fn an_audited_policy_that_fails_does_not_fail_the_event() {
     let e = shared_loader()
         .load_bytes(&policy_spec("30-broken", "inline", "", OnError::Fail, roomy()), b"junk", &facts())
         .unwrap_err();
-    let broken = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
+    let broken = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: directory::mandatory(&spec) };
     let chain =
         Chain::new(vec![annotate("10-a", "a"), trapping], ChainSettings::default()).with_unloadable(vec![broken]);
     assert!(!chain.unloadable()[0].mandatory, "an audited policy that failed to load blocks nothing");
@@ -485,8 +484,8 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
     std::fs::write(dir.path().join("30-junk.toml"), "on-error = \"fail\"\n").unwrap();
     std::fs::copy(guests::ANNOTATE, dir.path().join("40-bad-settings.wasm")).unwrap();
     std::fs::write(dir.path().join("40-bad-settings.toml"), "settings = \"two words\"\n").unwrap();
-    let options = loader::DirOptions { defaults: roomy(), strict_permissions: false };
-    let loaded = nri_wasm_e2e::block_on(loader::load_dir(&shared_loader(), dir.path(), options, &facts()));
+    let options = directory::DirOptions { defaults: roomy(), strict_permissions: false };
+    let loaded = nri_wasm_e2e::block_on(directory::load_dir(&shared_loader(), dir.path(), options, &facts()));
     let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
     assert_eq!(names, ["10-first", "20-second"]);
     let problems: Vec<String> = loaded.problems.iter().map(|p| p.to_string()).collect();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::{
-    Allocator, CallEnv, CallError, CallErrorKind, EngineSettings, Facts, LimitKind, PolicyEngine, TrapCode,
+    Allocator, CallEnv, CallError, CallErrorKind, Denial, EngineSettings, Facts, LimitKind, PolicyEngine, TrapCode,
 };
 use nri_wasm::policy::load::errors::LoadError;
 use nri_wasm::policy::spec::limits::Limits;
@@ -292,7 +292,7 @@ fn a_policy_can_deny() {
     let f = facts();
     let p = loader.load(&spec("20-faults", guests::FAULTS, "deny", roomy()), &f).unwrap();
     let r = engine.call(&p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
-    assert_eq!(r.outcome, Ok(Err("denied on purpose".to_string())));
+    assert_eq!(r.outcome, Ok(Err(Denial("denied on purpose".to_string()))));
 }
 
 #[test]

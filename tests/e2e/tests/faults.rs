@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nri_sim::{RuntimeProfile, SimError};
-use nri_wasm::policy::chain::{Chain, ChainSettings, Unloadable};
+use nri_wasm::policy::chain::{Chain, ChainSettings};
 use nri_wasm::policy::dispatcher::PolicyDispatcher;
+use nri_wasm::policy::load::directory;
+use nri_wasm::policy::load::directory::Unloadable;
 use nri_wasm::policy::load::errors::LoadError;
-use nri_wasm::policy::loader;
 use nri_wasm::policy::spec::limits::Limits;
 use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -87,7 +88,7 @@ fn chain(fault: &Fault, on_error: OnError) -> Chain {
         Err(e) => {
             let spec = spec("20-faulty", "faulty", "", on_error, fault.limits);
             let missing =
-                Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
+                Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: directory::mandatory(&spec) };
             Chain::new(vec![before, after], settings).with_unloadable(vec![missing])
         }
     }
@@ -250,7 +251,7 @@ async fn a_million_env_entries() {
 fn unloadable_policies_with_on_error_ignore_are_reported_and_fail_nothing() {
     let spec = spec("20-faulty", "x", "", OnError::Ignore, roomy());
     let e = LoadError::Compile { policy: "20-faulty".into(), reason: "bad".into() };
-    let missing = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: loader::mandatory(&spec) };
+    let missing = Unloadable { name: spec.name.clone(), reason: e.to_string(), mandatory: directory::mandatory(&spec) };
     let chain = Chain::new(Vec::new(), ChainSettings::default()).with_unloadable(vec![missing]);
     assert_eq!(chain.unloadable().len(), 1, "reported");
     assert!(!chain.wants(nri_wasm::nri::EventKind::CreateContainer), "but it fails no container");

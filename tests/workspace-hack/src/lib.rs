@@ -16,3 +16,10 @@
 //! `nri-sim`, `nri-wasm-api`): the binary's own build never sees it.
 //! `tests/aligned.rs` compares cargo's unit graph of every member's tests
 //! with the workspace's and says what to add here when a dependency changes.
+//!
+//! Why not `cargo-hakari`, which writes such a crate: it is a tool to
+//! install in CI (a build of it and its graph library, minutes on two
+//! cores), and it checks the crate against its own model of cargo's
+//! feature resolution; the test here asks cargo itself which compilations
+//! a selection would run, which is the cost being avoided. The crate is a
+//! list of about a dozen dependencies, kept by hand from what the test prints.

@@ -128,12 +128,23 @@ pub fn check(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write, err: &mu
     }
 }
 
+/// Why the host refuses an import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum ImportRefused {
+    /// Another version of the policy interface.
+    #[error("another version of the interface: rebuild against {WIT_VERSION}")]
+    OtherVersion,
+    /// An interface the host does not link.
+    #[error("the host does not provide it")]
+    NotProvided,
+}
+
 /// What the host makes of an import.
-fn import_verdict(policy: &str, import: &str) -> Result<&'static str, String> {
+fn import_verdict(policy: &str, import: &str) -> Result<&'static str, ImportRefused> {
     if let Some(refusal) = inspect::import_refusal(policy, import) {
         return Err(match refusal {
-            LoadError::Version { .. } => format!("another version of the interface: rebuild against {WIT_VERSION}"),
-            _ => "the host does not provide it".to_string(),
+            LoadError::Version { .. } => ImportRefused::OtherVersion,
+            _ => ImportRefused::NotProvided,
         });
     }
     Ok(match import.split('/').next().unwrap_or_default() {
@@ -410,9 +421,10 @@ mod tests {
     fn imports_are_explained_or_refused_with_the_reason() {
         assert_eq!(import_verdict("p", "nri-wasm:policy/event@0.3.0"), Ok("the host's policy interface"));
         assert!(import_verdict("p", "wasi:filesystem/types@0.2.6").unwrap().contains("no directory"));
-        assert_eq!(import_verdict("p", "wasi:http/outgoing-handler@0.2.0"), Err("the host does not provide it".into()));
+        assert_eq!(import_verdict("p", "wasi:http/outgoing-handler@0.2.0"), Err(ImportRefused::NotProvided));
         let old = import_verdict("p", "nri-wasm:policy/host@0.2.0").unwrap_err();
-        assert!(old.contains("rebuild against 0.3"), "{old}");
+        assert_eq!(old, ImportRefused::OtherVersion);
+        assert!(old.to_string().contains("rebuild against 0.3"), "{old}");
     }
 
     #[test]

@@ -99,8 +99,8 @@ pub enum SetupError {
     Config(#[from] ConfigError),
     /// The configuration's limits, engine or chain settings break a rule
     /// (the rule, naming the table).
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(String),
+    #[error("invalid configuration: {}", .0.text())]
+    InvalidConfig(crate::invalid::Invalid),
     /// The policy file or directory (given) does not exist.
     #[error("{}: no such file or directory", .0.display())]
     Missing(PathBuf),

@@ -32,7 +32,7 @@ use crate::policy::call::state::{StateSnapshot, StateStore, StateTxn};
 use crate::policy::chain::{container_target, pod_target, Outcome};
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::load::compile::Compiler;
-use crate::policy::loader::{self, DirOptions};
+use crate::policy::load::directory::{self, DirOptions};
 use crate::policy::spec::limits::Limits;
 
 /// What keeps `eval` from evaluating.
@@ -69,12 +69,12 @@ pub enum EvalError {
         error: FormatError,
     },
     /// The `--state` file or directory cannot be read or preloaded.
-    #[error("--state {}: {reason}", path.display())]
+    #[error("--state {}: {problem}", path.display())]
     State {
         /// The `--state` file or directory.
         path: PathBuf,
         /// What is wrong, naming the policy or file where it can.
-        reason: String,
+        problem: StateInput,
     },
     /// The async runtime that runs the events could not be built.
     #[error("cannot start the event runtime: {0}")]
@@ -216,37 +216,76 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// What is wrong with a `--state` file or directory.
+#[derive(Debug, thiserror::Error)]
+pub enum StateInput {
+    /// The directory, or a file, cannot be read.
+    #[error("{}{source}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    Read {
+        /// The file of the directory, if one is to blame.
+        file: Option<PathBuf>,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// A file is not the JSON it should be.
+    #[error("{}not {what}: {source}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    Parse {
+        /// The file of the directory, if one is to blame.
+        file: Option<PathBuf>,
+        /// What it should be.
+        what: &'static str,
+        /// Where the JSON parser stopped.
+        source: serde_json::Error,
+    },
+    /// A key a policy's state could never hold.
+    #[error("{policy}: key {key:?}: {error:?}")]
+    Key {
+        /// The policy.
+        policy: String,
+        /// The key.
+        key: String,
+        /// Why the state refuses it.
+        error: crate::wit::state::StateError,
+    },
+}
+
 /// Reads `--state`: `{"NN-name": {"key": "value"}}`, or a directory of
 /// `NN-name.json` files of `{"key": "value"}`.
 fn read_state(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, EvalError> {
-    let bad = |reason: String| EvalError::State { path: path.to_path_buf(), reason };
-    fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
-    }
+    let bad = |problem: StateInput| EvalError::State { path: path.to_path_buf(), problem };
     if path.is_dir() {
         let mut all = BTreeMap::new();
-        let entries = std::fs::read_dir(path).map_err(|e| bad(e.to_string()))?;
+        let entries = std::fs::read_dir(path).map_err(|source| bad(StateInput::Read { file: None, source }))?;
         for entry in entries.filter_map(|e| e.ok()) {
             let file = entry.path();
             let Some(policy) = file.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
                 continue;
             };
-            let text = std::fs::read_to_string(&file).map_err(|e| bad(format!("{}: {e}", file.display())))?;
-            let state = parse(&text).map_err(|e| bad(format!("{}: not an object of strings: {e}", file.display())))?;
+            let text = std::fs::read_to_string(&file)
+                .map_err(|source| bad(StateInput::Read { file: Some(file.clone()), source }))?;
+            let state = serde_json::from_str(&text).map_err(|source| {
+                bad(StateInput::Parse { file: Some(file.clone()), what: "an object of strings", source })
+            })?;
             all.insert(policy.to_string(), state);
         }
         return Ok(all);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    parse(&text).map_err(|e| bad(format!("not an object of policies' states (objects of strings): {e}")))
+    let text = std::fs::read_to_string(path).map_err(|source| bad(StateInput::Read { file: None, source }))?;
+    serde_json::from_str(&text).map_err(|source| {
+        bad(StateInput::Parse { file: None, what: "an object of policies' states (objects of strings)", source })
+    })
 }
 
 /// Commits `state` to `store` as a policy's earlier events would have.
-fn preload(store: &StateStore, state: &BTreeMap<String, BTreeMap<String, String>>) -> Result<(), String> {
+fn preload(store: &StateStore, state: &BTreeMap<String, BTreeMap<String, String>>) -> Result<(), StateInput> {
     for (policy, entries) in state {
         let mut txn = StateTxn::new(Arc::new(StateSnapshot::default()), usize::MAX);
         for (key, value) in entries {
-            txn.set(key.clone(), value.clone()).map_err(|e| format!("{policy}: key {key:?}: {e:?}"))?;
+            txn.set(key.clone(), value.clone()).map_err(|error| StateInput::Key {
+                policy: policy.clone(),
+                key: key.clone(),
+                error,
+            })?;
         }
         if let Some(writes) = txn.take_writes() {
             store.commit(policy, writes);
@@ -284,7 +323,7 @@ impl Session {
             // The settings of the command line are for the directory's one
             // policy, which is then given with them.
             let options = DirOptions { defaults, strict_permissions: config.policies.strict_permissions };
-            let (mut specs, errors) = loader::scan(path, options);
+            let (mut specs, errors) = directory::scan(path, options);
             if specs.len() + errors.len() != 1 {
                 let e = "--settings and --settings-file apply to one policy; a directory's policies take theirs from their NN-name.toml";
                 return Err(SetupError::Usage(e.into()).into());
@@ -304,7 +343,7 @@ impl Session {
         let preloaded = state.map(read_state).transpose()?.unwrap_or_default();
         let states = StateStore::in_memory();
         preload(&states, &preloaded)
-            .map_err(|reason| EvalError::State { path: state.unwrap_or(path).into(), reason })?;
+            .map_err(|problem| EvalError::State { path: state.unwrap_or(path).into(), problem })?;
 
         let steps = Arc::new(StepLog::default());
         let built = HostBuilder::new(config)
@@ -467,6 +506,7 @@ mod tests {
         let e = read_state(&file).unwrap_err().to_string();
         assert!(e.contains("not an object of policies' states"), "{e}");
         let bad_key = BTreeMap::from([("10-a".to_string(), BTreeMap::from([(String::new(), "v".to_string())]))]);
-        assert!(preload(&store, &bad_key).unwrap_err().contains("10-a"));
+        let e = preload(&store, &bad_key).unwrap_err();
+        assert!(matches!(&e, StateInput::Key { policy, key, .. } if policy == "10-a" && key.is_empty()), "{e}");
     }
 }

@@ -219,8 +219,8 @@ pub enum StateFileError {
     #[error("state of policy {policy}: cannot write {path}")]
     Write { policy: String, path: PathBuf, source: std::io::Error },
     /// The state directory is unusable.
-    #[error("state of policy {policy}: state directory {dir}: {reason}")]
-    Dir { policy: String, dir: PathBuf, reason: String },
+    #[error("state of policy {policy}: state directory {dir}: {problem}")]
+    Dir { policy: String, dir: PathBuf, problem: DirProblem },
 }
 
 /// The largest state a policy may be given (`state-kib` of 64 MiB).
@@ -306,22 +306,48 @@ impl Default for StateStore {
 }
 
 /// Why the state directory may not be used, if it may not.
-fn check_dir(dir: &Path, uid: u32) -> Result<(), String> {
+fn check_dir(dir: &Path, uid: u32) -> Result<(), DirProblem> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        return Err(format!("cannot create it: {e}"));
-    }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(DirProblem::Create)?;
+    let meta = std::fs::symlink_metadata(dir).map_err(DirProblem::Stat)?;
     if !meta.is_dir() {
-        return Err(format!("{}, not a directory", crate::files::kind_of(meta.file_type())));
+        return Err(DirProblem::NotADirectory(crate::files::kind_of(meta.file_type())));
     }
     if meta.uid() != uid {
-        return Err(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()));
+        return Err(DirProblem::Owner { owner: meta.uid(), host: uid });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777));
+        return Err(DirProblem::Mode { mode: meta.mode() & 0o7777 });
     }
     Ok(())
+}
+
+/// What is wrong with the state directory.
+#[derive(Debug, thiserror::Error)]
+pub enum DirProblem {
+    /// It could not be created.
+    #[error("cannot create it: {0}")]
+    Create(std::io::Error),
+    /// Its metadata could not be read.
+    #[error("{0}")]
+    Stat(std::io::Error),
+    /// Something else than a directory (named).
+    #[error("{0}, not a directory")]
+    NotADirectory(&'static str),
+    /// Another user owns it.
+    #[error("owned by uid {owner}, not by the host's uid {host}")]
+    Owner {
+        /// Its owner.
+        owner: u32,
+        /// The host's effective uid.
+        host: u32,
+    },
+    /// Group or others may write it.
+    #[error("writable by group or others (mode {mode:o})")]
+    Mode {
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
 /// Whether a temporary state file is left over from a process that is gone
@@ -366,7 +392,7 @@ impl StateStore {
         let dir = store.dir.as_deref().expect("set above");
         match check_dir(dir, store.uid) {
             Ok(()) => store.remove_stale_temps(dir),
-            Err(reason) => tracing::error!(dir = %dir.display(), reason, "policy state directory not used"),
+            Err(reason) => tracing::error!(dir = %dir.display(), %reason, "policy state directory not used"),
         }
         store
     }
@@ -402,7 +428,7 @@ impl StateStore {
         // Read without the lock: other policies' calls go on meanwhile.
         let (read, error) = match self.read_file(policy) {
             Ok(s) => (Arc::new(s), None),
-            Err(e) => (Arc::default(), Some(e)),
+            Err(e) => (Arc::default(), Some(crate::text::chain(&e))),
         };
         let mut slots = self.slots.lock().expect("state lock");
         let slot = slots.entry(policy.to_string()).or_insert_with(|| Slot {
@@ -437,14 +463,14 @@ impl StateStore {
     /// Reads a state file. A file that fails a check is reported and moved
     /// aside (never read, never overwritten), and the policy starts empty;
     /// the error is returned for `/status`.
-    fn read_file(&self, policy: &str) -> Result<StateSnapshot, String> {
+    fn read_file(&self, policy: &str) -> Result<StateSnapshot, StateFileError> {
         let (Some(dir), Some(path)) = (self.dir.as_deref(), self.path(policy)) else {
             return Ok(StateSnapshot::default());
         };
-        if let Err(reason) = check_dir(dir, self.uid) {
-            let e = StateFileError::Dir { policy: policy.into(), dir: dir.into(), reason };
+        if let Err(problem) = check_dir(dir, self.uid) {
+            let e = StateFileError::Dir { policy: policy.into(), dir: dir.into(), problem };
             tracing::error!(policy, error = %e, "policy state not loaded, starting empty");
-            return Err(e.to_string());
+            return Err(e);
         }
         match load(policy, &path, self.uid, self.cap(policy)) {
             Ok(Some(s)) => Ok(s),
@@ -457,8 +483,8 @@ impl StateStore {
                 ));
                 // Renames the name, never what a symlink points to.
                 let moved = std::fs::rename(&path, &aside).is_ok();
-                let e = crate::text::chain(&e);
-                tracing::error!(policy, error = %e, moved_to = %aside.display(), moved, "policy state not loaded, starting empty");
+                let text = crate::text::chain(&e);
+                tracing::error!(policy, error = %text, moved_to = %aside.display(), moved, "policy state not loaded, starting empty");
                 Err(e)
             }
         }
@@ -505,7 +531,7 @@ impl StateStore {
             (slot.committed.clone(), slot.version)
         };
         let result = match check_dir(dir, self.uid) {
-            Err(reason) => Err(StateFileError::Dir { policy: policy.into(), dir: dir.into(), reason }),
+            Err(problem) => Err(StateFileError::Dir { policy: policy.into(), dir: dir.into(), problem }),
             Ok(()) => {
                 let bytes = serde_json::to_vec(&snapshot.map).expect("a map of strings serialises");
                 write_atomically(dir, policy, &path, &bytes, self.disk.as_ref())

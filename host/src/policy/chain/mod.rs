@@ -34,11 +34,13 @@ use std::time::{Duration, Instant};
 use nri_wasm_api::api as pb;
 use serde::Deserialize;
 
+use crate::invalid::Invalid;
 use crate::merge::MergeError;
 use crate::nri::version::{EventKind, EventMask};
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::state::StateWrites;
 use crate::policy::engine::{CallEnv, CallError, PolicyEngine};
+use crate::policy::load::directory::{Expected, Unloadable};
 use crate::policy::load::known::Subscription;
 use crate::policy::spec::manifest::{Mode, OnError, PolicySpec};
 
@@ -76,15 +78,16 @@ impl Default for ChainSettings {
 
 impl ChainSettings {
     /// Checks each setting's range; the error names the `[chain]` key and its bounds.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
+        const T: &str = "[chain]";
         if !(self.budget_fraction > 0.0 && self.budget_fraction <= 0.9) {
-            return Err(format!("[chain] budget-fraction {} must be in (0, 0.9]", self.budget_fraction));
+            return Err(Invalid::key(T, "budget-fraction", format!("{} must be in (0, 0.9]", self.budget_fraction)));
         }
         if self.breaker_failures == 0 {
-            return Err("[chain] breaker-failures must be positive".into());
+            return Err(Invalid::key(T, "breaker-failures", "must be positive"));
         }
         if self.min_call_ms == 0 || self.min_call_ms > 1000 {
-            return Err(format!("[chain] min-call-ms {} must be in 1..=1000", self.min_call_ms));
+            return Err(Invalid::key(T, "min-call-ms", format!("{} must be in 1..=1000", self.min_call_ms)));
         }
         Ok(())
     }
@@ -419,18 +422,6 @@ impl ChainEntry {
     }
 }
 
-/// A policy that could not be loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unloadable {
-    /// The policy's name (`NN-name`).
-    pub name: String,
-    /// Why it could not be loaded.
-    pub reason: String,
-    /// It fails container creation until it loads (`on-error = "fail"` in
-    /// enforce mode, or settings that could not be read).
-    pub mandatory: bool,
-}
-
 /// The events a mandatory policy still loading refuses, when it would see
 /// them: those whose refusal keeps something from happening (a pod, a
 /// container, its start or a resource change). Every other event goes on
@@ -477,6 +468,15 @@ impl Pending {
     /// yet (see [`Self::with_record`], [`Self::with_declared`]).
     pub fn new(name: impl Into<String>, mandatory: bool, since: Instant) -> Self {
         Self { name: name.into(), mandatory, since, expected: None, declared: None, waited_in_vain: Arc::default() }
+    }
+
+    /// Each of `expected` as not ready yet, its load started now.
+    pub fn all(expected: Vec<Expected>) -> Vec<Self> {
+        let since = Instant::now();
+        expected
+            .into_iter()
+            .map(|e| Self::new(e.name, e.mandatory, since).with_record(e.recorded).with_declared(e.declared))
+            .collect()
     }
 
     /// With the subscription recorded at its last load.

@@ -302,9 +302,9 @@ impl Chain {
                 let failure = self.failed(entry, ungranted(policy, name, refusal));
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Err(reason)) => {
+            Ok(Err(denial)) => {
                 self.succeeded(entry);
-                return self.deny(entry, reason, elapsed, fuel, run).map(|()| false);
+                return self.deny(entry, denial.0, elapsed, fuel, run).map(|()| false);
             }
             Ok(Ok(reply)) => match caps::missing(
                 &reply,

@@ -46,6 +46,7 @@ use serde::Deserialize;
 use wasmtime::component::{Linker, TypedFunc};
 use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use crate::invalid::Invalid;
 use crate::node::view::ContainerEntry;
 use crate::policy::call::errors::{classify, timeout, Attempt};
 use crate::policy::call::event::CallEvent;
@@ -198,7 +199,8 @@ impl Default for EngineSettings {
 
 impl EngineSettings {
     /// Checks the settings against the default limits of policies.
-    pub fn validate(&self, defaults: &crate::policy::spec::limits::Limits) -> Result<(), String> {
+    pub fn validate(&self, defaults: &crate::policy::spec::limits::Limits) -> Result<(), Invalid> {
+        const T: &str = "[engine]";
         let ranges: [(&str, u64, u64, u64); 7] = [
             ("max-concurrent-calls", self.max_concurrent_calls.into(), 1, 256),
             ("max-memory-mib", self.max_memory_mib, 1, 4096),
@@ -210,20 +212,19 @@ impl EngineSettings {
         ];
         for (key, value, min, max) in ranges {
             if !(min..=max).contains(&value) {
-                return Err(format!("[engine] {key} {value} must be in {min}..={max}"));
+                return Err(Invalid::key(T, key, format!("{value} must be in {min}..={max}")));
             }
         }
         if let Some(dir) = self.cache_dir.as_ref().filter(|d| !d.is_absolute()) {
-            return Err(format!(
-                "[engine] cache-dir {:?} must be an absolute path, or \"\" to compile every policy afresh",
+            let rule = format!(
+                "{:?} must be an absolute path, or \"\" to compile every policy afresh",
                 dir.display().to_string()
-            ));
+            );
+            return Err(Invalid::key(T, "cache-dir", rule));
         }
         if defaults.memory_mib > self.max_memory_mib {
-            return Err(format!(
-                "[policies.limits] memory-mib {} exceeds [engine] max-memory-mib {}",
-                defaults.memory_mib, self.max_memory_mib
-            ));
+            let rule = format!("{} exceeds [engine] max-memory-mib {}", defaults.memory_mib, self.max_memory_mib);
+            return Err(Invalid::key("[policies.limits]", "memory-mib", rule).also(T, "max-memory-mib"));
         }
         Ok(())
     }
@@ -254,12 +255,23 @@ pub enum EngineError {
     Runtime(#[source] std::io::Error),
 }
 
+/// The policy denies the event: its reason, clipped to one line (a
+/// verdict, not a failure of the call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial(pub String);
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What one call produced, with its cost.
 #[derive(Debug, Clone)]
 pub struct CallReport {
-    /// `Ok(Ok(reply))`: an answer; `Ok(Err(reason))`: the policy denies the
-    /// event (the reason clipped to one line); `Err`: the call failed.
-    pub outcome: Result<Result<wit::Reply, String>, CallError>,
+    /// `Ok(Ok(reply))`: an answer; `Ok(Err(denial))`: the policy denies the
+    /// event; `Err`: the call failed.
+    pub outcome: Result<Result<wit::Reply, Denial>, CallError>,
     /// Fuel the call consumed.
     pub fuel_used: u64,
     /// Wall-clock time the call took.
@@ -539,7 +551,7 @@ impl PolicyEngine {
             // answered (on an empty view) is not used.
             Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
             Ok(Ok(reply)) => Ok(Ok(reply)),
-            Ok(Err(reason)) => Ok(Err(crate::text::reason(&reason))),
+            Ok(Err(reason)) => Ok(Err(Denial(crate::text::reason(&reason)))),
             Err(e) => Err(classify(&e, &attempt)),
         };
         let writes = match &outcome {

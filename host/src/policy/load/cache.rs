@@ -43,6 +43,7 @@ use std::hash::{Hash, Hasher};
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use hmac::{Hmac, Mac};
@@ -83,7 +84,16 @@ pub enum CacheError {
         /// What about it is not trusted.
         reason: String,
     },
-    /// The directory or its key could not be created or read.
+    /// Its key is not one the host may trust, or could not be created or
+    /// read.
+    #[error("compile cache {dir}: {error}", dir = dir.display())]
+    Key {
+        /// The cache directory.
+        dir: PathBuf,
+        /// What is wrong with the key.
+        error: KeyRefused,
+    },
+    /// The directory could not be created or read.
     #[error("compile cache {dir}: {reason}")]
     Io {
         /// The cache directory.
@@ -272,35 +282,29 @@ fn bound_key(key: &[u8; KEY_BYTES], dir_meta: &std::fs::Metadata) -> [u8; 32] {
 /// it if this call created it. Two hosts starting together agree on one
 /// key: each writes a complete candidate and links it into place, and the
 /// one that finds a key there uses it.
-fn load_or_create_key(path: &Path, uid: u32) -> Result<([u8; KEY_BYTES], bool), String> {
+fn load_or_create_key(path: &Path, uid: u32) -> Result<([u8; KEY_BYTES], bool), KeyRefused> {
+    let refused = |why: KeyProblem| KeyRefused { path: path.to_path_buf(), why };
+    let io = |e: std::io::Error| refused(KeyProblem::Io(Arc::new(e)));
     let mut created = false;
     for _ in 0..2 {
         match open_regular(path) {
             Ok(Ok((file, meta))) => {
                 if meta.uid() != uid {
-                    return Err(format!(
-                        "key {}: owned by uid {}, not by the host's uid {uid}",
-                        path.display(),
-                        meta.uid()
-                    ));
+                    return Err(refused(KeyProblem::Owner { owner: meta.uid(), host: uid }));
                 }
                 if meta.mode() & 0o077 != 0 {
-                    return Err(format!(
-                        "key {}: readable or writable by group or others (mode {:o})",
-                        path.display(),
-                        meta.mode() & 0o7777
-                    ));
+                    return Err(refused(KeyProblem::Mode { mode: meta.mode() & 0o7777 }));
                 }
                 if meta.len() != KEY_BYTES as u64 {
-                    return Err(format!("key {}: {} bytes, not {KEY_BYTES}", path.display(), meta.len()));
+                    return Err(refused(KeyProblem::Size { bytes: meta.len() }));
                 }
                 let mut key = [0u8; KEY_BYTES];
-                (&file).read_exact(&mut key).map_err(|e| format!("key {}: {e}", path.display()))?;
+                (&file).read_exact(&mut key).map_err(io)?;
                 return Ok((key, created));
             }
-            Ok(Err(what)) => return Err(format!("key {}: {what}, not a regular file", path.display())),
+            Ok(Err(what)) => return Err(refused(KeyProblem::NotAFile(what))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("key {}: {e}", path.display())),
+            Err(e) => return Err(io(e)),
         }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(temp_name(&name));
@@ -315,10 +319,65 @@ fn load_or_create_key(path: &Path, uid: u32) -> Result<([u8; KEY_BYTES], bool), 
             }
         })();
         let _ = std::fs::remove_file(&tmp);
-        created = written.map_err(|e| format!("key {}: cannot create it: {e}", path.display()))?;
+        created = written.map_err(|e| refused(KeyProblem::Create(Arc::new(e))))?;
     }
-    Err(format!("key {}: created, then gone", path.display()))
+    Err(refused(KeyProblem::Vanished))
 }
+
+/// The cache's key cannot be used (`KEY_FILE` in the cache directory).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("key {}: {why}", path.display())]
+pub struct KeyRefused {
+    /// The key's file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub why: KeyProblem,
+}
+
+/// What is wrong with the cache's key.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KeyProblem {
+    /// Another user owns it.
+    #[error("owned by uid {owner}, not by the host's uid {host}")]
+    Owner {
+        /// Its owner.
+        owner: u32,
+        /// The host's effective uid.
+        host: u32,
+    },
+    /// Group or others may read or write it.
+    #[error("readable or writable by group or others (mode {mode:o})")]
+    Mode {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Not a key's size.
+    #[error("{bytes} bytes, not {KEY_BYTES}")]
+    Size {
+        /// Its size.
+        bytes: u64,
+    },
+    /// Something else than a regular file (named).
+    #[error("{0}, not a regular file")]
+    NotAFile(&'static str),
+    /// Opening or reading it failed.
+    #[error("{0}")]
+    Io(Arc<std::io::Error>),
+    /// Creating it failed.
+    #[error("cannot create it: {0}")]
+    Create(Arc<std::io::Error>),
+    /// It was created, then removed before it could be read (twice).
+    #[error("created, then gone")]
+    Vanished,
+}
+
+impl PartialEq for KeyRefused {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.why.to_string() == other.why.to_string()
+    }
+}
+
+impl Eq for KeyRefused {}
 
 impl Cache {
     /// Opens the cache, creating the directory (mode 0700) and its key if
@@ -335,8 +394,8 @@ impl Cache {
         if let Some(reason) = distrust(&meta, uid) {
             return Err(CacheError::Untrusted { dir: dir.into(), reason });
         }
-        let (key, created) = load_or_create_key(&key_path(dir), uid)
-            .map_err(|reason| CacheError::Untrusted { dir: dir.into(), reason })?;
+        let (key, created) =
+            load_or_create_key(&key_path(dir), uid).map_err(|error| CacheError::Key { dir: dir.into(), error })?;
         let cache = Self { dir: dir.to_path_buf(), max_bytes, uid, key: bound_key(&key, &meta) };
         if created {
             // Whatever entries are here were written under another key (a

@@ -3,6 +3,8 @@
 //! say which step to fix. Every message is one line; guest-supplied parts go
 //! through `crate::text`.
 
+use crate::policy::spec::declared::DeclarationError;
+
 /// The `nri-wasm:policy` package versions this host loads: `0.3.x`.
 pub const WIT_VERSION: &str = "0.3";
 
@@ -89,21 +91,21 @@ pub enum LoadError {
         reason: String,
     },
     /// Its capability declaration (`caps.rs`) cannot be read.
-    #[error("policy {policy}: capability declaration: {reason}")]
+    #[error("policy {policy}: capability declaration: {error}")]
     Declaration {
         /// The policy's name (`NN-name`).
         policy: String,
         /// What in the declaration could not be parsed.
-        reason: String,
+        error: DeclarationError,
     },
     /// Its event declaration (`declared.rs`) cannot be read: more than one
     /// section, too large, not UTF-8, a control character, an unknown name.
-    #[error("policy {policy}: event declaration ({section}): {reason}", section = crate::policy::spec::declared::SECTION)]
+    #[error("policy {policy}: event declaration ({section}): {error}", section = crate::policy::spec::declared::SECTION)]
     EventDeclaration {
         /// The policy's name (`NN-name`).
         policy: String,
         /// What is wrong with it.
-        reason: String,
+        error: DeclarationError,
     },
     /// Its `configure` answered events its event declaration does not list.
     #[error("policy {policy}: configure subscribes to {undeclared}, which its event declaration ({section}) does not list: it declares {declared}; declare every event configure may answer, or answer fewer", section = crate::policy::spec::declared::SECTION)]

@@ -20,7 +20,7 @@ use wasmtime::wasmparser::{ComponentExternalKind, ComponentTypeRef, Encoding, In
 
 use super::errors::{LoadError, WIT_VERSION};
 use crate::policy::engine::PoolShape;
-use crate::policy::spec::declared::DeclaredEvents;
+use crate::policy::spec::declared::{DeclarationError, DeclaredEvents};
 use crate::policy::spec::inspection::Inspection;
 use crate::policy::spec::limits::Limits;
 
@@ -210,26 +210,17 @@ pub fn survey(policy: &str, bytes: &[u8]) -> Result<Inspection, LoadError> {
 /// `declared::SECTION` hold `sections`: none, or exactly one that reads.
 /// Nothing of a refused section is echoed but an unknown name, escaped.
 fn events_declared(policy: &str, sections: &[&[u8]]) -> Result<Option<DeclaredEvents>, LoadError> {
-    let refuse = |reason: String| LoadError::EventDeclaration { policy: policy.into(), reason };
+    let refuse = |error: DeclarationError| LoadError::EventDeclaration { policy: policy.into(), error };
     let data = match sections {
         [] => return Ok(None),
         [one] => *one,
-        many => {
-            return Err(refuse(format!(
-                "the component has {} such sections; one declaration is expected (which would be the policy's?)",
-                many.len()
-            )))
-        }
+        many => return Err(refuse(DeclarationError::Sections { count: many.len() })),
     };
     // The size first: a hostile section is refused before it is read.
     if data.len() > crate::policy::spec::declared::MAX_BYTES {
-        return Err(refuse(format!(
-            "{} bytes, more than the {} a declaration may have",
-            data.len(),
-            crate::policy::spec::declared::MAX_BYTES
-        )));
+        return Err(refuse(DeclarationError::TooLarge { bytes: data.len() }));
     }
-    let text = std::str::from_utf8(data).map_err(|e| refuse(format!("not UTF-8 (at byte {})", e.valid_up_to())))?;
+    let text = std::str::from_utf8(data).map_err(|e| refuse(DeclarationError::NotUtf8 { at: e.valid_up_to() }))?;
     DeclaredEvents::parse(text).map(Some).map_err(refuse)
 }
 

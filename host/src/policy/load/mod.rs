@@ -1,4 +1,6 @@
-//! Loading, in one place: what a policy file becomes. The loader
+//! Loading, in one place: what a policy file becomes. A directory (and
+//! the host configuration's sources) is scanned into specs and loaded
+//! (`directory`), each policy by the loader
 //! (`loader`: the compiler, the compile cache, the components in use, the
 //! registry client) runs the steps (`prepare`, the cheap ones first):
 //! reading the file (`read`) or pulling it, the checks before compiling
@@ -13,6 +15,7 @@
 
 pub mod cache;
 pub mod compile;
+pub mod directory;
 pub mod errors;
 pub mod inspect;
 pub(crate) mod known;

@@ -45,9 +45,9 @@ use crate::wit::{wit, PolicyPre};
 pub fn allowed(spec: &PolicySpec, inspection: &Inspection) -> Result<Allowed, LoadError> {
     let declared = match &inspection.declaration {
         None => None,
-        Some(text) => Some(
-            parse_declaration(text).map_err(|reason| LoadError::Declaration { policy: spec.name.clone(), reason })?,
-        ),
+        Some(text) => {
+            Some(parse_declaration(text).map_err(|error| LoadError::Declaration { policy: spec.name.clone(), error })?)
+        }
     };
     let allowed = Allowed { granted: spec.grant, declared };
     let policy = spec.name.as_str();

@@ -39,6 +39,7 @@ use std::fmt;
 pub(crate) use super::bounds::Baseline;
 use super::bounds::{self, Beyond};
 pub use super::capability::Capability;
+use super::declared::{names, DeclarationError};
 use crate::wit::wit;
 
 /// The custom section a component declares its capabilities in.
@@ -131,21 +132,25 @@ impl fmt::Debug for CapSet {
 /// Parses the text of a declaration section: names separated by commas or
 /// white space. An unknown name is an error naming it (a component built
 /// by a newer SDK for a newer host).
-pub fn parse_declaration(text: &str) -> Result<CapSet, String> {
+pub fn parse_declaration(text: &str) -> Result<CapSet, DeclarationError> {
     let mut set = CapSet::EMPTY;
-    for name in text.split(|c: char| c == ',' || c.is_whitespace()).filter(|n| !n.is_empty()) {
+    for name in names(text) {
         match Capability::from_name(name) {
             Some(c) => set.insert(c),
-            None => {
-                return Err(format!(
-                    "declares capability {:?}, which this host does not know (known: {})",
-                    crate::text::guest_text(name, 64),
-                    Capability::names()
-                ))
-            }
+            None => return Err(DeclarationError::unknown("capability", name, Capability::names())),
         }
     }
     Ok(set)
+}
+
+/// A capability an operator's grant names that this host does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown capability {name:?} (allowed: {allowed})")]
+pub struct UnknownCapability {
+    /// The name, escaped and clipped.
+    pub name: String,
+    /// Every name a grant may use.
+    pub allowed: String,
 }
 
 /// What one policy may use, as loaded.
@@ -498,7 +503,8 @@ mod tests {
         let d = parse_declaration("env, hooks\nmounts").unwrap();
         assert_eq!(d.describe(), "env, mounts, hooks");
         let e = parse_declaration("env teleport").unwrap_err();
-        assert!(e.contains("\"teleport\"") && e.contains("known: env"), "{e}");
+        assert!(matches!(&e, DeclarationError::Unknown { what: "capability", name, .. } if name == "teleport"), "{e}");
+        assert!(e.to_string().contains("known: env"), "{e}");
         assert!(parse_declaration("").unwrap().is_empty());
     }
 

@@ -79,6 +79,74 @@ pub fn known_names() -> Vec<String> {
     names
 }
 
+/// A declaration section that cannot be read (of events, here, or of
+/// capabilities, `caps.rs`). Nothing of the section is echoed but an
+/// unknown name, escaped and clipped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeclarationError {
+    /// The component has several sections of that name.
+    #[error("the component has {count} such sections; one declaration is expected (which would be the policy's?)")]
+    Sections {
+        /// How many.
+        count: usize,
+    },
+    /// Larger than [`MAX_BYTES`].
+    #[error("{bytes} bytes, more than the {MAX_BYTES} a declaration may have")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+    },
+    /// Not UTF-8 text.
+    #[error("not UTF-8 (at byte {at})")]
+    NotUtf8 {
+        /// Where the text stops being UTF-8.
+        at: usize,
+    },
+    /// A control character other than white space.
+    #[error("holds the control character U+{code:04X} at byte {at}")]
+    Control {
+        /// The character's code point.
+        code: u32,
+        /// Where.
+        at: usize,
+    },
+    /// A name this host does not know (a component built by a newer SDK
+    /// for a newer host).
+    #[error("declares {what} {name:?}, which this host does not know (known: {known})")]
+    Unknown {
+        /// `event` or `capability`.
+        what: &'static str,
+        /// The name, escaped and clipped.
+        name: String,
+        /// The names this host knows.
+        known: String,
+    },
+}
+
+impl DeclarationError {
+    /// An unknown `what` named `name`, escaped and clipped.
+    pub fn unknown(what: &'static str, name: &str, known: String) -> Self {
+        Self::Unknown { what, name: crate::text::guest_text(name, 64), known }
+    }
+}
+
+/// The size and characters of a declaration's text, checked before a name
+/// of it is read.
+pub fn check_text(text: &str) -> Result<(), DeclarationError> {
+    if text.len() > MAX_BYTES {
+        return Err(DeclarationError::TooLarge { bytes: text.len() });
+    }
+    match text.char_indices().find(|(_, c)| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+        Some((at, c)) => Err(DeclarationError::Control { code: c as u32, at }),
+        None => Ok(()),
+    }
+}
+
+/// The names of a declaration: separated by commas or white space.
+pub fn names(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| c == ',' || c.is_whitespace()).filter(|n| !n.is_empty())
+}
+
 impl DeclaredEvents {
     /// Everything: what a component without a declaration may ask for.
     pub fn all() -> Self {
@@ -88,28 +156,17 @@ impl DeclaredEvents {
     /// Reads the text of a declaration section. The error says what is
     /// wrong without echoing a control character, and names an unknown
     /// event escaped and clipped.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text.len() > MAX_BYTES {
-            return Err(format!("{} bytes, more than the {MAX_BYTES} a declaration may have", text.len()));
-        }
-        if let Some((at, c)) = text.char_indices().find(|(_, c)| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
-            return Err(format!("holds the control character U+{:04X} at byte {at}", c as u32));
-        }
+    pub fn parse(text: &str) -> Result<Self, DeclarationError> {
+        check_text(text)?;
         let mut declared = Self::default();
-        for name in text.split(|c: char| c == ',' || c.is_whitespace()).filter(|n| !n.is_empty()) {
+        for name in names(text) {
             if name == SYNCHRONIZE {
                 declared.synchronize = true;
                 continue;
             }
             match EventKind::ALL.iter().find(|k| wit_name(**k) == name) {
                 Some(kind) => declared.events = declared.events.with(*kind),
-                None => {
-                    return Err(format!(
-                        "declares event {:?}, which this host does not know (known: {})",
-                        crate::text::guest_text(name, 64),
-                        known_names().join(", ")
-                    ))
-                }
+                None => return Err(DeclarationError::unknown("event", name, known_names().join(", "))),
             }
         }
         Ok(declared)
@@ -199,19 +256,20 @@ mod tests {
 
     #[test]
     fn unknown_names_control_characters_and_size_are_refused() {
-        let e = DeclaredEvents::parse("create-container CreateContainer").unwrap_err();
+        let e = DeclaredEvents::parse("create-container CreateContainer").unwrap_err().to_string();
         assert!(
             e.starts_with("declares event \"CreateContainer\", which this host does not know (known: run-pod-sandbox,"),
             "{e}"
         );
         let e = DeclaredEvents::parse("create-container\u{1b}[31m").unwrap_err();
-        assert_eq!(e, "holds the control character U+001B at byte 16");
+        assert_eq!(e, DeclarationError::Control { code: 0x1b, at: 16 });
+        assert_eq!(e.to_string(), "holds the control character U+001B at byte 16");
         let e = DeclaredEvents::parse(&format!("evil{}", "\u{7f}")).unwrap_err();
-        assert!(e.contains("U+007F"), "{e}");
+        assert_eq!(e, DeclarationError::Control { code: 0x7f, at: 4 });
         let e = DeclaredEvents::parse(&"create-container ".repeat(100)).unwrap_err();
-        assert_eq!(e, "1700 bytes, more than the 1024 a declaration may have");
+        assert_eq!(e.to_string(), "1700 bytes, more than the 1024 a declaration may have");
         // A long unknown name is clipped, not echoed whole.
         let e = DeclaredEvents::parse(&"x".repeat(900)).unwrap_err();
-        assert!(e.len() < 600, "{e}");
+        assert!(matches!(&e, DeclarationError::Unknown { name, .. } if name.len() < 100), "{e}");
     }
 }

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use crate::invalid::Invalid;
 use serde::Deserialize;
 
 /// Limits of a policy call. In configuration files every field is optional
@@ -109,8 +110,9 @@ impl Limits {
         (self.memory_mib as usize).saturating_mul(1 << 20)
     }
 
-    /// Checks the limits make sense; `what` names them in the error.
-    pub fn validate(&self, what: &str) -> Result<(), String> {
+    /// Checks the limits make sense; `what` names them in the error (a
+    /// table, `[policies.limits]`, or a policy's name).
+    pub fn validate(&self, what: &str) -> Result<(), Invalid> {
         let zero = [
             ("fuel", self.fuel == 0),
             ("timeout-ms", self.timeout_ms == 0),
@@ -120,16 +122,19 @@ impl Limits {
             ("state-kib", self.state_kib == 0),
         ];
         if let Some((name, _)) = zero.iter().find(|(_, z)| *z) {
-            return Err(format!("{what}: limit {name} must be positive"));
+            return Err(Invalid::key(what, *name, "must be positive"));
         }
         if self.memory_mib > 4096 {
-            return Err(format!("{what}: memory-mib {} exceeds the 4096 MiB a 32-bit memory can use", self.memory_mib));
+            let rule = format!("{} exceeds the 4096 MiB a 32-bit memory can use", self.memory_mib);
+            return Err(Invalid::key(what, "memory-mib", rule));
         }
         if self.state_kib > 64 << 10 {
-            return Err(format!("{what}: state-kib {} exceeds the 64 MiB a policy's state may hold", self.state_kib));
+            let rule = format!("{} exceeds the 64 MiB a policy's state may hold", self.state_kib);
+            return Err(Invalid::key(what, "state-kib", rule));
         }
         if self.timeout_ms > 60_000 {
-            return Err(format!("{what}: timeout-ms {} is longer than any runtime waits", self.timeout_ms));
+            let rule = format!("{} is longer than any runtime waits", self.timeout_ms);
+            return Err(Invalid::key(what, "timeout-ms", rule));
         }
         Ok(())
     }
@@ -150,9 +155,10 @@ mod tests {
     #[test]
     fn validation_names_the_limit() {
         let l = Limits { fuel: 0, ..Default::default() };
-        assert_eq!(l.validate("policy x").unwrap_err(), "policy x: limit fuel must be positive");
+        let e = l.validate("policy x").unwrap_err();
+        assert_eq!((e.key.as_deref(), e.to_string().as_str()), (Some("fuel"), "policy x fuel must be positive"));
         let l = Limits { memory_mib: 5000, ..Default::default() };
-        assert!(l.validate("p").unwrap_err().contains("memory-mib"));
+        assert_eq!(l.validate("p").unwrap_err().key.as_deref(), Some("memory-mib"));
         Limits::default().validate("defaults").unwrap();
     }
 }

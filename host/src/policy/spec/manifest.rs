@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::caps::{CapSet, Capability};
+use super::caps::{CapSet, Capability, UnknownCapability};
 use super::limits::{LimitOverrides, Limits};
 
 /// What a failure of this policy (trap, limit, invalid output, skipped call)
@@ -141,17 +141,14 @@ impl PolicySpec {
 
 /// The operator's grant: the default capabilities and those `names` adds.
 /// An unknown name is an error naming the key and every allowed value.
-pub(crate) fn grant_of(names: &[String]) -> Result<CapSet, String> {
+pub(crate) fn grant_of(names: &[String]) -> Result<CapSet, UnknownCapability> {
     let mut grant = CapSet::default_grant();
     for name in names {
         match Capability::from_name(name) {
             Some(c) => grant.insert(c),
             None => {
-                return Err(format!(
-                    "grant: unknown capability {:?} (allowed: {})",
-                    crate::text::guest_text(name, 64),
-                    Capability::names()
-                ))
+                let name = crate::text::guest_text(name, 64);
+                return Err(UnknownCapability { name, allowed: Capability::names() });
             }
         }
     }
@@ -317,13 +314,13 @@ fn read_spec_with(
     let path = settings_file.unwrap_or(wasm).to_path_buf();
     let bad = |reason: String| SpecError::Settings { policy: name.into(), path: path.clone(), reason };
     let limits = defaults.with(&file.limits);
-    limits.validate(name).map_err(bad)?;
+    limits.validate("[limits]").map_err(|e| bad(e.text()))?;
     if let Some(pin) = &file.sha256 {
         if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad(format!("sha256 {pin:?} is not 64 hexadecimal digits")));
         }
     }
-    let grant = grant_of(file.grant.as_deref().unwrap_or_default()).map_err(&bad)?;
+    let grant = grant_of(file.grant.as_deref().unwrap_or_default()).map_err(|e| bad(format!("grant: {e}")))?;
     let source = match (&file.source, configured) {
         (Some(_), Some(_)) => {
             return Err(bad("names a source, and the host configuration names one too ([policies.sources]): \

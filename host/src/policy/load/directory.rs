@@ -1,4 +1,5 @@
-//! Loading a policy directory into a chain.
+//! Loading a policy directory: the policies it holds and those the host
+//! configuration names by reference, as specs, then as loaded policies.
 //!
 //! Every `NN-name.wasm` is read, checked, compiled (or taken from the
 //! compile cache), linked and initialised with its settings
@@ -13,8 +14,8 @@ use std::sync::Arc;
 
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::env::Facts;
-use crate::policy::chain::{Pending, Unloadable};
 use crate::policy::load::errors::LoadError;
+use crate::policy::load::known::Subscription;
 use crate::policy::load::loader::PolicyLoader;
 use crate::policy::spec::limits::Limits;
 use crate::policy::spec::manifest::{self, Mode, OnError, PolicySpec, SpecError};
@@ -34,6 +35,33 @@ pub enum LoadProblem {
         /// Which step of the load failed.
         error: LoadError,
     },
+}
+
+/// A policy that could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unloadable {
+    /// The policy's name (`NN-name`).
+    pub name: String,
+    /// Why it could not be loaded.
+    pub reason: String,
+    /// It fails container creation until it loads (`on-error = "fail"` in
+    /// enforce mode, or settings that could not be read).
+    pub mandatory: bool,
+}
+
+/// What is known of a policy before it loads: what a chain needs to treat
+/// it as not ready yet (`chain::Pending`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// The policy's name (`NN-name`).
+    pub name: String,
+    /// It fails the events it would see until it loads ([`mandatory`]).
+    pub mandatory: bool,
+    /// Its subscription as recorded at its last load, if the host may trust
+    /// a record of it (`known.rs`).
+    pub recorded: Option<Subscription>,
+    /// What its component declares it may subscribe to, if it declares it.
+    pub declared: Option<Subscription>,
 }
 
 /// What loading a directory produced.
@@ -208,23 +236,22 @@ async fn record_failure(loader: &PolicyLoader, spec: &PolicySpec, error: &LoadEr
     }
 }
 
-/// The policies of `specs` as not ready yet, each with what its component
-/// declares and its subscription as recorded at its last load, if the host
-/// may trust a record of it (`known.rs`). Reads, hashes and inspects each
-/// file: run it off the event path.
-pub fn pending(loader: &PolicyLoader, specs: &[PolicySpec]) -> Vec<Pending> {
+/// What is known of each policy of `specs` before it loads: what its
+/// component declares and its subscription as recorded at its last load, if
+/// the host may trust a record of it (`known.rs`). Reads, hashes and
+/// inspects each file: run it off the event path.
+pub fn expected(loader: &PolicyLoader, specs: &[PolicySpec]) -> Vec<Expected> {
     let dir = loader.cache().map(crate::policy::load::cache::Cache::dir);
     let max = loader.settings().max_component_mib << 20;
-    let since = std::time::Instant::now();
     specs
         .iter()
         .map(|spec| {
             let found = crate::policy::load::known::foreknown(dir, spec, max);
-            let expected = found.record.map(|(subscription, record)| {
+            let recorded = found.record.map(|(subscription, record)| {
                 loader.keep_record(&spec.name, record);
                 subscription
             });
-            Pending::new(spec.name.clone(), mandatory(spec), since).with_record(expected).with_declared(found.declared)
+            Expected { name: spec.name.clone(), mandatory: mandatory(spec), recorded, declared: found.declared }
         })
         .collect()
 }
