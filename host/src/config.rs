@@ -304,7 +304,7 @@ pub enum ConfigError {
         line: Option<usize>,
         /// The rule broken, naming the table and the key (shown with its
         /// cause, so it is not this error's `source()`).
-        problem: Invalid,
+        problem: Box<Invalid>,
     },
     /// The `[plugin]` name or index is not one the runtime accepts.
     #[error("invalid [plugin] settings")]
@@ -440,7 +440,9 @@ impl Config {
     /// changed by flags).
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.problems().into_iter().next() {
-            Some(problem) => Err(ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, problem }),
+            Some(problem) => {
+                Err(ConfigError::Invalid { path: PathBuf::from("(flags)"), line: None, problem: Box::new(problem) })
+            }
             None => Ok(()),
         }
     }
@@ -456,7 +458,7 @@ impl Config {
                 IdentityError::BadIndex(_) => "index",
                 IdentityError::EmptyName | IdentityError::BadName(_) => "name",
             };
-            Invalid::key("[plugin]", key, "is refused").because(e)
+            Invalid::key("[plugin]", key, "is not one the runtime accepts").because(e)
         }));
         const RT: &str = "[runtime]";
         let rt = &self.runtime;
@@ -629,7 +631,11 @@ mod every_error {
         // for the rules that say only their first finding.
         let invalid = |problem: Invalid, at: Option<usize>| Found {
             at: at.unwrap_or(usize::MAX),
-            error: ConfigError::Invalid { path: origin.to_path_buf(), line: at.map(|at| line(text, at)), problem },
+            error: ConfigError::Invalid {
+                path: origin.to_path_buf(),
+                line: at.map(|at| line(text, at)),
+                problem: Box::new(problem),
+            },
         };
         let mut blamed: Vec<Vec<String>> = Vec::new();
         for problem in config.problems() {
@@ -749,7 +755,7 @@ mod every_error {
     /// (a default broke the rule) or the refusal names no key.
     fn blame(root: &DeTable<'_>, problem: &Invalid) -> Option<(Vec<String>, usize)> {
         let own = problem.key.as_ref().map(|key| (problem.table.as_str(), key.as_str()));
-        let also = problem.also.as_ref().map(|(table, key)| (table.as_str(), key.as_str()));
+        let also = problem.also.as_deref().map(|(table, key)| (table.as_str(), key.as_str()));
         own.into_iter().chain(also).find_map(|(table, key)| set_at(root, table, key))
     }
 
@@ -764,7 +770,10 @@ mod every_error {
                 _ => None,
             })?;
         }
-        let (found, _) = at.iter().find(|(k, _)| k.get_ref().replace('_', "-") == key)?;
+        // The key as written first; else as the host spells it (a file may
+        // write `max_memory_mib`, which serde reads as `max-memory-mib`).
+        let exact = at.iter().find(|(k, _)| k.get_ref() == key);
+        let (found, _) = exact.or_else(|| at.iter().find(|(k, _)| k.get_ref().replace('_', "-") == key))?;
         let mut path: Vec<String> = name.split('.').map(str::to_string).collect();
         path.push(found.get_ref().to_string());
         Some((path, found.span().start))

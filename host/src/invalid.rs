@@ -19,7 +19,7 @@ pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
 #[error("{table}{} {rule}", key.as_deref().map(shown).unwrap_or_default())]
 pub struct Invalid {
     /// Where: a table as the file writes it (`[engine]`,
-    /// `[policies.limits]`), or a policy's name for its own limits.
+    /// `[policies.limits]`, a policy settings file's `[limits]`).
     pub table: String,
     /// The key to blame, in the file's spelling (`max-memory-mib`), when one
     /// key is to blame; `None` for a rule on the table as a whole.
@@ -29,7 +29,7 @@ pub struct Invalid {
     /// Another key the rule ties this one to (`[engine] max-memory-mib` for
     /// `[policies.limits] memory-mib`), as `(table, key)`: the one to blame
     /// when the file sets that one and not this one.
-    pub also: Option<(String, String)>,
+    pub also: Option<Box<(String, String)>>,
     /// The error behind the refusal.
     #[source]
     pub cause: Option<Cause>,
@@ -57,7 +57,7 @@ impl Invalid {
 
     /// Tied to `key` of `table` as well.
     pub fn also(mut self, table: impl Into<String>, key: impl Into<String>) -> Self {
-        self.also = Some((table.into(), key.into()));
+        self.also = Some(Box::new((table.into(), key.into())));
         self
     }
 

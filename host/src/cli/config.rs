@@ -116,7 +116,11 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                     ok = false;
                 }
             }
-            if let Err(e) = config.engine.validate(&s.limits) {
+            if let Err(mut e) = config.engine.validate(&s.limits) {
+                // Limits its settings file sets are that file's.
+                if let Some(file) = s.settings_file.as_deref().filter(|_| e.table == "[policies.limits]") {
+                    e.table = format!("{} [limits]", file.display());
+                }
                 writeln!(err, "error: policy {}: {e}", s.name)?;
                 ok = false;
             }
@@ -245,6 +249,9 @@ mod tests {
             ("[chain]\nbudget-fraction = 1.5\n", &[], &["line 2", "budget-fraction"]),
             ("[policies.limits]\nfuel = 0\n", &[], &["line 2", "fuel"]),
             ("[policies.limits]\nmemory-mib = 4096\n", &[], &["memory-mib", "max-memory-mib"]),
+            // The rule ties two keys: the one the file sets is blamed.
+            ("[policies.limits]\nmemory-mib = 4096\n", &[], &["line 2", "[policies.limits] memory-mib 4096"]),
+            ("[engine]\nmax-memory-mib = 16\n", &[], &["line 2", "exceeds [engine] max-memory-mib 16"]),
             ("[policies]\nreload-debounce-ms = 999999\n", &[], &["reload-debounce-ms", "60000"]),
             ("[metrics]\naddress = \"localhost\"\n", &[], &["line 2", "[metrics] address", "127.0.0.1:9580"]),
             ("[logging]\nformat = \"xml\"\n", &[], &["line 2", "format", "`text`", "`json`"]),
@@ -261,7 +268,7 @@ mod tests {
             (
                 "[policies]\ndir = \"$POLICIES\"\n",
                 &[("10-a.wasm", "x"), ("10-a.toml", "[limits]\nmemory-mib = 4096\n")],
-                &["10-a", "memory-mib"],
+                &["policy 10-a:", "10-a.toml [limits] memory-mib 4096 exceeds [engine] max-memory-mib"],
             ),
             ("[policies]\ndir = \"$POLICIES\"\n", &[("20-b.toml", "")], &["20-b.toml", "no policy"]),
             ("[policies]\ndir = \"$POLICIES\"\n", &[("x.wasm", "")], &["x.wasm", "NN-name.wasm"]),

@@ -87,7 +87,7 @@ pub enum BuildError {
     /// `[policies.sources]` names a policy or a reference that cannot be
     /// used (a configuration built in code; a file's is checked when read).
     #[error("{}", .0.text())]
-    Sources(crate::invalid::Invalid),
+    Sources(Box<crate::invalid::Invalid>),
 }
 
 impl HostBuilder {
@@ -182,7 +182,7 @@ impl HostBuilder {
             }
         };
         // Those named in the host configuration ([policies.sources]) are found too.
-        let sources = config.policies.sources().map_err(BuildError::Sources)?;
+        let sources = config.policies.sources().map_err(|e| BuildError::Sources(Box::new(e)))?;
         directory::add_config_sources(&mut specs, &mut Vec::new(), config.policies.dir.as_deref(), &sources, options);
         let source = PolicySource { dir: config.policies.dir.clone(), options, chain: config.chain, sources, given };
         source.add_given(&mut specs, &mut Vec::new());

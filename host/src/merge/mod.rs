@@ -116,7 +116,7 @@ pub enum MergeError {
         /// The policy whose reply it was.
         policy: String,
         /// The field that is wrong, and what is wrong with it.
-        reason: BadField,
+        reason: Box<BadField>,
     },
 }
 

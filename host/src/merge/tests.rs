@@ -156,7 +156,7 @@ fn conflict(field: &str, first: &str, second: &str) -> MergeError {
 /// `reason` as shown: the field's path, `: `, what is wrong.
 fn invalid(policy: &str, reason: &str) -> MergeError {
     let (field, what) = reason.split_once(": ").expect("a field and what is wrong with it");
-    MergeError::Invalid { policy: policy.into(), reason: BadField { field: field.into(), what: what.into() } }
+    MergeError::Invalid { policy: policy.into(), reason: Box::new(BadField { field: field.into(), what: what.into() }) }
 }
 
 fn mounts_of(c: &pb::Container) -> Vec<(&str, &str)> {

@@ -89,7 +89,7 @@ pub fn validate_updates(
 }
 
 fn invalid(policy: &str, reason: BadField) -> MergeError {
-    MergeError::Invalid { policy: policy.to_string(), reason }
+    MergeError::Invalid { policy: policy.to_string(), reason: Box::new(reason) }
 }
 
 fn container_id(field: &str, id: &str, node: &dyn KnownContainers) -> Checked {

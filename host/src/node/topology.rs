@@ -55,18 +55,39 @@ pub enum TopologyError {
     },
 }
 
+/// A kernel CPU list that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuListError {
+    /// A CPU number that is not one.
+    #[error("bad CPU number {number:?} in {part:?}")]
+    Number {
+        /// The text where a number should be.
+        number: String,
+        /// The list's item it is in.
+        part: String,
+    },
+    /// A range that runs backwards or spans more CPUs than a node has.
+    #[error("bad CPU range {part:?}")]
+    Range {
+        /// The list's item.
+        part: String,
+    },
+}
+
 /// Parses a kernel CPU list such as `0-3,8,10-11`.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, CpuListError> {
     let mut cpus = BTreeSet::new();
     for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (lo, hi) = match part.split_once('-') {
             Some((lo, hi)) => (lo, hi),
             None => (part, part),
         };
-        let lo: u32 = lo.parse().map_err(|_| format!("bad CPU number {lo:?} in {part:?}"))?;
-        let hi: u32 = hi.parse().map_err(|_| format!("bad CPU number {hi:?} in {part:?}"))?;
+        let number = |n: &str| {
+            n.parse::<u32>().map_err(|_| CpuListError::Number { number: n.to_string(), part: part.to_string() })
+        };
+        let (lo, hi) = (number(lo)?, number(hi)?);
         if hi < lo || hi - lo > 65_535 {
-            return Err(format!("bad CPU range {part:?}"));
+            return Err(CpuListError::Range { part: part.to_string() });
         }
         cpus.extend(lo..=hi);
     }
@@ -119,7 +140,7 @@ impl Topology {
     pub fn read(sys: &Path, proc: &Path) -> Result<Self, TopologyError> {
         let online_path = sys.join("devices/system/cpu/online");
         let online_cpus = parse_cpu_list(&read(&online_path)?)
-            .map_err(|reason| TopologyError::Parse { path: online_path.clone(), reason })?;
+            .map_err(|e| TopologyError::Parse { path: online_path.clone(), reason: e.to_string() })?;
         let memory_bytes = mem_total(&proc.join("meminfo"))?;
         let online: BTreeSet<u32> = online_cpus.iter().copied().collect();
 
@@ -133,7 +154,7 @@ impl Topology {
                 };
                 let cpulist = entry.path().join("cpulist");
                 let cpus = parse_cpu_list(&read(&cpulist)?)
-                    .map_err(|reason| TopologyError::Parse { path: cpulist.clone(), reason })?;
+                    .map_err(|e| TopologyError::Parse { path: cpulist.clone(), reason: e.to_string() })?;
                 let cpus = cpus.into_iter().filter(|c| online.contains(c)).collect();
                 let memory_bytes = mem_total(&entry.path().join("meminfo"))?;
                 numa_nodes.push(NumaNode { id, cpus, memory_bytes });
@@ -177,8 +198,8 @@ mod tests {
         assert_eq!(parse_cpu_list("0-3,8,10-11\n").unwrap(), [0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
         assert_eq!(parse_cpu_list("5").unwrap(), [5]);
-        assert!(parse_cpu_list("3-1").unwrap_err().contains("3-1"));
-        assert!(parse_cpu_list("a").unwrap_err().contains("\"a\""));
+        assert_eq!(parse_cpu_list("3-1").unwrap_err(), CpuListError::Range { part: "3-1".into() });
+        assert!(parse_cpu_list("a").unwrap_err().to_string().contains("\"a\""));
         assert_eq!(format_cpu_list(&[11, 0, 1, 2, 3, 8, 10, 3]), "0-3,8,10-11");
         assert_eq!(format_cpu_list(&[]), "");
         for text in ["0", "0-1", "0,2,4", "1-2,5-9,12"] {

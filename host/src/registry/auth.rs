@@ -305,6 +305,15 @@ enum HelperFailure {
     Other(String),
 }
 
+/// What went wrong while a helper ran.
+#[derive(Debug, thiserror::Error)]
+enum HelperRun {
+    #[error("printed more than {MAX_HELPER_OUTPUT} bytes: not read further")]
+    TooMuchOutput,
+    #[error("cannot wait for it: {0}")]
+    Wait(std::io::Error),
+}
+
 /// Reads at most `max` bytes of `from`; `Err` with what was read if there was more.
 async fn read_at_most<R: tokio::io::AsyncRead + Unpin>(from: Option<R>, max: u64) -> Result<Vec<u8>, Vec<u8>> {
     use tokio::io::AsyncReadExt;
@@ -348,13 +357,13 @@ async fn run_helper(helper: &Path, server: &str, timeout: Duration) -> Result<Op
         }
         let (out, err) =
             tokio::join!(read_at_most(child.stdout.take(), MAX_HELPER_OUTPUT), read_at_most(child.stderr.take(), 4096));
-        let out = out.map_err(|_| format!("printed more than {MAX_HELPER_OUTPUT} bytes: not read further"))?;
+        let out = out.map_err(|_| HelperRun::TooMuchOutput)?;
         let err = err.unwrap_or_else(|e| e);
-        let status = child.wait().await.map_err(|e| format!("cannot wait for it: {e}"))?;
-        Ok::<_, String>((status, out, err))
+        let status = child.wait().await.map_err(HelperRun::Wait)?;
+        Ok::<_, HelperRun>((status, out, err))
     };
     let (status, out, err) = match tokio::time::timeout(timeout, work).await {
-        Ok(r) => r.map_err(HelperFailure::Other)?,
+        Ok(r) => r.map_err(|e| HelperFailure::Other(e.to_string()))?,
         Err(_) => return Err(HelperFailure::Other(format!("no answer within {} ms: killed", timeout.as_millis()))),
     };
     let said = |bytes: &[u8]| crate::text::guest_text(String::from_utf8_lossy(bytes).trim(), 200);

@@ -456,7 +456,6 @@ impl Registry {
     }
 }
 
-/// A cache's error as one line, its causes included.
 /// A new file beside `output` for a download (mode 0644 less the umask).
 fn temp_beside(output: &Path) -> Result<(std::fs::File, PathBuf), FileError> {
     let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

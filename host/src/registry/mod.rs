@@ -142,9 +142,7 @@ impl RegistrySettings {
                 .map_err(|e| Invalid::key(T, "public-keys", "names a key the host cannot use").because(e))?;
         }
         if let Some(ca) = &self.ca_file {
-            transport::read_ca(ca).map_err(|e| {
-                Invalid::key(T, "ca-file", format!("{} is not a usable CA bundle", ca.display())).because(e)
-            })?;
+            transport::read_ca(ca).map_err(|e| Invalid::key(T, "ca-file", "names no usable CA bundle").because(e))?;
         }
         for (i, entry) in self.plain_http.iter().enumerate() {
             if !reference::host_ok(entry) {

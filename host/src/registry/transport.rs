@@ -482,7 +482,7 @@ impl Transport {
             .await
             .map_err(|e| Fail::unreachable(format!("token from {realm}: {}", self.describe(&e, realm))))?;
         let status = resp.status();
-        let body = read_bounded(resp, MAX_SMALL_BYTES).await.map_err(&fail)?;
+        let body = read_bounded(resp, MAX_SMALL_BYTES).await.map_err(|e| fail(e.to_string()))?;
         if !status.is_success() {
             return Err(fail(format!("HTTP {status}")));
         }
@@ -601,15 +601,27 @@ fn basic(username: &str, password: &str) -> Result<HeaderValue, Fail> {
         .map_err(|_| Fail::answered("the credentials are not a header value"))
 }
 
+/// A response's body that was not read whole.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// Larger than the bound: said so up front (`read: false`), or found
+    /// on the way.
+    #[error("the body is larger than {max} bytes; not read{}", if *read { " further" } else { "" })]
+    TooLarge { max: u64, read: bool },
+    /// The connection failed while it was read.
+    #[error("{}", chain(.0))]
+    Read(reqwest::Error),
+}
+
 /// Reads a response's body, failing past `max` bytes.
-pub(crate) async fn read_bounded(mut resp: reqwest::Response, max: u64) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_bounded(mut resp: reqwest::Response, max: u64) -> Result<Vec<u8>, BodyError> {
     if resp.content_length().is_some_and(|n| n > max) {
-        return Err(format!("the body is larger than {max} bytes; not read"));
+        return Err(BodyError::TooLarge { max, read: false });
     }
     let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| chain(&e))? {
+    while let Some(chunk) = resp.chunk().await.map_err(BodyError::Read)? {
         if out.len() as u64 + chunk.len() as u64 > max {
-            return Err(format!("the body is larger than {max} bytes; not read further"));
+            return Err(BodyError::TooLarge { max, read: true });
         }
         out.extend_from_slice(&chunk);
     }

@@ -427,9 +427,13 @@ fn a_call_is_interrupted_however_close_its_last_check_falls() {
         for run in 0..20 {
             let r = engine.call(p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(30));
             match r.outcome {
-                // Past the limit by at most one host call (a 16 MiB line
-                // costs the host tens of milliseconds to take in).
-                Err(e) if e.limit() == Some(LimitKind::Time) && r.charged < Duration::from_millis(50 + 250) => {
+                // Cut for time, past the limit by at most one host call. A
+                // 16 MiB line costs the host tens of milliseconds to take in,
+                // and a few hundred in a debug build on a CPU shared with the
+                // other tests and the busy loop; the failure this guards
+                // against ran on for seconds, until the memory ran out (a
+                // memory limit, not a time limit), so the bound is loose.
+                Err(e) if e.limit() == Some(LimitKind::Time) && r.charged < Duration::from_millis(50 + 1500) => {
                     assert!(e.to_string().contains("time limit of 50 ms exceeded"), "{case} run {run}: {e}");
                 }
                 other => {

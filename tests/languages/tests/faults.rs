@@ -7,7 +7,7 @@
 #![cfg(feature = "languages")]
 
 use nri_wasm::policy::chain::ChainError;
-use nri_wasm::policy::engine::CallErrorKind;
+use nri_wasm::policy::engine::{CallErrorKind, Denial};
 use nri_wasm::policy::spec::limits::Limits;
 use nri_wasm::policy::spec::manifest::OnError;
 use nri_wasm_api::api as pb;
@@ -86,7 +86,7 @@ fn check(lang: &str, wasm: &str, cases: &[(&str, Want)]) {
     // A denial is not a failure.
     let policy = load_with(POLICY, wasm, "deny", fault_limits(), OnError::Fail).unwrap();
     match call(&policy, &req).outcome {
-        Ok(Err(reason)) if reason == "fault injected: denial" => {}
+        Ok(Err(Denial(reason))) if reason == "fault injected: denial" => {}
         other => problems.push(format!("{lang} deny: {other:?}")),
     }
     // Through the chain: on-error decides.

@@ -100,7 +100,7 @@ pub enum SetupError {
     /// The configuration's limits, engine or chain settings break a rule
     /// (the rule, naming the table).
     #[error("invalid configuration: {}", .0.text())]
-    InvalidConfig(crate::invalid::Invalid),
+    InvalidConfig(Box<crate::invalid::Invalid>),
     /// The policy file or directory (given) does not exist.
     #[error("{}: no such file or directory", .0.display())]
     Missing(PathBuf),
@@ -141,9 +141,10 @@ fn host_config(args: &HostArgs) -> Result<Config, SetupError> {
             config
         }
     };
-    config.policies.limits().validate("[policies.limits]").map_err(SetupError::InvalidConfig)?;
-    config.engine.validate(&config.policies.limits()).map_err(SetupError::InvalidConfig)?;
-    config.chain.validate().map_err(SetupError::InvalidConfig)?;
+    let invalid = |e| SetupError::InvalidConfig(Box::new(e));
+    config.policies.limits().validate("[policies.limits]").map_err(invalid)?;
+    config.engine.validate(&config.policies.limits()).map_err(invalid)?;
+    config.chain.validate().map_err(invalid)?;
     Ok(config)
 }
 

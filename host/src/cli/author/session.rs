@@ -220,22 +220,22 @@ impl std::fmt::Debug for Session {
 #[derive(Debug, thiserror::Error)]
 pub enum StateInput {
     /// The directory, or a file, cannot be read.
-    #[error("{}{source}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    #[error("{}{error}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
     Read {
         /// The file of the directory, if one is to blame.
         file: Option<PathBuf>,
         /// The system's reason.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file is not the JSON it should be.
-    #[error("{}not {what}: {source}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    #[error("{}not {what}: {error}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
     Parse {
         /// The file of the directory, if one is to blame.
         file: Option<PathBuf>,
         /// What it should be.
         what: &'static str,
         /// Where the JSON parser stopped.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     /// A key a policy's state could never hold.
     #[error("{policy}: key {key:?}: {error:?}")]
@@ -255,24 +255,24 @@ fn read_state(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>,
     let bad = |problem: StateInput| EvalError::State { path: path.to_path_buf(), problem };
     if path.is_dir() {
         let mut all = BTreeMap::new();
-        let entries = std::fs::read_dir(path).map_err(|source| bad(StateInput::Read { file: None, source }))?;
+        let entries = std::fs::read_dir(path).map_err(|error| bad(StateInput::Read { file: None, error }))?;
         for entry in entries.filter_map(|e| e.ok()) {
             let file = entry.path();
             let Some(policy) = file.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
                 continue;
             };
             let text = std::fs::read_to_string(&file)
-                .map_err(|source| bad(StateInput::Read { file: Some(file.clone()), source }))?;
-            let state = serde_json::from_str(&text).map_err(|source| {
-                bad(StateInput::Parse { file: Some(file.clone()), what: "an object of strings", source })
+                .map_err(|error| bad(StateInput::Read { file: Some(file.clone()), error }))?;
+            let state = serde_json::from_str(&text).map_err(|error| {
+                bad(StateInput::Parse { file: Some(file.clone()), what: "an object of strings", error })
             })?;
             all.insert(policy.to_string(), state);
         }
         return Ok(all);
     }
-    let text = std::fs::read_to_string(path).map_err(|source| bad(StateInput::Read { file: None, source }))?;
-    serde_json::from_str(&text).map_err(|source| {
-        bad(StateInput::Parse { file: None, what: "an object of policies' states (objects of strings)", source })
+    let text = std::fs::read_to_string(path).map_err(|error| bad(StateInput::Read { file: None, error }))?;
+    serde_json::from_str(&text).map_err(|error| {
+        bad(StateInput::Parse { file: None, what: "an object of policies' states (objects of strings)", error })
     })
 }
 

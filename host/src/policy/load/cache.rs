@@ -75,8 +75,8 @@ type HmacSha256 = Hmac<Sha256>;
 /// The cache cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheError {
-    /// The directory (or its key) is not one the host may trust: not its
-    /// owner's, writable by others, a symlink.
+    /// The directory is not one the host may trust: not its owner's,
+    /// writable by others, a symlink.
     #[error("compile cache {dir}: {reason}")]
     Untrusted {
         /// The cache directory.

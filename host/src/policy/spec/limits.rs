@@ -110,8 +110,8 @@ impl Limits {
         (self.memory_mib as usize).saturating_mul(1 << 20)
     }
 
-    /// Checks the limits make sense; `what` names them in the error (a
-    /// table, `[policies.limits]`, or a policy's name).
+    /// Checks the limits make sense; `what` names their table in the error
+    /// (`[policies.limits]`, or `[limits]` of a policy's settings file).
     pub fn validate(&self, what: &str) -> Result<(), Invalid> {
         let zero = [
             ("fuel", self.fuel == 0),
