@@ -218,9 +218,13 @@ fn a_call_kept_waiting_by_a_busy_cpu_is_not_charged_for_the_wait() {
     let engine = loader.engine();
     let f = facts();
     // Far above what a call uses on an idle machine (well under a
-    // millisecond), below what the busy CPU makes some calls take.
-    let limit = Duration::from_millis(10);
-    let limits = Limits { timeout_ms: 10, ..Limits::default() };
+    // millisecond), far below what the busy CPU makes calls take (seconds).
+    // A starved thread is charged about a millisecond for each second it
+    // waits (it runs in slivers, on cold caches): at 10 ms, every call but
+    // the first was charged its whole limit on some runs, and none was left
+    // to show a stretched call.
+    let limit = Duration::from_millis(100);
+    let limits = Limits { timeout_ms: 100, ..Limits::default() };
     let p = loader.load(&spec("10-annotate", guests::ANNOTATE, "team", limits), &f).unwrap();
     let env = CallEnv::detached(f.clone());
     let warm = engine.call(&p, create_event(), &env, None, Duration::from_secs(10));
