@@ -47,7 +47,7 @@ use nri_wasm::policy::call::event::CallEvent;
 use nri_wasm::policy::call::state::{StateSnapshot, StateStore, StateTxn};
 use nri_wasm::policy::engine::{CallEnv, CompiledPolicy, EngineSettings, PolicyEngine};
 use nri_wasm::policy::spec::limits::Limits;
-use nri_wasm::policy::spec::manifest::{read_spec, PolicySpec};
+use nri_wasm::policy::spec::manifest::{read_spec, PolicySpec, ReadOptions};
 use nri_wasm::policy::PolicyLoader;
 use nri_wasm_api::api as pb;
 use nri_wasm_benches::{bench_limits, guests, Bench};
@@ -95,8 +95,8 @@ fn policy_toml(dir: &str) -> PathBuf {
 /// The example's spec from its `policy.toml`, with the benchmarks' limits.
 fn spec(dir: &str, limits: Limits) -> PolicySpec {
     let name = format!("50-{dir}");
-    let mut spec =
-        read_spec(&name, &component(dir), Some(&policy_toml(dir)), Limits::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut spec = read_spec(&name, &component(dir), Some(&policy_toml(dir)), ReadOptions::lenient(Limits::default()))
+        .unwrap_or_else(|e| panic!("{e}"));
     spec.limits = limits;
     spec
 }

@@ -89,6 +89,14 @@ pub enum FileError {
         /// What it is instead.
         kind: &'static str,
     },
+    /// Its owner or mode breaks the rule it is read under ([`Trust`]).
+    #[error("{}: {why}", path.display())]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// What breaks the rule.
+        why: Distrust,
+    },
     /// It holds more than the most accepted.
     #[error("{}: larger than {max} bytes", path.display())]
     TooLarge {
@@ -107,6 +115,7 @@ impl FileError {
             | Self::Create { path, .. }
             | Self::Write { path, .. }
             | Self::NotRegular { path, .. }
+            | Self::Untrusted { path, .. }
             | Self::TooLarge { path, .. } => path,
         }
     }
@@ -119,6 +128,7 @@ impl FileError {
             Self::Create { source, .. } => format!("cannot create it: {source}"),
             Self::Write { source, .. } => format!("cannot write it: {source}"),
             Self::NotRegular { kind, .. } => format!("must be a regular file, not {kind}"),
+            Self::Untrusted { why, .. } => why.to_string(),
             Self::TooLarge { max, .. } => format!("larger than {max} bytes"),
         }
     }
@@ -127,7 +137,7 @@ impl FileError {
     pub fn io(&self) -> Option<&std::io::Error> {
         match self {
             Self::Read { source, .. } | Self::Create { source, .. } | Self::Write { source, .. } => Some(source),
-            Self::NotRegular { .. } | Self::TooLarge { .. } => None,
+            Self::NotRegular { .. } | Self::Untrusted { .. } | Self::TooLarge { .. } => None,
         }
     }
 }
@@ -178,8 +188,18 @@ pub fn open_regular_following(path: &Path) -> Result<(std::fs::File, std::fs::Me
 /// FIFO that would block, never a device), and read no further than
 /// `max + 1` bytes whatever its size says.
 pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, FileError> {
+    read_bounded_trusting(path, max, None)
+}
+
+/// [`read_bounded`], and with a rule, only a file that keeps it: checked
+/// on the descriptor that is read, so that a file swapped in after the
+/// check is never the one read.
+pub fn read_bounded_trusting(path: &Path, max: u64, trust: Option<Trust>) -> Result<Vec<u8>, FileError> {
     use std::io::Read;
     let (file, meta) = open_regular_following(path)?;
+    if let Some(trust) = trust {
+        trust.check(&meta).map_err(|why| FileError::Untrusted { path: path.to_path_buf(), why })?;
+    }
     if meta.len() > max {
         return Err(FileError::TooLarge { path: path.to_path_buf(), max });
     }
@@ -206,6 +226,106 @@ pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FileError> 
     f.write_all(bytes)
         .and_then(|()| f.sync_all())
         .map_err(|source| FileError::Write { path: path.to_path_buf(), source })
+}
+
+/// Who must own a file or directory the host trusts, and which permission
+/// bits no one but its owner may have. The compile cache, its key, the
+/// state directory and its files, the subscription records and (with
+/// `strict-permissions`) the policy files all keep one of these rules;
+/// they differ only in the owner and the bits, so they share one check
+/// and one answer ([`Distrust`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trust {
+    owner: Owner,
+    /// Bits of the mode that, if set, let someone else in.
+    forbidden: u32,
+}
+
+/// Who must own what the host trusts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The host's effective user.
+    Host(u32),
+    /// Root (`strict-permissions`: a policy file the operator installed).
+    Root,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Host(uid) => write!(f, "the host's uid {uid}"),
+            Self::Root => f.write_str("root"),
+        }
+    }
+}
+
+impl Owner {
+    fn uid(self) -> u32 {
+        match self {
+            Self::Host(uid) => uid,
+            Self::Root => 0,
+        }
+    }
+}
+
+impl Trust {
+    /// Owned by the host's user, writable by no one else: what the host
+    /// itself wrote and reads back.
+    pub const fn host(uid: u32) -> Self {
+        Self { owner: Owner::Host(uid), forbidden: 0o022 }
+    }
+
+    /// Owned by the host's user, neither readable nor writable by anyone
+    /// else: a secret (the compile cache's key).
+    pub const fn secret(uid: u32) -> Self {
+        Self { owner: Owner::Host(uid), forbidden: 0o077 }
+    }
+
+    /// Owned by root, writable by no one else.
+    pub const fn root() -> Self {
+        Self { owner: Owner::Root, forbidden: 0o022 }
+    }
+
+    /// The host's effective user, for [`Trust::host`] and [`Trust::secret`].
+    pub fn effective_uid() -> u32 {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        unsafe { libc::geteuid() }
+    }
+
+    /// Whether `meta` (of the file as opened, never of a path looked up
+    /// again) keeps the rule; if not, what breaks it.
+    pub fn check(&self, meta: &std::fs::Metadata) -> Result<(), Distrust> {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() != self.owner.uid() {
+            return Err(Distrust::Owner { owner: meta.uid(), expected: self.owner });
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & self.forbidden != 0 {
+            return Err(Distrust::Mode { mode, readable: self.forbidden & 0o044 != 0 });
+        }
+        Ok(())
+    }
+}
+
+/// Why a file or directory the host would read is not trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Distrust {
+    /// Someone else owns it.
+    #[error("owned by uid {owner}, not by {expected}")]
+    Owner {
+        /// Its owner.
+        owner: u32,
+        /// Who must own it.
+        expected: Owner,
+    },
+    /// Others than its owner may change it (or, for a secret, read it).
+    #[error("{} by group or others (mode {mode:o})", if *readable { "readable or writable" } else { "writable" })]
+    Mode {
+        /// Its permission bits.
+        mode: u32,
+        /// Whether reading by others is refused too (a secret).
+        readable: bool,
+    },
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -305,6 +425,45 @@ pub(crate) fn mkfifo(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rule for everything the host trusts: the owner it names, and
+    /// the bits it refuses, each answered with what breaks it.
+    #[test]
+    fn trust_names_the_owner_and_the_bits_that_break_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let mode = |m| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+        let meta = || std::fs::metadata(&path).unwrap();
+        let uid = Trust::effective_uid();
+        mode(0o644);
+        assert_eq!(Trust::host(uid).check(&meta()), Ok(()));
+        let e = Trust::secret(uid).check(&meta()).unwrap_err();
+        assert_eq!(e, Distrust::Mode { mode: 0o644, readable: true });
+        assert_eq!(e.to_string(), "readable or writable by group or others (mode 644)");
+        mode(0o600);
+        assert_eq!(Trust::secret(uid).check(&meta()), Ok(()));
+        for bad in [0o620, 0o602, 0o666] {
+            mode(bad);
+            let e = Trust::host(uid).check(&meta()).unwrap_err();
+            assert_eq!(e, Distrust::Mode { mode: bad, readable: false });
+            assert_eq!(e.to_string(), format!("writable by group or others (mode {bad:o})"));
+        }
+        mode(0o600);
+        let other = uid ^ 1;
+        let e = Trust::host(other).check(&meta()).unwrap_err();
+        assert_eq!(e, Distrust::Owner { owner: uid, expected: Owner::Host(other) });
+        assert_eq!(e.to_string(), format!("owned by uid {uid}, not by the host's uid {other}"));
+        // The owner is checked before the mode: a file someone else owns
+        // is refused as theirs, whatever its bits.
+        mode(0o666);
+        assert!(matches!(Trust::host(other).check(&meta()), Err(Distrust::Owner { .. })));
+        if uid != 0 {
+            let e = Trust::root().check(&meta()).unwrap_err();
+            assert_eq!(e.to_string(), format!("owned by uid {uid}, not by root"));
+        }
+    }
 
     /// A file someone names is read only if it is a regular file within
     /// the bound, whatever it is instead: each refusal says what it is

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 
 use super::ConfigCheckArgs;
 use crate::config::Config;
-use crate::policy::load::directory::{self, DirOptions};
+use crate::policy::load::directory;
+use crate::policy::spec::manifest::ReadOptions;
 
 /// Checks `args.file`; writes the report to `out` and errors to `err`.
 pub(super) fn check(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
@@ -55,7 +56,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
     let readable = dir.filter(|d| d.is_dir());
     if readable.is_some() || !sources.is_empty() {
         let options =
-            DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
+            ReadOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
         let (mut specs, mut errors) = match readable {
             Some(dir) => directory::scan(dir, options),
             None => Default::default(),

@@ -39,9 +39,10 @@ use crate::policy::chain::{Chain, Observer, Pending};
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::engine::{Allocator, EngineError, Facts, PolicyEngine};
 use crate::policy::load::compile::Compiler;
-use crate::policy::load::directory::{self, DirOptions, Unloadable};
+use crate::policy::load::directory::{self, Unloadable};
 use crate::policy::reload::{PolicySource, Reloader};
 use crate::policy::spec::manifest::PolicySpec;
+use crate::policy::spec::manifest::ReadOptions;
 use crate::policy::PolicyLoader;
 
 /// What a host is made of, before it is made. Start with
@@ -171,7 +172,7 @@ impl HostBuilder {
         // Failed saves show in /metrics and /status, per policy.
         metrics.watch_states(states.clone());
         let options =
-            DirOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
+            ReadOptions { defaults: config.policies.limits(), strict_permissions: config.policies.strict_permissions };
         let mut specs = match &config.policies.dir {
             Some(dir) => directory::scan(dir, options).0,
             None => {

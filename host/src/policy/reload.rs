@@ -50,9 +50,10 @@ use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::env::Facts;
 use crate::policy::chain::{Chain, ChainSettings, Pending};
 use crate::policy::dispatcher::PolicyDispatcher;
-use crate::policy::load::directory::{self, DirOptions, LoadProblem, Unloadable};
+use crate::policy::load::directory::{self, LoadProblem, Unloadable};
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::loader::PolicyLoader;
+use crate::policy::spec::manifest::ReadOptions;
 use crate::policy::spec::manifest::{PolicySpec, SpecError};
 use crate::policy::tally::Tally;
 use crate::registry::tags::{TagWatch, Tagged};
@@ -155,7 +156,7 @@ pub struct PolicySource {
     /// The policy directory; `None` when every policy is named by reference.
     pub dir: Option<PathBuf>,
     /// How the directory is read: default limits, strict permissions.
-    pub options: DirOptions,
+    pub options: ReadOptions,
     /// The settings each chain is built with.
     pub chain: ChainSettings,
     /// Policies the host configuration names by reference (`[policies.sources]`).

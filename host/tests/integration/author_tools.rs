@@ -968,7 +968,9 @@ fn the_guides_examples_are_what_the_host_reads() {
                 name,
                 &dir.path().join(format!("{name}.wasm")),
                 Some(&toml),
-                nri_wasm::policy::spec::limits::Limits::default(),
+                nri_wasm::policy::spec::manifest::ReadOptions::lenient(
+                    nri_wasm::policy::spec::limits::Limits::default(),
+                ),
             );
             spec.unwrap_or_else(|e| panic!("{marker}: {e}"));
         } else if let Some(file) = marker.strip_prefix("from the template: ") {

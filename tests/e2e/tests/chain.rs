@@ -484,7 +484,7 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
     std::fs::write(dir.path().join("30-junk.toml"), "on-error = \"fail\"\n").unwrap();
     std::fs::copy(guests::ANNOTATE, dir.path().join("40-bad-settings.wasm")).unwrap();
     std::fs::write(dir.path().join("40-bad-settings.toml"), "settings = \"two words\"\n").unwrap();
-    let options = directory::DirOptions { defaults: roomy(), strict_permissions: false };
+    let options = nri_wasm::policy::spec::manifest::ReadOptions { defaults: roomy(), strict_permissions: false };
     let loaded = nri_wasm_e2e::block_on(directory::load_dir(&shared_loader(), dir.path(), options, &facts()));
     let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
     assert_eq!(names, ["10-first", "20-second"]);
@@ -498,6 +498,72 @@ fn a_directory_loads_in_order_and_bad_files_are_left_out() {
     assert_eq!(chain.unloadable().iter().filter(|u| u.mandatory).count(), 1);
     let err = create(&chain, TWO_S, &request()).unwrap_err().to_string();
     assert!(err.contains("30-junk") && err.contains("not loaded"), "{err}");
+}
+
+/// With `strict-permissions`, a directory's files are the operator's only
+/// if root owns them and no one else may write them: a policy file or a
+/// settings file (its grant, its limits) someone else could have written
+/// leaves that policy out, named with its file and what breaks the rule,
+/// and a mandatory one fails creation until it is fixed. The same files
+/// load once they keep the rule. Running as another user than root, only
+/// the owner's rule can be shown (no file of root's can be made).
+#[test]
+fn strict_permissions_leave_out_policies_whose_files_others_may_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    let mode = |name: &str, m: u32| std::fs::set_permissions(file(name), std::fs::Permissions::from_mode(m)).unwrap();
+    std::fs::copy(guests::ANNOTATE, file("10-wasm-open.wasm")).unwrap();
+    std::fs::write(file("10-wasm-open.toml"), "settings = \"a\"\non-error = \"fail\"\n").unwrap();
+    std::fs::copy(guests::ANNOTATE, file("20-toml-open.wasm")).unwrap();
+    std::fs::write(file("20-toml-open.toml"), "settings = \"b\"\ngrant = [\"hooks\"]\n").unwrap();
+    std::fs::copy(guests::ANNOTATE, file("30-kept.wasm")).unwrap();
+    std::fs::write(file("30-kept.toml"), "settings = \"c\"\n").unwrap();
+    for name in ["10-wasm-open.toml", "20-toml-open.wasm", "30-kept.wasm", "30-kept.toml"] {
+        mode(name, 0o644);
+    }
+    mode("10-wasm-open.wasm", 0o666);
+    mode("20-toml-open.toml", 0o620);
+    let options = nri_wasm::policy::spec::manifest::ReadOptions { defaults: roomy(), strict_permissions: true };
+    let load = || nri_wasm_e2e::block_on(directory::load_dir(&shared_loader(), dir.path(), options, &facts()));
+    let loaded = load();
+    let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
+    let problems: Vec<String> = loaded.problems.iter().map(|p| p.to_string()).collect();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(names.is_empty(), "no file of root's: {names:?}");
+        assert!(problems.iter().all(|p| p.contains("not by root")), "{problems:?}");
+        return;
+    }
+    assert_eq!(names, ["30-kept"], "{problems:?}");
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    let about = |name: &str| problems.iter().find(|p| p.contains(&format!("policy {name}"))).expect(name).clone();
+    let (wasm, toml) =
+        (file("10-wasm-open.wasm").display().to_string(), file("20-toml-open.toml").display().to_string());
+    for (problem, path, bits) in [(about("10-wasm-open"), &wasm, "666"), (about("20-toml-open"), &toml, "620")] {
+        assert!(
+            problem.contains(path.as_str())
+                && problem.contains(&format!("writable by group or others (mode {bits})"))
+                && problem.contains("strict-permissions"),
+            "{problem}"
+        );
+    }
+    // A settings file refused counts as mandatory (what it says is not
+    // known); the policy file's own on-error = fail makes it so too.
+    let chain = Chain::new(loaded.policies, ChainSettings::default()).with_unloadable(loaded.unloadable);
+    assert_eq!(chain.unloadable().iter().filter(|u| u.mandatory).count(), 2);
+    let err = create(&chain, TWO_S, &request()).unwrap_err().to_string();
+    assert!(err.contains("not loaded"), "{err}");
+    // Someone else's, however its bits read.
+    mode("20-toml-open.toml", 0o644);
+    std::os::unix::fs::chown(file("20-toml-open.toml"), Some(1000), None).unwrap();
+    let problems: Vec<String> = load().problems.iter().map(|p| p.to_string()).collect();
+    assert!(problems.iter().any(|p| p.contains(&toml) && p.contains("owned by uid 1000, not by root")), "{problems:?}");
+    std::os::unix::fs::chown(file("20-toml-open.toml"), Some(0), None).unwrap();
+    mode("10-wasm-open.wasm", 0o644);
+    let loaded = load();
+    let names: Vec<_> = loaded.policies.iter().map(|p| p.name().to_string()).collect();
+    assert_eq!(names, ["10-wasm-open", "20-toml-open", "30-kept"], "{:?}", loaded.problems);
 }
 
 /// 30 policies that loop forever: the runtime still gets its answer in

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use nri_wasm::policy::chain::ChainError;
 use nri_wasm::policy::spec::limits::Limits;
-use nri_wasm::policy::spec::manifest::{read_spec, OnError, PolicySpec};
+use nri_wasm::policy::spec::manifest::{read_spec, OnError, PolicySpec, ReadOptions};
 use nri_wasm_api::api as pb;
 use nri_wasm_languages::{call, chain, create, describe, facts, load, loader, settings_error, templates};
 
@@ -34,8 +34,13 @@ fn fixture(project: &Path) -> pb::CreateContainerRequest {
 /// file, with the file's settings and limits (the time limit aside: these
 /// tests are about answers, and a busy machine is slow).
 fn installed(wasm: &str) -> PolicySpec {
-    let spec = read_spec(POLICY, Path::new(wasm), Some(&project(wasm).join("policy.toml")), Limits::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = read_spec(
+        POLICY,
+        Path::new(wasm),
+        Some(&project(wasm).join("policy.toml")),
+        ReadOptions::lenient(Limits::default()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     PolicySpec { limits: Limits { timeout_ms: 5_000, ..spec.limits }, ..spec }
 }
 

@@ -42,7 +42,7 @@ use crate::config::{Config, ConfigError};
 use crate::policy::engine::EngineSettings;
 use crate::policy::spec::limits::Limits;
 use crate::policy::spec::manifest;
-use crate::policy::spec::manifest::{PolicySpec, SpecError};
+use crate::policy::spec::manifest::{PolicySpec, ReadOptions, SpecError};
 
 /// `check`: the policy loads. `eval`: every event succeeded and every
 /// policy loaded and answered.
@@ -175,7 +175,7 @@ fn file_spec(wasm: &Path, settings: &SettingsArgs, defaults: Limits) -> Result<P
         }
         None => (file_name.strip_suffix(".wasm").unwrap_or(file_name).to_string(), None),
     };
-    let mut spec = manifest::read_spec(&name, wasm, beside.as_deref(), defaults)?;
+    let mut spec = manifest::read_spec(&name, wasm, beside.as_deref(), ReadOptions::lenient(defaults))?;
     apply_settings(&mut spec, settings, defaults)?;
     Ok(spec)
 }
@@ -194,7 +194,7 @@ fn apply_settings(spec: &mut PolicySpec, settings: &SettingsArgs, defaults: Limi
     // such, whatever its kind (a `.toml` is then read as a node reads it).
     let bytes = crate::files::read_bounded(path, MAX_SETTINGS_BYTES).map_err(|e| bad(e.reason()))?;
     if path.extension().is_some_and(|e| e == "toml") {
-        let from_file = manifest::read_spec(&spec.name, &spec.wasm, Some(path), defaults)?;
+        let from_file = manifest::read_spec(&spec.name, &spec.wasm, Some(path), ReadOptions::lenient(defaults))?;
         *spec = from_file;
     } else {
         spec.settings = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;

@@ -32,8 +32,9 @@ use crate::policy::call::state::{StateSnapshot, StateStore, StateTxn};
 use crate::policy::chain::{container_target, pod_target, Outcome};
 use crate::policy::dispatcher::PolicyDispatcher;
 use crate::policy::load::compile::Compiler;
-use crate::policy::load::directory::{self, DirOptions};
+use crate::policy::load::directory;
 use crate::policy::spec::limits::Limits;
+use crate::policy::spec::manifest::ReadOptions;
 
 /// What keeps `eval` from evaluating.
 #[derive(Debug, thiserror::Error)]
@@ -322,7 +323,7 @@ impl Session {
         } else {
             // The settings of the command line are for the directory's one
             // policy, which is then given with them.
-            let options = DirOptions { defaults, strict_permissions: config.policies.strict_permissions };
+            let options = ReadOptions { defaults, strict_permissions: config.policies.strict_permissions };
             let (mut specs, errors) = directory::scan(path, options);
             if specs.len() + errors.len() != 1 {
                 let e = "--settings and --settings-file apply to one policy; a directory's policies take theirs from their NN-name.toml";

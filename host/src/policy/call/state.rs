@@ -45,6 +45,7 @@ use imbl::OrdMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::files::{Distrust, Trust};
 use crate::wit::state::StateError;
 
 /// Longest key, in bytes.
@@ -205,8 +206,8 @@ pub enum StateFileError {
     #[error("state of policy {policy}: {path} is {what}, not a regular file; not read")]
     NotAFile { policy: String, path: PathBuf, what: &'static str },
     /// Its owner or mode is not one the host may trust.
-    #[error("state of policy {policy}: {path} is {reason}; not read")]
-    Untrusted { policy: String, path: PathBuf, reason: String },
+    #[error("state of policy {policy}: {path} is {why}; not read")]
+    Untrusted { policy: String, path: PathBuf, why: Distrust },
     /// Larger than the policy's `state-kib` allows.
     #[error(
         "state of policy {policy}: {path} has {size} bytes, more than the {limit} its state-kib allows once encoded; not read"
@@ -299,27 +300,20 @@ impl Default for StateStore {
             caps: Mutex::default(),
             writer: Mutex::default(),
             disk: Box::new(Disk),
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            uid: unsafe { libc::geteuid() },
+            uid: Trust::effective_uid(),
         }
     }
 }
 
 /// Why the state directory may not be used, if it may not.
 fn check_dir(dir: &Path, uid: u32) -> Result<(), DirProblem> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(DirProblem::Create)?;
     let meta = std::fs::symlink_metadata(dir).map_err(DirProblem::Stat)?;
     if !meta.is_dir() {
         return Err(DirProblem::NotADirectory(crate::files::kind_of(meta.file_type())));
     }
-    if meta.uid() != uid {
-        return Err(DirProblem::Owner { owner: meta.uid(), host: uid });
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(DirProblem::Mode { mode: meta.mode() & 0o7777 });
-    }
-    Ok(())
+    Trust::host(uid).check(&meta).map_err(DirProblem::Untrusted)
 }
 
 /// What is wrong with the state directory.
@@ -334,20 +328,9 @@ pub enum DirProblem {
     /// Something else than a directory (named).
     #[error("{0}, not a directory")]
     NotADirectory(&'static str),
-    /// Another user owns it.
-    #[error("owned by uid {owner}, not by the host's uid {host}")]
-    Owner {
-        /// Its owner.
-        owner: u32,
-        /// The host's effective uid.
-        host: u32,
-    },
-    /// Group or others may write it.
-    #[error("writable by group or others (mode {mode:o})")]
-    Mode {
-        /// Its permission bits.
-        mode: u32,
-    },
+    /// Another user owns it, or group or others may write it.
+    #[error(transparent)]
+    Untrusted(Distrust),
 }
 
 /// Whether a temporary state file is left over from a process that is gone
@@ -574,7 +557,6 @@ impl StateStore {
 
 fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSnapshot>, StateFileError> {
     use std::io::Read as _;
-    use std::os::unix::fs::MetadataExt;
     let read_err = |source| StateFileError::Read { policy: policy.into(), path: path.into(), source };
     let (file, meta) = match crate::files::open_regular(path) {
         Ok(Ok(opened)) => opened,
@@ -582,15 +564,8 @@ fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSna
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(read_err(e)),
     };
-    let untrusted = if meta.uid() != uid {
-        Some(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()))
-    } else if meta.mode() & 0o022 != 0 {
-        Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777))
-    } else {
-        None
-    };
-    if let Some(reason) = untrusted {
-        return Err(StateFileError::Untrusted { policy: policy.into(), path: path.into(), reason });
+    if let Err(why) = Trust::host(uid).check(&meta) {
+        return Err(StateFileError::Untrusted { policy: policy.into(), path: path.into(), why });
     }
     let too_large = |size| StateFileError::TooLarge { policy: policy.into(), path: path.into(), size, limit: cap };
     if meta.len() > cap {

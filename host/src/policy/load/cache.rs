@@ -49,7 +49,7 @@ use std::time::{Duration, SystemTime};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::files::{create_private, hex, open_regular, random_key, unique_suffix, KEY_BYTES};
+use crate::files::{create_private, hex, kind_of, open_regular, random_key, unique_suffix, Distrust, Trust, KEY_BYTES};
 
 /// Unused entries (and subscription records, `known.rs`) older than this
 /// are removed when the cache is pruned.
@@ -75,14 +75,23 @@ type HmacSha256 = Hmac<Sha256>;
 /// The cache cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheError {
-    /// The directory is not one the host may trust: not its owner's,
-    /// writable by others, a symlink.
-    #[error("compile cache {dir}: {reason}")]
+    /// The directory is not one the host may trust: not its owner's or
+    /// writable by others.
+    #[error("compile cache {}: {why}", dir.display())]
     Untrusted {
         /// The cache directory.
         dir: PathBuf,
         /// What about it is not trusted.
-        reason: String,
+        why: Distrust,
+    },
+    /// The path is something else than a directory (a symlink is named as
+    /// one, not followed).
+    #[error("compile cache {}: {kind}, not a directory", dir.display())]
+    NotADirectory {
+        /// The cache directory.
+        dir: PathBuf,
+        /// What it is.
+        kind: &'static str,
     },
     /// Its key is not one the host may trust, or could not be created or
     /// read.
@@ -111,7 +120,7 @@ pub enum Rejected {
     NotAFile(&'static str),
     /// Its owner or mode is not one the host may trust.
     #[error("it is {0}")]
-    Untrusted(String),
+    Untrusted(Distrust),
     /// Larger than any entry may be.
     #[error("it has {size} bytes, more than the {limit} an entry may have")]
     TooLarge {
@@ -234,17 +243,6 @@ impl std::fmt::Debug for Cache {
     }
 }
 
-/// Why a file or directory may not be trusted, if it may not.
-fn distrust(meta: &std::fs::Metadata, uid: u32) -> Option<String> {
-    if meta.uid() != uid {
-        return Some(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777));
-    }
-    None
-}
-
 /// A name for a temporary file no one can have guessed before this call.
 fn temp_name(base: &str) -> String {
     format!(".{base}.tmp.{}.{}", std::process::id(), unique_suffix())
@@ -289,12 +287,7 @@ fn load_or_create_key(path: &Path, uid: u32) -> Result<([u8; KEY_BYTES], bool), 
     for _ in 0..2 {
         match open_regular(path) {
             Ok(Ok((file, meta))) => {
-                if meta.uid() != uid {
-                    return Err(refused(KeyProblem::Owner { owner: meta.uid(), host: uid }));
-                }
-                if meta.mode() & 0o077 != 0 {
-                    return Err(refused(KeyProblem::Mode { mode: meta.mode() & 0o7777 }));
-                }
+                Trust::secret(uid).check(&meta).map_err(|why| refused(KeyProblem::Untrusted(why)))?;
                 if meta.len() != KEY_BYTES as u64 {
                     return Err(refused(KeyProblem::Size { bytes: meta.len() }));
                 }
@@ -337,20 +330,9 @@ pub struct KeyRefused {
 /// What is wrong with the cache's key.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum KeyProblem {
-    /// Another user owns it.
-    #[error("owned by uid {owner}, not by the host's uid {host}")]
-    Owner {
-        /// Its owner.
-        owner: u32,
-        /// The host's effective uid.
-        host: u32,
-    },
-    /// Group or others may read or write it.
-    #[error("readable or writable by group or others (mode {mode:o})")]
-    Mode {
-        /// Its permission bits.
-        mode: u32,
-    },
+    /// Another user owns it, or group or others may read or write it.
+    #[error(transparent)]
+    Untrusted(Distrust),
     /// Not a key's size.
     #[error("{bytes} bytes, not {KEY_BYTES}")]
     Size {
@@ -386,14 +368,11 @@ impl Cache {
         let io = |reason: std::io::Error| CacheError::Io { dir: dir.to_path_buf(), reason: reason.to_string() };
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
         let meta = std::fs::symlink_metadata(dir).map_err(io)?;
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::geteuid() };
+        let uid = Trust::effective_uid();
         if !meta.is_dir() {
-            return Err(CacheError::Untrusted { dir: dir.into(), reason: "not a directory".into() });
+            return Err(CacheError::NotADirectory { dir: dir.into(), kind: kind_of(meta.file_type()) });
         }
-        if let Some(reason) = distrust(&meta, uid) {
-            return Err(CacheError::Untrusted { dir: dir.into(), reason });
-        }
+        Trust::host(uid).check(&meta).map_err(|why| CacheError::Untrusted { dir: dir.into(), why })?;
         let (key, created) =
             load_or_create_key(&key_path(dir), uid).map_err(|error| CacheError::Key { dir: dir.into(), error })?;
         let cache = Self { dir: dir.to_path_buf(), max_bytes, uid, key: bound_key(&key, &meta) };
@@ -459,9 +438,7 @@ impl Cache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Rejected::Io(e.to_string())),
         };
-        if let Some(reason) = distrust(&meta, self.uid) {
-            return Err(Rejected::Untrusted(reason));
-        }
+        Trust::host(self.uid).check(&meta).map_err(Rejected::Untrusted)?;
         if meta.len() > MAX_ENTRY_BYTES {
             return Err(Rejected::TooLarge { size: meta.len(), limit: MAX_ENTRY_BYTES });
         }
@@ -796,9 +773,11 @@ mod tests {
         let cache = Cache::open(&dir.path().join("c"), 1 << 30).unwrap();
         cache.put(&A, b"artifact").unwrap();
         set_mode(&cache.path(&A.key()), 0o666);
-        assert!(matches!(cache.lookup(&A), Err(Rejected::Untrusted(r)) if r.contains("writable by group")));
+        assert_eq!(cache.lookup(&A).unwrap_err(), Rejected::Untrusted(Distrust::Mode { mode: 0o666, readable: false }));
         set_mode(&cache.path(&A.key()), 0o620);
-        assert!(matches!(cache.lookup(&A), Err(Rejected::Untrusted(_))), "group-writable");
+        assert!(matches!(cache.lookup(&A), Err(Rejected::Untrusted(Distrust::Mode { .. }))), "group-writable");
+        set_mode(&cache.path(&A.key()), 0o644);
+        assert!(cache.lookup(&A).unwrap().is_some(), "readable by others is fine for an entry (not a secret)");
         std::fs::remove_file(cache.path(&A.key())).unwrap();
         std::os::unix::fs::symlink("/dev/zero", cache.path(&A.key())).unwrap();
         assert_eq!(cache.lookup(&A).unwrap_err(), Rejected::NotAFile("a symbolic link"));

@@ -17,8 +17,7 @@ use crate::policy::call::env::Facts;
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::known::Subscription;
 use crate::policy::load::loader::PolicyLoader;
-use crate::policy::spec::limits::Limits;
-use crate::policy::spec::manifest::{self, Mode, OnError, PolicySpec, SpecError};
+use crate::policy::spec::manifest::{self, Mode, OnError, PolicySpec, ReadOptions, SpecError};
 
 /// A policy file that was left out, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,22 +79,9 @@ pub fn mandatory(spec: &PolicySpec) -> bool {
     spec.on_error == OnError::Fail && spec.mode == Mode::Enforce
 }
 
-/// How a directory is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DirOptions {
-    /// Limits of policies whose settings file does not override them.
-    pub defaults: Limits,
-    /// Refuse files not owned by root or writable by others.
-    pub strict_permissions: bool,
-}
-
 /// The specs of every policy in `dir`, and the problems of those that have none.
-pub fn scan(dir: &Path, options: DirOptions) -> (Vec<PolicySpec>, Vec<SpecError>) {
-    let (mut specs, errors) = manifest::scan(dir, options.defaults);
-    for spec in &mut specs {
-        spec.strict_permissions = options.strict_permissions;
-    }
-    (specs, errors)
+pub fn scan(dir: &Path, options: ReadOptions) -> (Vec<PolicySpec>, Vec<SpecError>) {
+    manifest::scan(dir, options)
 }
 
 /// Adds the policies the host configuration names by reference
@@ -108,7 +94,7 @@ pub fn add_config_sources(
     errors: &mut Vec<SpecError>,
     dir: Option<&Path>,
     sources: &[(String, crate::registry::OciRef)],
-    options: DirOptions,
+    options: ReadOptions,
 ) {
     for (name, reference) in sources {
         let toml = dir.map(|d| d.join(format!("{name}.toml"))).filter(|p| p.exists());
@@ -131,11 +117,8 @@ pub fn add_config_sources(
             continue;
         }
         let at = PathBuf::from(format!("[policies.sources] {name}"));
-        match manifest::read_spec_sourced(name, &at, toml.as_deref(), options.defaults, reference) {
-            Ok(mut spec) => {
-                spec.strict_permissions = options.strict_permissions;
-                specs.push(spec);
-            }
+        match manifest::read_spec_sourced(name, &at, toml.as_deref(), options, reference) {
+            Ok(spec) => specs.push(spec),
             Err(e) => errors.push(e),
         }
     }
@@ -259,7 +242,7 @@ pub fn expected(loader: &PolicyLoader, specs: &[PolicySpec]) -> Vec<Expected> {
 /// Loads every policy in `dir` (tests, with the `testing` feature; the host
 /// loads through `reload`).
 #[cfg(any(test, feature = "testing"))]
-pub async fn load_dir(loader: &PolicyLoader, dir: &Path, options: DirOptions, facts: &Arc<Facts>) -> Loaded {
+pub async fn load_dir(loader: &PolicyLoader, dir: &Path, options: ReadOptions, facts: &Arc<Facts>) -> Loaded {
     let (specs, errors) = scan(dir, options);
     load_specs(loader, specs, errors, facts).await
 }

@@ -184,8 +184,8 @@ pub enum LoadError {
         policy: String,
         /// The file's path.
         path: String,
-        /// Its owner or mode that is refused (`owned by uid 1000, not root`).
-        problem: String,
+        /// Its owner or mode that is refused.
+        problem: crate::files::Distrust,
     },
     /// Pulling or verifying a policy named by reference failed; `reason`
     /// names the reference.

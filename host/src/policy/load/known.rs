@@ -46,13 +46,13 @@
 
 use std::collections::HashSet;
 use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-use crate::files::sha256_hex;
+use crate::files::{sha256_hex, Trust};
 use crate::nri::version::EventMask;
 use crate::policy::call::compiled::{CompiledPolicy, Imports};
 use crate::policy::spec::manifest::PolicySpec;
@@ -269,14 +269,10 @@ fn read_record(path: &Path) -> Option<Subscription> {
         .open(path)
         .ok()?;
     let meta = file.metadata().ok()?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
     let why = if !meta.file_type().is_file() {
-        Some("not a regular file".to_string())
-    } else if meta.uid() != uid {
-        Some(format!("owned by uid {}, not by the host's uid {uid}", meta.uid()))
-    } else if meta.mode() & 0o022 != 0 {
-        Some(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777))
+        Some(format!("{}, not a regular file", crate::files::kind_of(meta.file_type())))
+    } else if let Err(why) = Trust::host(Trust::effective_uid()).check(&meta) {
+        Some(why.to_string())
     } else if meta.len() > MAX_RECORD_BYTES {
         Some(format!("{} bytes, over the {MAX_RECORD_BYTES} a record may have", meta.len()))
     } else {

@@ -252,12 +252,16 @@ const MAX_SETTINGS_BYTES: u64 = 1 << 20;
 /// Reads a settings file (a regular file, symlinks followed, at most 1 MiB),
 /// checked and read through one descriptor: a file swapped between a check
 /// and the read for a FIFO (which would hold the load forever) or for
-/// `/dev/zero` (which would fill the host's memory) is refused.
-fn read_settings(name: &str, path: &Path) -> Result<String, SpecError> {
-    use crate::files::FileError;
+/// `/dev/zero` (which would fill the host's memory) is refused. With
+/// `strict`, root must own it and no one else may write it, as for the
+/// policy file: its grant and limits are as much the operator's word.
+fn read_settings(name: &str, path: &Path, strict: bool) -> Result<String, SpecError> {
+    use crate::files::{FileError, Trust};
     let fail = |reason: String| SpecError::Settings { policy: name.into(), path: path.to_path_buf(), reason };
-    let bytes = crate::files::read_bounded(path, MAX_SETTINGS_BYTES).map_err(|e| {
+    let trust = strict.then(Trust::root);
+    let bytes = crate::files::read_bounded_trusting(path, MAX_SETTINGS_BYTES, trust).map_err(|e| {
         fail(match e {
+            FileError::Untrusted { why, .. } => format!("is {why}, and [policies] strict-permissions is on"),
             FileError::NotRegular { kind: "a directory", .. } => "is a directory, not a settings file".into(),
             FileError::NotRegular { kind, .. } => format!("is {kind}, not a regular file"),
             FileError::TooLarge { .. } => format!("is larger than {MAX_SETTINGS_BYTES} bytes"),
@@ -267,14 +271,33 @@ fn read_settings(name: &str, path: &Path) -> Result<String, SpecError> {
     String::from_utf8(bytes).map_err(|_| fail("is not UTF-8 text".into()))
 }
 
+/// How settings files are read: the limits of a policy whose file does not
+/// set its own, and whether files must be root's (`strict-permissions`,
+/// which the spec carries on to the policy file's read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Limits of policies whose settings file does not override them.
+    pub defaults: Limits,
+    /// Refuse files not owned by root or writable by group or others.
+    pub strict_permissions: bool,
+}
+
+impl ReadOptions {
+    /// Defaults as given, files of any owner (the author tools: a policy
+    /// being written is the author's own).
+    pub fn lenient(defaults: Limits) -> Self {
+        Self { defaults, strict_permissions: false }
+    }
+}
+
 /// Reads a settings file into a spec for `wasm`.
 pub fn read_spec(
     name: &str,
     wasm: &Path,
     settings_file: Option<&Path>,
-    defaults: Limits,
+    options: ReadOptions,
 ) -> Result<PolicySpec, SpecError> {
-    read_spec_with(name, wasm, settings_file, defaults, None)
+    read_spec_with(name, wasm, settings_file, options, None)
 }
 
 /// A policy the host configuration names by reference
@@ -285,23 +308,23 @@ pub fn read_spec_sourced(
     name: &str,
     at: &Path,
     settings_file: Option<&Path>,
-    defaults: Limits,
+    options: ReadOptions,
     reference: &crate::registry::OciRef,
 ) -> Result<PolicySpec, SpecError> {
-    read_spec_with(name, settings_file.unwrap_or(at), settings_file, defaults, Some(reference))
+    read_spec_with(name, settings_file.unwrap_or(at), settings_file, options, Some(reference))
 }
 
 fn read_spec_with(
     name: &str,
     wasm: &Path,
     settings_file: Option<&Path>,
-    defaults: Limits,
+    options: ReadOptions,
     configured: Option<&crate::registry::OciRef>,
 ) -> Result<PolicySpec, SpecError> {
     let file = match settings_file {
         None => PolicyFile::default(),
         Some(path) => {
-            let text = read_settings(name, path)?;
+            let text = read_settings(name, path, options.strict_permissions)?;
             // Where the file is wrong, never what it says: its settings
             // may hold a secret.
             toml::from_str::<PolicyFile>(&text).map_err(|e| SpecError::Settings {
@@ -313,7 +336,7 @@ fn read_spec_with(
     };
     let path = settings_file.unwrap_or(wasm).to_path_buf();
     let bad = |reason: String| SpecError::Settings { policy: name.into(), path: path.clone(), reason };
-    let limits = defaults.with(&file.limits);
+    let limits = options.defaults.with(&file.limits);
     limits.validate("[limits]").map_err(|e| bad(e.text()))?;
     if let Some(pin) = &file.sha256 {
         if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -366,6 +389,7 @@ fn read_spec_with(
         sha256: file.sha256.map(|s| s.to_ascii_lowercase()),
         grant,
         source,
+        strict_permissions: options.strict_permissions,
         ..PolicySpec::new(name, wasm)
     })
 }
@@ -389,7 +413,7 @@ fn escaped(name: &std::ffi::OsStr) -> String {
 /// is not UTF-8 is reported (someone meant something by that file); anything
 /// else named like a policy is a policy, whatever kind of file it is (the load
 /// says what is wrong with it).
-pub(crate) fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecError>) {
+pub(crate) fn scan(dir: &Path, options: ReadOptions) -> (Vec<PolicySpec>, Vec<SpecError>) {
     let mut specs = Vec::new();
     let mut errors = Vec::new();
     let entries = match std::fs::read_dir(dir) {
@@ -420,7 +444,7 @@ pub(crate) fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecEr
             };
             let toml = format!("{stem}.toml");
             let settings = names.contains(&toml).then(|| dir.join(&toml));
-            match read_spec(&stem, &path, settings.as_deref(), defaults) {
+            match read_spec(&stem, &path, settings.as_deref(), options) {
                 Ok(spec) if spec.source.is_some() => errors.push(SpecError::Settings {
                     policy: stem.clone(),
                     path: dir.join(&toml),
@@ -434,7 +458,7 @@ pub(crate) fn scan(dir: &Path, defaults: Limits) -> (Vec<PolicySpec>, Vec<SpecEr
                 continue;
             }
             // A settings file alone is a policy if it names its source.
-            match read_spec(&stem, &path, Some(&path), defaults) {
+            match read_spec(&stem, &path, Some(&path), options) {
                 Ok(spec) if spec.source.is_some() => specs.push(spec),
                 Ok(_) => errors.push(SpecError::Orphan { path: path.clone(), wasm: path.with_extension("wasm") }),
                 Err(e) => errors.push(e),
@@ -458,6 +482,44 @@ mod tests {
         }
     }
 
+    /// `strict-permissions` covers a policy's settings file as it covers
+    /// the policy file: its grant, limits and source are the operator's
+    /// word too, and a file someone else may write is refused, named,
+    /// with what breaks the rule; the spec carries the rule on to the
+    /// policy file's read.
+    #[test]
+    fn strict_permissions_refuse_a_settings_file_others_may_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let toml = dir.path().join("10-p.toml");
+        std::fs::write(dir.path().join("10-p.wasm"), "").unwrap();
+        std::fs::write(&toml, "grant = [\"hooks\"]\n").unwrap();
+        let strict = ReadOptions { defaults: Limits::default(), strict_permissions: true };
+        let refused = |options| {
+            let (specs, errors) = scan(dir.path(), options);
+            assert!(specs.is_empty(), "{specs:?}");
+            match &errors[..] {
+                [SpecError::Settings { policy, path, reason }] if policy == "10-p" && *path == toml => reason.clone(),
+                other => panic!("{other:?}"),
+            }
+        };
+        std::fs::set_permissions(&toml, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let (specs, _) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
+        assert_eq!((specs.len(), specs[0].strict_permissions), (1, false), "not strict: read");
+        let uid = crate::files::Trust::effective_uid();
+        if uid == 0 {
+            let reason = refused(strict);
+            assert_eq!(reason, "is writable by group or others (mode 664), and [policies] strict-permissions is on");
+            std::fs::set_permissions(&toml, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let (specs, errors) = scan(dir.path(), strict);
+            assert!(errors.is_empty(), "{errors:?}");
+            assert!(specs[0].strict_permissions, "the policy file is read under the same rule");
+            std::os::unix::fs::chown(&toml, Some(1000), None).unwrap();
+        }
+        let owner = if uid == 0 { 1000 } else { uid };
+        assert!(refused(strict).starts_with(&format!("is owned by uid {owner}, not by root")));
+    }
+
     #[test]
     fn scan_orders_reads_settings_and_reports_problems() {
         let dir = tempfile::tempdir().unwrap();
@@ -471,7 +533,7 @@ mod tests {
         w("40-orphan.toml", "");
         w("notes.txt", "");
         w("bad name.wasm", "");
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["10-first", "20-second"]);
         assert_eq!((specs[0].on_error, specs[0].mode, specs[0].limits.fuel), (OnError::Fail, Mode::Audit, 7));
@@ -490,7 +552,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("10-x.wasm"), "").unwrap();
         std::fs::write(dir.path().join("10-x.toml"), "[limits]\ntimeout-ms = 0\n").unwrap();
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         assert!(specs.is_empty());
         assert!(errors[0].to_string().contains("10-x.toml") && errors[0].to_string().contains("timeout-ms"));
     }
@@ -500,7 +562,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("10-x.wasm"), "").unwrap();
         std::fs::create_dir(dir.path().join("10-x.toml")).unwrap();
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         assert!(specs.is_empty(), "the policy must not load with defaults");
         assert_eq!(errors[0].policy(), Some("10-x"));
         let msg = errors[0].to_string();
@@ -521,7 +583,7 @@ mod tests {
         }
         crate::files::mkfifo(&dir.path().join("10-fifo.toml"));
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("20-zero.toml")).unwrap();
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         assert!(specs.is_empty(), "{specs:?}");
         let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(msgs.len(), 2, "{msgs:?}");
@@ -536,7 +598,7 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("20-zero.wasm")).unwrap();
         std::fs::create_dir(dir.path().join("..data")).unwrap();
         std::fs::write(dir.path().join(".30-hidden.wasm"), "").unwrap();
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["10-dir", "20-zero"], "the load reports what they are");
         assert!(errors.is_empty(), "{errors:?}");
@@ -550,7 +612,7 @@ mod tests {
         let bad = std::ffi::OsStr::from_bytes(b"20-caf\xe9\n.wasm");
         std::fs::write(dir.path().join(bad), "").unwrap();
         std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(b".hidden-\xff")), "").unwrap();
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         assert_eq!(specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["10-ok"]);
         assert_eq!(errors.len(), 1, "{errors:?}");
         let msg = errors[0].to_string();
@@ -571,7 +633,7 @@ mod tests {
         w("20-y.toml", "[limits]\nfuel = \"hunter3-token\"\n");
         w("30-z.wasm", "");
         w("30-z.toml", "mode = \"hunter4-token\"\n");
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         assert!(specs.is_empty());
         let msgs: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(msgs.len(), 3, "{msgs:?}");
@@ -592,7 +654,7 @@ mod tests {
         w("20-y.wasm", "");
         w("20-y.toml", "grant = [\"hooks\", \"root\"]\n");
         w("30-z.wasm", "");
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["10-x", "30-z"]);
         assert!(specs[0].grant.contains(Capability::Hooks) && specs[0].grant.contains(Capability::Mounts));
@@ -620,7 +682,7 @@ mod tests {
         w("30-bad.toml", "source = \"h/p:v1\"\n");
         w("40-keys.toml", "public-keys = [\"/k.pub\"]\n");
         w("50-signed.toml", "source = \"oci://h/p:v1\"\npublic-keys = [\"/k.pub\"]\n");
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         let names: Vec<_> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["10-pulled", "50-signed"]);
         let source = specs[0].source.as_ref().unwrap();
@@ -642,7 +704,7 @@ mod tests {
         std::fs::write(dir.path().join("10-x.toml"), format!("sha256 = \"{pin}\"\non-conflict = \"yield\"\n")).unwrap();
         std::fs::write(dir.path().join("20-y.wasm"), "").unwrap();
         std::fs::write(dir.path().join("20-y.toml"), "sha256 = \"abc\"\n").unwrap();
-        let (specs, errors) = scan(dir.path(), Limits::default());
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
         assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].sha256.as_deref(), Some(pin.to_ascii_lowercase().as_str()));
         assert_eq!(specs[0].on_conflict, OnConflict::Yield);
