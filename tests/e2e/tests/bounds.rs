@@ -71,6 +71,7 @@ const BEYOND: &[(&str, &str, &str)] = &[
     ("resctrl", "resctrl", ""),
     ("swap-unlimited", "swap-raise", "-1 (unlimited)"),
     ("swap-more", "swap-raise", "more than the container's own 0"),
+    ("swap-by-lower-limit", "swap-raise", "16777216 bytes of swap, more than the container's own 0"),
     ("cpuset-outside", "cpuset-any", "outside the container's own \"0-1\""),
     ("mems-outside", "cpuset-any", "cpu.mems"),
 ];
@@ -153,6 +154,8 @@ fn just_inside_every_bound_the_default_grant_takes_it_all() {
     assert!(adjust.rlimits.iter().any(|r| r.type_ == "RLIMIT_NOFILE" && r.hard == 1024 && r.soft == 512));
     assert!(adjust.annotations.contains_key("example.com/bounded"));
     assert!(linux.scheduler.is_some() && linux.io_priority.is_some());
+    let memory = resources.memory.as_ref().expect("memory");
+    assert_eq!(memory.limit.value, memory.swap.value, "a limit set with its total: still no swap {memory:?}");
 }
 
 #[test]

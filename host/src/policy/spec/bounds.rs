@@ -228,9 +228,13 @@ pub(crate) fn cpuset(field: &str, base: Baseline<'_>, c: &wit::LinuxCpu) -> Opti
 
 /// More swap than the container had. The swap a container may use is its
 /// memory-and-swap limit less its memory limit; with no swap limit of its
-/// own (or -1) it already has as much as it wants.
+/// own (or -1) it already has as much as it wants. A reply that lowers the
+/// memory limit and leaves the total as it was gives the difference to
+/// swap, so the total it keeps is checked as if it had set it.
 pub(crate) fn swap(field: &str, base: Baseline<'_>, m: &wit::LinuxMemory) -> Option<Beyond> {
-    let new_total = m.swap?;
+    if m.swap.is_none() && m.limit.is_none() {
+        return None;
+    }
     let own_memory = base.memory();
     let own_total = own_memory.and_then(|o| o.swap.as_ref()).map(|s| s.value);
     let own_limit = own_memory.and_then(|o| o.limit.as_ref()).map(|s| s.value);
@@ -239,6 +243,7 @@ pub(crate) fn swap(field: &str, base: Baseline<'_>, m: &wit::LinuxMemory) -> Opt
         Some(t) => t,
     };
     let own_swap = own_total.saturating_sub(own_limit.unwrap_or(0)).max(0);
+    let new_total = m.swap.unwrap_or(own_total);
     let why = if new_total == -1 {
         "-1 (unlimited)".to_string()
     } else {
@@ -468,6 +473,15 @@ mod tests {
         assert_eq!(swap("f", base(&no_swap), &mem(None, Some(-1))).map(|b| b.0), Some(Capability::SwapRaise));
         assert!(swap("f", base(&no_swap), &mem(Some(100), Some(150))).is_some());
         assert!(swap("f", base(&no_swap), &mem(None, None)).is_none());
+        // A lower limit under the total it had: the difference is swap.
+        let lowered = swap("f", base(&no_swap), &mem(Some(40), None)).expect("60 bytes of swap given");
+        assert_eq!(lowered.0, Capability::SwapRaise);
+        assert_eq!(lowered.1, "f.memory.swap: 60 bytes of swap, more than the container's own 0");
+        assert!(swap("f", base(&no_swap), &mem(Some(40), Some(40))).is_none(), "lowered with its total");
+        assert!(swap("f", base(&no_swap), &mem(Some(400), None)).is_none(), "a higher limit takes swap away");
+        let some_swap = container(None, &[], "", Some((100, 150)));
+        assert!(swap("f", base(&some_swap), &mem(Some(80), None)).is_some(), "50 of swap became 70");
+        assert!(swap("f", base(&some_swap), &mem(Some(80), Some(130))).is_none(), "50 of swap kept");
         let unlimited = container(None, &[], "", Some((100, -1)));
         assert!(swap("f", base(&unlimited), &mem(None, Some(-1))).is_none());
     }

@@ -86,6 +86,11 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
         }
         "swap-unlimited" => a.resources_mut().memory = Some(swap(None, -1)),
         "swap-more" => a.resources_mut().memory = Some(swap(Some(33_554_432), 1_073_741_824)),
+        // Half the memory limit, the total left as it was: the other half
+        // becomes swap.
+        "swap-by-lower-limit" => {
+            a.resources_mut().memory = Some(LinuxMemory { limit: Some(16_777_216), ..LinuxMemory::default() })
+        }
         "cpuset-outside" => a = a.set_cpuset("0-7"),
         "mems-outside" => a = a.set_cpuset_mems("1"),
         // An update of its own container goes through the same bounds.
@@ -112,6 +117,8 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
                 .remove_annotation("example.com/ctr-role")
                 .set_cpuset("1")
                 .set_cpuset_mems("0");
+            // Half the memory, and its total with it: still no swap.
+            a.resources_mut().memory = Some(swap(Some(16_777_216), 16_777_216));
             a.linux_mut().scheduler = Some(scheduler(SchedulerPolicy::Batch, 5, 0, vec![SchedulerFlag::ResetOnFork]));
             a.linux_mut().io_priority = Some(IoPriority { class: IoPriorityClass::Be, priority: 7 });
             let cpu = a.resources_mut().cpu.get_or_insert_with(LinuxCpu::default);
