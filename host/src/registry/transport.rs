@@ -392,19 +392,23 @@ impl Transport {
         Fail { reason, answered: !status.is_server_error() }
     }
 
-    /// The credentials for `registry`, if any; refused over plain HTTP to
-    /// anything but loopback.
-    async fn credentials(&self, registry: &str, over: &Url) -> Result<Option<(Credentials, String)>, Fail> {
+    /// The credentials for `registry`, if any; refused if they, or what
+    /// they buy, would go over plain HTTP to anything but loopback. `over`
+    /// is every place they go: the registry for a password, and for a
+    /// token both the realm (the credentials) and the registry (the token,
+    /// as good as the credentials for its lifetime and scope).
+    async fn credentials(&self, registry: &str, over: &[&Url]) -> Result<Option<(Credentials, String)>, Fail> {
         let Some(auth) = &self.auth else { return Ok(None) };
         let found =
             auth.credentials(registry, self.timeout).await.map_err(|e| Fail::answered(crate::text::chain(&e)))?;
         let Some(found) = found else { return Ok(None) };
-        if over.scheme() != "https" && !is_loopback(&authority(over)) {
+        if let Some(plain) = over.iter().find(|u| u.scheme() != "https" && !is_loopback(&authority(u))) {
             return Err(Fail::answered(format!(
-                "the credentials for {registry} ({}) would be sent over plain HTTP to {}: refused (serve the \
+                "the credentials for {registry} ({}){} would be sent over plain HTTP to {}: refused (serve the \
                  registry over HTTPS, or use it without credentials)",
                 found.from,
-                authority(over)
+                if std::ptr::eq(*plain, over[0]) { "" } else { ", as the token they buy," },
+                authority(plain)
             )));
         }
         Ok(Some((found.credentials, found.from)))
@@ -419,7 +423,7 @@ impl Transport {
                 Some(a) => format!("the auth file {}", a.path().display()),
                 None => "no auth file is given ([registry] auth-file, --auth-file)".to_string(),
             };
-            return match self.credentials(&r.registry, &base).await? {
+            return match self.credentials(&r.registry, &[&base]).await? {
                 Some((Credentials::Basic { username, password }, _)) => basic(&username, &password),
                 Some((Credentials::IdentityToken(_), from)) => Err(Fail::answered(format!(
                     "the registry asks for a password and {from} gives an identity token, which only a token \
@@ -444,7 +448,7 @@ impl Transport {
         let scope = params.get("scope").cloned().unwrap_or_else(|| format!("repository:{}:{actions}", r.repository));
         let service = params.get("service").cloned();
         let fail = |e: String| Fail::answered(format!("token from {realm}: {e}"));
-        let req = match self.credentials(&r.registry, &realm_url).await? {
+        let req = match self.credentials(&r.registry, &[&realm_url, &base]).await? {
             // OAuth2 with a refresh token, as docker uses an identity token.
             Some((Credentials::IdentityToken(token), _)) => {
                 let mut form = Url::parse("http://form/").expect("a constant URL");
@@ -775,9 +779,18 @@ mod tests {
         let t = Transport::new(&settings).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let over = |u: &str| Url::parse(u).unwrap();
-        let e = rt.block_on(t.credentials("reg.example:5000", &over("http://reg.example:5000/"))).unwrap_err();
+        let e = rt.block_on(t.credentials("reg.example:5000", &[&over("http://reg.example:5000/")])).unwrap_err();
         assert!(e.answered && e.reason.contains("plain HTTP") && e.reason.contains("config.json"), "{e:?}");
-        assert!(rt.block_on(t.credentials("reg.example:5000", &over("https://reg.example:5000/"))).unwrap().is_some());
-        assert!(rt.block_on(t.credentials("127.0.0.1:5000", &over("http://127.0.0.1:5000/"))).unwrap().is_some());
+        let https = over("https://reg.example:5000/");
+        assert!(rt.block_on(t.credentials("reg.example:5000", &[&https])).unwrap().is_some());
+        let local = over("http://127.0.0.1:5000/");
+        assert!(rt.block_on(t.credentials("127.0.0.1:5000", &[&local])).unwrap().is_some());
+        // A token realm over HTTPS for a registry reached over plain HTTP:
+        // the credentials are safe on their way, the token they buy is
+        // not, and it is as good as they are for its lifetime.
+        let (realm, plain) = (over("https://auth.example/token"), over("http://reg.example:5000/"));
+        let e = rt.block_on(t.credentials("reg.example:5000", &[&realm, &plain])).unwrap_err();
+        assert!(e.reason.contains("as the token they buy") && e.reason.contains("to reg.example:5000"), "{e:?}");
+        assert!(rt.block_on(t.credentials("127.0.0.1:5000", &[&realm, &local])).unwrap().is_some());
     }
 }
