@@ -183,7 +183,7 @@ fn client(registry: &RegistryArgs, keys: &[PathBuf], reference: &str) -> anyhow:
     let settings = RegistrySettings { public_keys: keys.to_vec(), ..settings };
     let reference = OciRef::parse(reference)?;
     let registry = Registry::new(&settings, max)?;
-    Ok((registry, Source { reference, public_keys: None }))
+    Ok((registry, Source { reference, public_keys: None, strict_permissions: false }))
 }
 
 /// `nri-wasm pull REF -o FILE`.

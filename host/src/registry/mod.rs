@@ -192,6 +192,10 @@ pub struct Source {
     pub reference: OciRef,
     /// `public-keys` of the settings file; `None`: `[registry] public-keys`.
     pub public_keys: Option<Vec<PathBuf>>,
+    /// Its own `public-keys` files are used only if root owns them and no
+    /// one else may write them (`[policies] strict-permissions`, as for
+    /// the settings file that names them).
+    pub strict_permissions: bool,
 }
 
 /// Where a loaded version came from, for `check`, `/status` and metrics.
@@ -281,8 +285,11 @@ pub enum SourceRefused {
 
 /// The keys that apply to `source`: its own, else the global ones.
 pub fn keys_for(source: &Source, settings: &RegistrySettings) -> Result<Vec<TrustedKey>, SourceRefused> {
-    let paths: &[PathBuf] = source.public_keys.as_deref().unwrap_or(&settings.public_keys);
-    Ok(paths.iter().map(|p| TrustedKey::read(p)).collect::<Result<_, _>>()?)
+    let (paths, trust) = match &source.public_keys {
+        Some(own) => (own.as_slice(), source.strict_permissions.then(crate::files::Trust::root)),
+        None => (settings.public_keys.as_slice(), None),
+    };
+    Ok(paths.iter().map(|p| TrustedKey::read_trusting(p, trust)).collect::<Result<_, _>>()?)
 }
 
 /// Whether a reference may be used: a tag only with a digest or a key.
@@ -318,6 +325,37 @@ pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>, crate::files::FileError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Under `strict-permissions` a policy's own key files are held to the
+    /// rule its settings file is (they decide which component runs); the
+    /// host's `[registry] public-keys` are the configuration's, as before.
+    #[test]
+    fn a_policys_own_keys_are_roots_under_strict_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (_, public) = sign::SigningKeyFile::generate().unwrap().to_pem().unwrap();
+        let path = dir.path().join("team.pub");
+        std::fs::write(&path, public).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let reference = OciRef::parse("oci://h/p:v1").unwrap();
+        let own = |strict| Source {
+            reference: reference.clone(),
+            public_keys: Some(vec![path.clone()]),
+            strict_permissions: strict,
+        };
+        let settings = RegistrySettings { public_keys: vec![path.clone()], ..RegistrySettings::default() };
+        assert_eq!(keys_for(&own(false), &settings).unwrap().len(), 1, "not strict");
+        let e = keys_for(&own(true), &settings).unwrap_err().to_string();
+        assert!(
+            e.contains("team.pub") && e.contains("writable by group or others") && e.contains("strict-permissions"),
+            "{e}"
+        );
+        let global = Source { public_keys: None, ..own(true) };
+        assert_eq!(keys_for(&global, &settings).unwrap().len(), 1, "the host's keys: the configuration's");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let owned_by_root = crate::files::Trust::effective_uid() == 0;
+        assert_eq!(keys_for(&own(true), &settings).is_ok(), owned_by_root);
+    }
 
     #[test]
     fn a_tag_alone_needs_a_key() {

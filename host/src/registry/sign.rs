@@ -53,9 +53,14 @@ pub enum PemError {
 /// Most bytes of a key file.
 const MAX_KEY_BYTES: u64 = 64 << 10;
 
-fn read_pem(path: &Path) -> Result<String, KeyError> {
+fn read_pem(path: &Path, trust: Option<crate::files::Trust>) -> Result<String, KeyError> {
     let err = |reason: String| KeyError { path: path.display().to_string(), reason };
-    let bytes = crate::files::read_bounded(path, MAX_KEY_BYTES).map_err(|e| err(e.reason()))?;
+    let bytes = crate::files::read_bounded_trusting(path, MAX_KEY_BYTES, trust).map_err(|e| match e {
+        crate::files::FileError::Untrusted { why, .. } => {
+            err(format!("{why}, and [policies] strict-permissions is on (the key decides what code runs)"))
+        }
+        e => err(e.reason()),
+    })?;
     String::from_utf8(bytes).map_err(|_| err("not PEM text (not UTF-8)".into()))
 }
 
@@ -70,7 +75,13 @@ pub struct TrustedKey {
 impl TrustedKey {
     /// Reads a PEM `PUBLIC KEY` (ECDSA P-256).
     pub fn read(path: &Path) -> Result<Self, KeyError> {
-        let pem = read_pem(path)?;
+        Self::read_trusting(path, None)
+    }
+
+    /// [`Self::read`], and with a rule, only a file that keeps it (a
+    /// policy's own keys under `strict-permissions`: root's).
+    pub fn read_trusting(path: &Path, trust: Option<crate::files::Trust>) -> Result<Self, KeyError> {
+        let pem = read_pem(path, trust)?;
         let key = VerifyingKey::from_public_key_pem(pem.trim()).map_err(|e| KeyError {
             path: path.display().to_string(),
             reason: format!("not a PEM PUBLIC KEY of ECDSA P-256 ({e})"),
@@ -111,7 +122,7 @@ pub struct SigningKeyFile {
 impl SigningKeyFile {
     /// Reads a PEM `PRIVATE KEY` (PKCS#8, ECDSA P-256).
     pub fn read(path: &Path) -> Result<Self, KeyError> {
-        let pem = read_pem(path)?;
+        let pem = read_pem(path, None)?;
         let key = SigningKey::from_pkcs8_pem(pem.trim()).map_err(|e| KeyError {
             path: path.display().to_string(),
             reason: format!("not an unencrypted PEM PRIVATE KEY (PKCS#8) of ECDSA P-256 ({e})"),

@@ -458,7 +458,7 @@ fn a_call_is_interrupted_however_close_its_last_check_falls() {
 fn a_loader_without_a_registry_client_refuses_a_policy_named_by_reference() {
     let reference = nri_wasm::registry::OciRef::parse("oci://registry.invalid/policies/annotate:1").unwrap();
     let spec = PolicySpec {
-        source: Some(nri_wasm::registry::Source { reference, public_keys: None }),
+        source: Some(nri_wasm::registry::Source { reference, public_keys: None, strict_permissions: false }),
         ..spec("10-remote", "unused.wasm", "", roomy())
     };
     let err = loader().load(&spec, &facts()).unwrap_err();

@@ -274,7 +274,9 @@ fn pull(text: &str, loader: &PolicyLoader, out: &mut dyn Write) -> Result<Vec<u8
     };
     let resolved = loader
         .engine()
-        .block_on(async move { registry.resolve(&Source { reference, public_keys: None }).await })
+        .block_on(
+            async move { registry.resolve(&Source { reference, public_keys: None, strict_permissions: false }).await },
+        )
         .map_err(|e| refused(e.to_string()))?;
     let p = &resolved.provenance;
     let _ = writeln!(out, "source    {}", p.source);

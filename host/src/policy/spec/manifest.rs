@@ -356,7 +356,11 @@ fn read_spec_with(
                     "sha256 and a source exclude each other: pin the digest in the reference (…@sha256:…)".into(),
                 ));
             }
-            Some(crate::registry::Source { reference: reference.clone(), public_keys: file.public_keys.clone() })
+            Some(crate::registry::Source {
+                reference: reference.clone(),
+                public_keys: file.public_keys.clone(),
+                strict_permissions: options.strict_permissions,
+            })
         }
         (None, None) => {
             if file.public_keys.is_some() {
@@ -371,7 +375,11 @@ fn read_spec_with(
                 ));
             }
             let reference = crate::registry::OciRef::parse(text).map_err(|e| bad(format!("source: {e}")))?;
-            Some(crate::registry::Source { reference, public_keys: file.public_keys.clone() })
+            Some(crate::registry::Source {
+                reference,
+                public_keys: file.public_keys.clone(),
+                strict_permissions: options.strict_permissions,
+            })
         }
     };
     let settings = match file.settings {
