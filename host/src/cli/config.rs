@@ -108,14 +108,23 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
         }
         // Limits a settings file asks for must fit the engine as well;
         // a reference must be usable with the keys that apply to it.
+        // A policy file the host's read refuses (strict-permissions, not
+        // a regular file, too large) is an error here too; whether it is a
+        // component is `nri-wasm check`'s to say.
         for s in &specs {
             if let Some(source) = &s.source {
-                let checked = crate::registry::keys_for(source, &config.registry)
-                    .and_then(|keys| crate::registry::check_pinning(&source.reference, keys.len()));
+                let checked = crate::registry::keys_for(source, &config.registry).and_then(|keys| {
+                    crate::registry::check_pinning(&source.reference, keys.len())?;
+                    crate::registry::check_transport(&config.registry, &source.reference, keys.len())
+                });
                 if let Err(e) = checked {
                     writeln!(err, "error: policy {}: source {}: {e}", s.name, source.reference)?;
                     ok = false;
                 }
+            } else if let Err(e) = crate::policy::load::read::read_policy_file(s, config.engine.max_component_mib << 20)
+            {
+                writeln!(err, "error: {}", crate::text::guest_text(&e.to_string(), crate::text::MAX_REASON_BYTES))?;
+                ok = false;
             }
             if let Err(mut e) = config.engine.validate(&s.limits) {
                 // Limits its settings file sets are that file's.
@@ -281,6 +290,46 @@ mod tests {
                 assert!(err.contains(w), "{text:?}: {w:?} missing from the error:\n{err}");
             }
         }
+    }
+
+    /// What the host would refuse at the start fails the check: a policy
+    /// file `strict-permissions` refuses, and a signed policy from a
+    /// registry reached over plain HTTP without `plain-http-signed`.
+    #[test]
+    fn what_the_host_would_refuse_at_the_start_fails_the_check() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let wasm = policies.join("10-a.wasm");
+        std::fs::write(&wasm, "x").unwrap();
+        std::fs::set_permissions(&wasm, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let (_, public) = crate::registry::sign::SigningKeyFile::generate().unwrap().to_pem().unwrap();
+        let key = dir.path().join("team.pub");
+        std::fs::write(&key, public).unwrap();
+        let check_with = |text: String| {
+            let file = dir.path().join("config.toml");
+            std::fs::write(&file, text).unwrap();
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = check(&ConfigCheckArgs { file, quiet: true }, &mut out, &mut err);
+            (code == ExitCode::SUCCESS, String::from_utf8(err).unwrap())
+        };
+        let dir_line = format!("[policies]\ndir = \"{}\"\n", policies.display());
+        let (passed, err) = check_with(dir_line.clone());
+        assert!(passed, "not strict: {err}");
+        let (passed, err) = check_with(format!("{dir_line}strict-permissions = true\n"));
+        assert!(!passed, "strict");
+        assert!(err.contains("10-a") && err.contains("writable by group or others") && err.contains("strict"), "{err}");
+        std::fs::remove_file(&wasm).unwrap();
+        let signed = format!(
+            "[registry]\npublic-keys = [\"{}\"]\nplain-http = [\"registry.example\"]\n\
+             [policies.sources]\n\"30-signed\" = \"oci://registry.example/p/x:stable\"\n",
+            key.display()
+        );
+        let (passed, err) = check_with(signed.clone());
+        assert!(!passed && err.contains("30-signed") && err.contains("plain-http-signed"), "{err}");
+        let (passed, err) = check_with(signed.replace("[registry]\n", "[registry]\nplain-http-signed = true\n"));
+        assert!(passed, "accepted: {err}");
     }
 
     /// A policy named in `[policies.sources]` is checked even with no
