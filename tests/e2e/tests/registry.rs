@@ -260,7 +260,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn source(reference: &str, keys: Option<Vec<PathBuf>>) -> Source {
-    Source { reference: OciRef::parse(reference).unwrap(), public_keys: keys }
+    Source { reference: OciRef::parse(reference).unwrap(), public_keys: keys, strict_permissions: false }
 }
 
 /// Files in the registry cache's blob directory (temporary files included).
