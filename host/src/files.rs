@@ -292,8 +292,9 @@ impl Trust {
         unsafe { libc::geteuid() }
     }
 
-    /// Whether `meta` (of the file as opened, never of a path looked up
-    /// again) keeps the rule; if not, what breaks it.
+    /// Whether `meta` keeps the rule; if not, what breaks it. Callers
+    /// give the metadata of the file as opened (a directory's as found,
+    /// never through a link), not of a path looked up again.
     pub fn check(&self, meta: &std::fs::Metadata) -> Result<(), Distrust> {
         use std::os::unix::fs::MetadataExt;
         if meta.uid() != self.owner.uid() {

@@ -102,6 +102,11 @@ impl ContainerAdjustment {
         self.linux_mut().resources.get_or_insert_with(LinuxResources::default)
     }
 
+    /// Sets the memory limit. The container keeps its memory-and-swap
+    /// total unless the reply sets it too, so a lower limit alone turns the
+    /// difference into swap, which the default grant refuses
+    /// (`swap-raise`): to keep the container without swap, set the swap
+    /// total of `resources_mut().memory` to the same value.
     pub fn set_memory_limit(mut self, bytes: i64) -> Self {
         self.resources_mut().memory.get_or_insert_with(LinuxMemory::default).limit = Some(bytes);
         self

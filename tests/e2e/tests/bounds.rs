@@ -156,6 +156,14 @@ fn just_inside_every_bound_the_default_grant_takes_it_all() {
     assert!(linux.scheduler.is_some() && linux.io_priority.is_some());
     let memory = resources.memory.as_ref().expect("memory");
     assert_eq!(memory.limit.value, memory.swap.value, "a limit set with its total: still no swap {memory:?}");
+    // A lower limit with its total lowered too: no swap given, nothing
+    // to grant (a lower limit alone is `swap-by-lower-limit` above).
+    let Evaluated { value, .. } =
+        create(load("lower-with-total", OnError::Fail, CapSet::default_grant())).unwrap_or_else(|e| panic!("{e}"));
+    let adjust = value.adjust.into_option().expect("adjusted");
+    let memory = adjust.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.memory.as_ref());
+    let memory = memory.expect("memory");
+    assert_eq!((memory.limit.value, memory.swap.value), (16_777_216, 16_777_216));
 }
 
 #[test]

@@ -91,10 +91,16 @@ impl<'a> Baseline<'a> {
         self.resources().filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty()).unwrap_or("")
     }
 
-    /// The container's memory settings that carry a swap limit: those asked
-    /// for if they do, else its own.
-    fn memory(self) -> Option<&'a pb::LinuxMemory> {
-        self.resources().filter_map(|r| r.memory.as_ref()).find(|m| m.swap.is_some())
+    /// The container's memory-and-swap total: the one asked for if any,
+    /// else its own.
+    fn swap_total(self) -> Option<i64> {
+        self.resources().filter_map(|r| r.memory.as_ref()).find_map(|m| m.swap.as_ref()).map(|s| s.value)
+    }
+
+    /// The container's memory limit: the one asked for if any, else its
+    /// own.
+    fn memory_limit(self) -> Option<i64> {
+        self.resources().filter_map(|r| r.memory.as_ref()).find_map(|m| m.limit.as_ref()).map(|l| l.value)
     }
 }
 
@@ -232,28 +238,32 @@ pub(crate) fn cpuset(field: &str, base: Baseline<'_>, c: &wit::LinuxCpu) -> Opti
 /// memory limit and leaves the total as it was gives the difference to
 /// swap, so the total it keeps is checked as if it had set it.
 pub(crate) fn swap(field: &str, base: Baseline<'_>, m: &wit::LinuxMemory) -> Option<Beyond> {
-    if m.swap.is_none() && m.limit.is_none() {
+    // A limit of 0 or -1 is no limit to measure swap under (runc reads 0
+    // as unset; -1 with a total is refused by the runtime itself).
+    let new_limit = m.limit.filter(|l| *l > 0);
+    if m.swap.is_none() && new_limit.is_none() {
         return None;
     }
-    let own_memory = base.memory();
-    let own_total = own_memory.and_then(|o| o.swap.as_ref()).map(|s| s.value);
-    let own_limit = own_memory.and_then(|o| o.limit.as_ref()).map(|s| s.value);
-    let own_total = match own_total {
+    let own_total = match base.swap_total() {
         None | Some(-1) => return None,
         Some(t) => t,
     };
+    let own_limit = base.memory_limit();
     let own_swap = own_total.saturating_sub(own_limit.unwrap_or(0)).max(0);
-    let new_total = m.swap.unwrap_or(own_total);
+    let (what, new_total) = match m.swap {
+        Some(total) => ("memory.swap", total),
+        None => ("memory.limit (under the total it keeps)", own_total),
+    };
     let why = if new_total == -1 {
         "-1 (unlimited)".to_string()
     } else {
-        let new_swap = new_total.saturating_sub(m.limit.or(own_limit).unwrap_or(0)).max(0);
+        let new_swap = new_total.saturating_sub(new_limit.or(own_limit).unwrap_or(0)).max(0);
         if new_swap <= own_swap {
             return None;
         }
         format!("{new_swap} bytes of swap")
     };
-    Some((Capability::SwapRaise, format!("{field}.memory.swap: {why}, more than the container's own {own_swap}")))
+    Some((Capability::SwapRaise, format!("{field}.{what}: {why}, more than the container's own {own_swap}")))
 }
 
 /// A cpuset list as sorted, merged ranges; `None` if it does not read.
@@ -476,12 +486,27 @@ mod tests {
         // A lower limit under the total it had: the difference is swap.
         let lowered = swap("f", base(&no_swap), &mem(Some(40), None)).expect("60 bytes of swap given");
         assert_eq!(lowered.0, Capability::SwapRaise);
-        assert_eq!(lowered.1, "f.memory.swap: 60 bytes of swap, more than the container's own 0");
+        assert_eq!(
+            lowered.1,
+            "f.memory.limit (under the total it keeps): 60 bytes of swap, more than the container's own 0"
+        );
+        // No limit to measure swap under: nothing given.
+        assert!(swap("f", base(&no_swap), &mem(Some(0), None)).is_none(), "0 is unset");
+        assert!(swap("f", base(&no_swap), &mem(Some(-1), None)).is_none(), "-1 with a total: the runtime's to refuse");
         assert!(swap("f", base(&no_swap), &mem(Some(40), Some(40))).is_none(), "lowered with its total");
         assert!(swap("f", base(&no_swap), &mem(Some(400), None)).is_none(), "a higher limit takes swap away");
         let some_swap = container(None, &[], "", Some((100, 150)));
         assert!(swap("f", base(&some_swap), &mem(Some(80), None)).is_some(), "50 of swap became 70");
         assert!(swap("f", base(&some_swap), &mem(Some(80), Some(130))).is_none(), "50 of swap kept");
+        // On UpdateContainer the kubelet's new limit is the baseline, the
+        // total the container keeps is its own: a policy that repeats the
+        // lower limit gives no swap the kubelet did not.
+        let mut requested = pb::LinuxResources::new();
+        requested.memory.mut_or_insert_default().limit =
+            Some(pb::OptionalInt64 { value: 50, ..Default::default() }).into();
+        let asked = Baseline { own: Some(&no_swap), requested: Some(&requested) };
+        assert!(swap("f", asked, &mem(Some(50), None)).is_none(), "the kubelet's own limit");
+        assert!(swap("f", asked, &mem(Some(40), None)).is_some(), "lower still: 60 of swap against 50");
         let unlimited = container(None, &[], "", Some((100, -1)));
         assert!(swap("f", base(&unlimited), &mem(None, Some(-1))).is_none());
     }

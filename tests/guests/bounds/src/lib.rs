@@ -117,8 +117,6 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
                 .remove_annotation("example.com/ctr-role")
                 .set_cpuset("1")
                 .set_cpuset_mems("0");
-            // Half the memory, and its total with it: still no swap.
-            a.resources_mut().memory = Some(swap(Some(16_777_216), 16_777_216));
             a.linux_mut().scheduler = Some(scheduler(SchedulerPolicy::Batch, 5, 0, vec![SchedulerFlag::ResetOnFork]));
             a.linux_mut().io_priority = Some(IoPriority { class: IoPriorityClass::Be, priority: 7 });
             let cpu = a.resources_mut().cpu.get_or_insert_with(LinuxCpu::default);
@@ -126,6 +124,8 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
             // A bigger memory limit with still no swap.
             a.resources_mut().memory = Some(swap(Some(67_108_864), 67_108_864));
         }
+        // Half the memory, and its total with it: still no swap.
+        "lower-with-total" => a.resources_mut().memory = Some(swap(Some(16_777_216), 16_777_216)),
         other => return Err(format!("unknown mode {other:?}")),
     }
     Ok(Reply::adjust(a))
