@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use super::ConfigCheckArgs;
 use crate::config::Config;
 use crate::policy::load::directory;
-use crate::policy::spec::manifest::ReadOptions;
+use crate::policy::load::errors::LoadError;
+use crate::policy::spec::manifest::{PolicySpec, ReadOptions};
 
 /// Checks `args.file`; writes the report to `out` and errors to `err`.
 pub(super) fn check(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
@@ -62,12 +63,16 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
             None => Default::default(),
         };
         directory::add_config_sources(&mut specs, &mut errors, readable, &sources, options);
+        // Each policy file read once, as the host reads it: what it
+        // declares for the listing, or why the host would refuse it.
+        let max = config.engine.max_component_mib << 20;
+        let declared: Vec<Result<String, LoadError>> = specs.iter().map(|s| declares(s, max)).collect();
         if !args.quiet {
             match readable {
                 Some(dir) => writeln!(out, "policies in {}:", dir.display())?,
                 None => writeln!(out, "policies named in [policies.sources]:")?,
             }
-            for s in &specs {
+            for (s, declared) in specs.iter().zip(&declared) {
                 let l = &s.limits;
                 writeln!(
                     out,
@@ -81,7 +86,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                     l.memory_mib,
                     if s.sha256.is_some() { " sha256-pinned" } else { "" },
                 )?;
-                writeln!(out, "  {:<24} {}", "", grants_line(s, config.engine.max_component_mib << 20))?;
+                writeln!(out, "  {:<24} {}", "", grants_line(s, declared))?;
                 if let Some(source) = &s.source {
                     writeln!(out, "  {:<24} source={}", "", source.reference)?;
                 }
@@ -111,7 +116,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
         // A policy file the host's read refuses (strict-permissions, not
         // a regular file, too large) is an error here too; whether it is a
         // component is `nri-wasm check`'s to say.
-        for s in &specs {
+        for (s, declared) in specs.iter().zip(&declared) {
             if let Some(source) = &s.source {
                 let checked = crate::registry::keys_for(source, &config.registry).and_then(|keys| {
                     crate::registry::check_pinning(&source.reference, keys.len())?;
@@ -121,8 +126,7 @@ fn report(args: &ConfigCheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> s
                     writeln!(err, "error: policy {}: source {}: {e}", s.name, source.reference)?;
                     ok = false;
                 }
-            } else if let Err(e) = crate::policy::load::read::read_policy_file(s, config.engine.max_component_mib << 20)
-            {
+            } else if let Err(e) = declared {
                 writeln!(err, "error: {}", crate::text::guest_text(&e.to_string(), crate::text::MAX_REASON_BYTES))?;
                 ok = false;
             }
@@ -168,33 +172,27 @@ fn unread_settings(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// What a settings file grants, beside what the component declares (read
-/// from the file, as the host reads it, without compiling it).
-fn grants_line(spec: &crate::policy::spec::manifest::PolicySpec, max_bytes: u64) -> String {
+/// What the policy's component declares, read from its file as the host
+/// reads it, without compiling it; the host's refusal if it would refuse
+/// the file. The grant is set against it by [`grants_line`].
+fn declares(spec: &PolicySpec, max_bytes: u64) -> Result<String, LoadError> {
     use crate::policy::spec::caps::{parse_declaration, Allowed, CapSet};
-    let extra = spec.grant.dangerous();
-    let granted = if extra.is_empty() {
-        "grant=default (nothing dangerous)".to_string()
-    } else {
-        format!("grant=default + {}", extra.describe())
-    };
     if spec.source.is_some() {
-        return format!("{granted}; declares: known once pulled (`nri-wasm check` on the reference shows it)");
+        return Ok("known once pulled (`nri-wasm check` on the reference shows it)".into());
     }
-    let bytes = crate::policy::load::read::read_policy_file(spec, max_bytes).ok();
-    let declared = bytes
-        .as_deref()
-        .and_then(|bytes| crate::policy::load::inspect::binary(&spec.name, bytes).ok())
+    let bytes = crate::policy::load::read::read_policy_file(spec, max_bytes)?;
+    let declared = crate::policy::load::inspect::binary(&spec.name, &bytes)
+        .ok()
         .and_then(|binary| crate::policy::load::inspect::survey(&spec.name, &binary).ok())
         .map(|found| found.declaration.as_deref().map(parse_declaration));
     let declared = match declared {
-        None => return format!("{granted}; declares: (not a readable component)"),
-        Some(None) => return format!("{granted}; declares: nothing (taken as nothing dangerous)"),
-        Some(Some(Err(e))) => return format!("{granted}; declares: {e}"),
+        None => return Ok("(not a readable component)".into()),
+        Some(None) => return Ok("nothing (taken as nothing dangerous)".into()),
+        Some(Some(Err(e))) => return Ok(e.to_string()),
         Some(Some(Ok(set))) => set,
     };
     let allowed = Allowed { granted: spec.grant, declared: Some(declared) };
-    let mut line = format!("{granted}; declares: {}", declared.describe());
+    let mut line = declared.describe();
     let ungranted = allowed.ungranted();
     if ungranted != CapSet::EMPTY {
         line.push_str(&format!("; NOT GRANTED (its output needing them is refused): {}", ungranted.describe()));
@@ -203,7 +201,22 @@ fn grants_line(spec: &crate::policy::spec::manifest::PolicySpec, max_bytes: u64)
     if unasked != CapSet::EMPTY {
         line.push_str(&format!("; granted but not declared (unused): {}", unasked.describe()));
     }
-    line
+    Ok(line)
+}
+
+/// What a settings file grants, beside what the component declares.
+fn grants_line(spec: &PolicySpec, declared: &Result<String, LoadError>) -> String {
+    let extra = spec.grant.dangerous();
+    let granted = if extra.is_empty() {
+        "grant=default (nothing dangerous)".to_string()
+    } else {
+        format!("grant=default + {}", extra.describe())
+    };
+    match declared {
+        Ok(declared) => format!("{granted}; declares: {declared}"),
+        // The refusal itself is among the errors.
+        Err(_) => format!("{granted}; declares: (not a readable component)"),
+    }
 }
 
 #[cfg(test)]

@@ -263,15 +263,15 @@ pub(crate) fn prune(dir: &Path, keep: &HashSet<String>) -> usize {
 
 /// A record, if the file is one the host may trust and reads as one.
 fn read_record(path: &Path) -> Option<Subscription> {
-    let file = std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    let why = if !meta.file_type().is_file() {
-        Some(format!("{}, not a regular file", crate::files::kind_of(meta.file_type())))
-    } else if let Err(why) = Trust::host(Trust::effective_uid()).check(&meta) {
+    let ignored = |why: String| tracing::warn!(path = %path.display(), reason = why, "ignoring a subscription record");
+    let (file, meta) = match crate::files::open_regular(path).ok()? {
+        Ok(opened) => opened,
+        Err(what) => {
+            ignored(format!("{what}, not a regular file"));
+            return None;
+        }
+    };
+    let why = if let Err(why) = Trust::host(Trust::effective_uid()).check(&meta) {
         Some(why.to_string())
     } else if meta.len() > MAX_RECORD_BYTES {
         Some(format!("{} bytes, over the {MAX_RECORD_BYTES} a record may have", meta.len()))
@@ -279,7 +279,7 @@ fn read_record(path: &Path) -> Option<Subscription> {
         None
     };
     if let Some(why) = why {
-        tracing::warn!(path = %path.display(), reason = why, "ignoring a subscription record");
+        ignored(why);
         return None;
     }
     let mut text = String::new();

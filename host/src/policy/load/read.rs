@@ -5,7 +5,6 @@
 //! a load does.
 
 use std::io::Read as _;
-
 use std::path::Path;
 
 use super::errors::LoadError;
