@@ -246,8 +246,15 @@ impl Request {
     }
 }
 
-/// Whether `host[:port]` is a loopback address or `localhost`.
+/// Whether `host[:port]` is a loopback address or `localhost`. An IPv6
+/// address is written in brackets (`[::1]:5000`), as in a URL.
 pub(crate) fn is_loopback(registry: &str) -> bool {
+    if let Some(rest) = registry.strip_prefix('[') {
+        let Some((address, after)) = rest.split_once(']') else { return false };
+        let port_only =
+            after.is_empty() || after.strip_prefix(':').is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+        return port_only && address.parse::<std::net::Ipv6Addr>().is_ok_and(|a| a.is_loopback());
+    }
     let host = match registry.rsplit_once(':') {
         Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
         _ => registry,
@@ -684,6 +691,14 @@ mod tests {
             ("10.0.0.1:5000", false),
             ("registry.local:5000", false),
             ("localhost.example.com", false),
+            ("[::1]:5000", true),
+            ("[::1]", true),
+            ("[0:0:0:0:0:0:0:1]:443", true),
+            ("[::2]:5000", false),
+            ("[::ffff:10.0.0.1]:5000", false),
+            ("[::1]x:5000", false),
+            ("[::1]:50a0", false),
+            ("[::1", false),
         ] {
             assert_eq!(is_loopback(r), yes, "{r}");
         }
@@ -792,5 +807,8 @@ mod tests {
         let e = rt.block_on(t.credentials("reg.example:5000", &[&realm, &plain])).unwrap_err();
         assert!(e.reason.contains("as the token they buy") && e.reason.contains("to reg.example:5000"), "{e:?}");
         assert!(rt.block_on(t.credentials("127.0.0.1:5000", &[&realm, &local])).unwrap().is_some());
+        // IPv6 loopback, named as a URL names it.
+        assert_eq!(authority(&over("http://[::1]:5000/")), "[::1]:5000");
+        assert!(rt.block_on(t.credentials("127.0.0.1:5000", &[&over("http://[::1]:5000/")])).unwrap().is_some());
     }
 }
