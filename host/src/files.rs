@@ -345,10 +345,12 @@ pub(crate) fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::File::options().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
-/// What kind of non-file `ft` is.
+/// What kind of file `ft` is, as a message names it ("a FIFO").
 pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
         "a directory"
     } else if ft.is_symlink() {
         "a symbolic link"
@@ -361,7 +363,7 @@ pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
     } else if ft.is_socket() {
         "a socket"
     } else {
-        "not a regular file"
+        "a file of an unknown type"
     }
 }
 
@@ -426,6 +428,28 @@ pub(crate) fn mkfifo(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Messages name what a path is, a regular file included (the cache
+    /// or state directory given as a file): never "not a regular file"
+    /// for one that is.
+    #[test]
+    fn every_kind_of_file_is_named_for_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let fifo = dir.path().join("p");
+        mkfifo(&fifo);
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let kind = |p: &Path| kind_of(std::fs::symlink_metadata(p).unwrap().file_type());
+        assert_eq!(kind(&file), "a regular file");
+        assert_eq!(kind(dir.path()), "a directory");
+        assert_eq!(kind(&fifo), "a FIFO");
+        assert_eq!(kind(&link), "a symbolic link");
+        assert_eq!(kind(Path::new("/dev/null")), "a character device");
+        assert_eq!(open_regular(&fifo).unwrap().unwrap_err(), "a FIFO");
+        assert_eq!(open_regular(&link).unwrap().unwrap_err(), "a symbolic link");
+    }
 
     /// One rule for everything the host trusts: the owner it names, and
     /// the bits it refuses, each answered with what breaks it.
