@@ -147,8 +147,8 @@ impl RegistrySettings {
         for (i, entry) in self.plain_http.iter().enumerate() {
             if !reference::host_ok(entry) {
                 let rule = format!(
-                    "{entry:?} must be a registry as references name it: host or host:port (a DNS name or IPv4 \
-                     address), no scheme, no path"
+                    "{entry:?} must be a registry as references name it: {}, no scheme, no path",
+                    reference::HOST_RULE
                 );
                 return Err(Invalid::key(T, "plain-http", rule));
             }
@@ -397,13 +397,17 @@ mod tests {
             ..RegistrySettings::default()
         };
         assert!(RegistrySettings::default().plain_http.is_empty(), "off by default");
-        assert!(plain(&["localhost:5000", "registry.kube-system.svc:5000", "10.0.0.7"], false).validate().is_ok());
+        assert!(plain(&["localhost:5000", "registry.kube-system.svc:5000", "10.0.0.7", "[::1]:5000"], false)
+            .validate()
+            .is_ok());
         for (entry, why) in [
             ("http://localhost:5000", "no scheme"),
             ("localhost:5000/v2", "no path"),
-            ("*", "host or host:port"),
-            ("", "host or host:port"),
-            ("localhost:99999", "host or host:port"),
+            ("*", "optional :port"),
+            ("", "optional :port"),
+            ("localhost:99999", "optional :port"),
+            ("::1", "IPv6 address in brackets"),
+            ("[0::1]:5000", "RFC 5952"),
         ] {
             let e = plain(&[entry], false).validate().unwrap_err();
             assert!(e.key.as_deref() == Some("plain-http") && e.rule.contains(why), "{entry}: {e}");

@@ -39,7 +39,18 @@ fn component_ok(c: &str) -> bool {
         && c.as_bytes()[c.len() - 1].is_ascii_alphanumeric()
 }
 
+/// A registry as references name it: a DNS name, an IPv4 address, or an
+/// IPv6 address in brackets written as RFC 5952 does (`[::1]`, lowercase,
+/// zeros compressed; so that the name compares equal to the one a URL
+/// gives back, which `plain-http` and the credentials are matched by),
+/// each with an optional `:port`.
 pub(crate) fn host_ok(h: &str) -> bool {
+    let port_ok = |p: &str| !p.is_empty() && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0);
+    if let Some(rest) = h.strip_prefix('[') {
+        let Some((address, after)) = rest.split_once(']') else { return false };
+        let canonical = address.parse::<std::net::Ipv6Addr>().is_ok_and(|a| a.to_string() == address);
+        return canonical && (after.is_empty() || after.strip_prefix(':').is_some_and(port_ok));
+    }
     let (name, port) = match h.rsplit_once(':') {
         Some((n, p)) => (n, Some(p)),
         None => (h, None),
@@ -51,9 +62,12 @@ pub(crate) fn host_ok(h: &str) -> bool {
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });
-    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0));
-    name_ok && port_ok
+    name_ok && port.is_none_or(port_ok)
 }
+
+/// What [`host_ok`] accepts, in words, for the messages that refuse a host.
+pub(crate) const HOST_RULE: &str =
+    "a DNS name, an IPv4 address or an IPv6 address in brackets as RFC 5952 writes it ([::1]), with an optional :port";
 
 impl OciRef {
     /// Parses `oci://…` (the scheme is required).
@@ -77,7 +91,7 @@ impl OciRef {
         };
         let (registry, path) = rest.split_once('/').ok_or_else(|| bad("names no repository after the host"))?;
         if !host_ok(registry) {
-            return Err(bad("the host must be a DNS name or IPv4 address, with an optional :port"));
+            return Err(bad(&format!("the host must be {HOST_RULE}")));
         }
         let (repository, tag) = match path.rsplit_once(':') {
             Some((r, t)) => (r, Some(t.to_string())),
@@ -146,6 +160,9 @@ mod tests {
             format!("oci://registry.example:5000/policies/ulimit@sha256:{d}"),
             format!("oci://127.0.0.1:5000/a/b-c/d_e:v1.2@sha256:{d}"),
             "oci://host/p:latest".to_string(),
+            format!("oci://[::1]:5000/policies/ulimit:v1@sha256:{d}"),
+            "oci://[fd00::2]/p:v1".to_string(),
+            "oci://[::ffff:10.0.0.1]:443/p:v1".to_string(),
         ] {
             let r = OciRef::parse(&text).unwrap();
             assert_eq!(r.to_string(), text);
@@ -154,6 +171,9 @@ mod tests {
         assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_deref()), ("h:5000", "p/u", Some("v1")));
         assert_eq!(r.manifest_ref(), format!("sha256:{d}"));
         assert_eq!(r.with_tag("x.sig").to_string(), "oci://h:5000/p/u:x.sig");
+        let r = OciRef::parse("oci://[::1]:5000/p/u:v1").unwrap();
+        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_deref()), ("[::1]:5000", "p/u", Some("v1")));
+        assert_eq!(r.plain(), "[::1]:5000/p/u:v1");
     }
 
     #[test]
@@ -169,6 +189,15 @@ mod tests {
             ("oci://host:99999/p:v", "host"),
             ("oci://host/p:-v", "tag"),
             ("oci://host//p:v", "lowercase"),
+            ("oci://::1/p:v", "IPv6 address in brackets"),
+            ("oci://[::1/p:v", "host"),
+            ("oci://[0:0:0:0:0:0:0:1]:5000/p:v", "RFC 5952"),
+            ("oci://[FD00::2]/p:v", "RFC 5952"),
+            ("oci://[fe80::1%eth0]/p:v", "host"),
+            ("oci://[::1]:0/p:v", "host"),
+            ("oci://[::1]:70000/p:v", "host"),
+            ("oci://[::1]x/p:v", "host"),
+            ("oci://[127.0.0.1]/p:v", "host"),
         ] {
             let e = OciRef::parse(text).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains(text), "{text}: {e}");

@@ -120,6 +120,8 @@ fn free_port() -> u16 {
 /// A `docker-registry` on loopback, killed by its pid when dropped.
 struct RealRegistry {
     child: Option<Child>,
+    /// The loopback address it listens on: `127.0.0.1` or `::1`.
+    address: std::net::IpAddr,
     port: u16,
     config: PathBuf,
     binary: PathBuf,
@@ -149,22 +151,33 @@ impl RealRegistry {
         Self::start_config(binary, dir, "", "")
     }
 
+    /// Without TLS and auth, listening on IPv6's loopback (`[::1]`).
+    fn start_plain_v6(binary: &Path, dir: &Path) -> Self {
+        Self::start_on(std::net::Ipv6Addr::LOCALHOST.into(), binary, dir, "", "")
+    }
+
     /// With `tls` (the lines under `http:` after `addr`) and `auth` (the
     /// `auth:` table, or nothing).
     fn start_config(binary: &Path, dir: &Path, tls: &str, auth: &str) -> Self {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), binary, dir, tls, auth)
+    }
+
+    /// [`Self::start_config`] on `address`.
+    fn start_on(address: std::net::IpAddr, binary: &Path, dir: &Path, tls: &str, auth: &str) -> Self {
         std::fs::create_dir_all(dir.join("data")).unwrap();
-        let port = free_port();
+        let port = TcpListener::bind((address, 0)).unwrap().local_addr().unwrap().port();
+        let listen = std::net::SocketAddr::from((address, port));
         let config = dir.join("registry.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    \
-                 enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{tls}{auth}",
+                 enabled: true\nhttp:\n  addr: \"{listen}\"\n{tls}{auth}",
                 data = dir.join("data").display(),
             ),
         )
         .unwrap();
-        let mut r = Self { child: None, port, config, binary: binary.to_path_buf() };
+        let mut r = Self { child: None, address, port, config, binary: binary.to_path_buf() };
         r.restart();
         r
     }
@@ -180,7 +193,7 @@ impl RealRegistry {
             .expect("start docker-registry");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while std::net::TcpStream::connect((self.address, self.port)).is_err() {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("docker-registry exited at start: {status}");
             }
@@ -1888,22 +1901,7 @@ fn a_plain_http_registry_is_used_only_when_listed_and_signed_policies_need_a_sec
     assert!(signed.provenance.signer.is_some_and(|s| s.contains("author.pub")));
 
     // The host, as a node starts it, from the plain registry.
-    rt.block_on(async {
-        let policies = f.path("policies");
-        std::fs::create_dir(&policies).unwrap();
-        std::fs::write(policies.join("10-plain.toml"), format!("source = \"{pinned}\"\non-error = \"fail\"\n"))
-            .unwrap();
-        let mut config = Config::default();
-        config.policies.dir = Some(policies.clone());
-        config.policies.watch = false;
-        config.engine = engine_settings();
-        config.registry = RegistrySettings { cache_dir: Some(f.path("host-cache")), ..settings.clone() };
-        config.validate().unwrap();
-        let host = nri_wasm::cli::HostBuilder::new(config).compiler(Compiler::InProcess).build().unwrap();
-        let mut reloads = host.reloader.reloads();
-        reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
-        assert_eq!(reloads.borrow().1.added, ["10-plain"], "{:?}", reloads.borrow().1);
-    });
+    rt.block_on(host_loads_by_reference(&f, "10-plain", &pinned, &settings));
 
     // Not listed: HTTPS, which a plain registry does not speak.
     let unlisted = RegistrySettings { plain_http: Vec::new(), cache_dir: None, ..settings };
@@ -1912,6 +1910,65 @@ fn a_plain_http_registry_is_used_only_when_listed_and_signed_policies_need_a_sec
         .unwrap_err()
         .to_string();
     assert!(e.contains(&format!("https://{host}/v2/")) && e.contains("plain-http"), "{e}");
+}
+
+/// Starts the host as a node does, with one policy `name` whose settings
+/// file names `reference` and the registry `settings`, and waits until its
+/// first load has added that policy.
+async fn host_loads_by_reference(f: &Fixture, name: &str, reference: &str, settings: &RegistrySettings) {
+    let policies = f.path("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join(format!("{name}.toml")), format!("source = \"{reference}\"\non-error = \"fail\"\n"))
+        .unwrap();
+    let mut config = Config::default();
+    config.policies.dir = Some(policies.clone());
+    config.policies.watch = false;
+    config.engine = engine_settings();
+    config.registry = RegistrySettings { cache_dir: Some(f.path("host-cache")), ..settings.clone() };
+    config.validate().unwrap();
+    let host = nri_wasm::cli::HostBuilder::new(config).compiler(Compiler::InProcess).build().unwrap();
+    let mut reloads = host.reloader.reloads();
+    reloads.wait_for(|(n, _)| *n >= 1).await.unwrap();
+    assert_eq!(reloads.borrow().1.added, [name], "{:?}", reloads.borrow().1);
+}
+
+/// A registry named by an IPv6 address (`oci://[::1]:PORT/...`, as URLs
+/// write one): listed in `plain-http` as references name it, pushed to,
+/// pulled by digest and loaded by the host; a spelling of the same address
+/// that a URL would not give back is refused, saying how to write it.
+#[test]
+fn a_registry_named_by_an_ipv6_address_is_pushed_to_pulled_and_loaded() {
+    let Some(binary) = registry_binary() else { return };
+    if TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: this machine has no IPv6 loopback");
+        return;
+    }
+    let f = Fixture::new();
+    let registry = RealRegistry::start_plain_v6(&binary, &f.path("registry"));
+    let host = format!("[::1]:{}", registry.port);
+    let rt = rt();
+    let settings = RegistrySettings {
+        auth_file: None,
+        ca_file: None,
+        plain_http: vec![host.clone()],
+        ..f.settings(registry.port, Some("cache"))
+    };
+    settings.validate().unwrap();
+    let tag = OciRef::parse(&format!("oci://{host}/policies/annotate:v1")).unwrap();
+    assert_eq!(tag.registry, host);
+    let digest = rt.block_on(push::push(&settings, read(guests::ANNOTATE), &tag)).expect("pushed to [::1]");
+    let pinned = format!("{tag}@sha256:{digest}");
+    let pulled = rt.block_on(Registry::new(&settings, 64 << 20).unwrap().resolve(&source(&pinned, None))).unwrap();
+    assert_eq!(pulled.bytes, read(guests::ANNOTATE));
+
+    rt.block_on(host_loads_by_reference(&f, "10-v6", &pinned, &settings));
+
+    // The same address written out in full: not how a URL gives it back,
+    // so `plain-http` and credentials could not match it; refused.
+    let e = OciRef::parse(&format!("oci://[0:0:0:0:0:0:0:1]:{}/policies/annotate:v1", registry.port))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("RFC 5952") && e.contains("[::1]"), "{e}");
 }
 
 /// Where a policy came from, as `/status` says it: pulled, or from the
