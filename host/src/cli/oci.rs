@@ -36,7 +36,8 @@ pub struct RegistryArgs {
     /// PEM certificates to trust for the registry (besides the system's).
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
-    /// Reach this registry (`host[:port]`) over plain HTTP; repeatable.
+    /// Reach this registry (`host[:port]`, an IPv6 address in brackets:
+    /// `[::1]:5000`) over plain HTTP; repeatable.
     #[arg(long, value_name = "HOST:PORT")]
     pub plain_http: Vec<String>,
     /// Deadline of the whole operation, in milliseconds.

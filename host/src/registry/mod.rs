@@ -145,11 +145,8 @@ impl RegistrySettings {
             transport::read_ca(ca).map_err(|e| Invalid::key(T, "ca-file", "names no usable CA bundle").because(e))?;
         }
         for (i, entry) in self.plain_http.iter().enumerate() {
-            if !reference::host_ok(entry) {
-                let rule = format!(
-                    "{entry:?} must be a registry as references name it: {}, no scheme, no path",
-                    reference::HOST_RULE
-                );
+            if let Some(why) = reference::host_problem(entry) {
+                let rule = format!("{entry:?} must be a registry as references name it, no scheme, no path: {why}");
                 return Err(Invalid::key(T, "plain-http", rule));
             }
             if self.plain_http[..i].contains(entry) {
@@ -407,7 +404,8 @@ mod tests {
             ("", "optional :port"),
             ("localhost:99999", "optional :port"),
             ("::1", "IPv6 address in brackets"),
-            ("[0::1]:5000", "RFC 5952"),
+            ("[0::1]:5000", "RFC 5952: lowercase, zeros compressed): [::1]:5000"),
+            ("localhost:05000", "optional :port"),
         ] {
             let e = plain(&[entry], false).validate().unwrap_err();
             assert!(e.key.as_deref() == Some("plain-http") && e.rule.contains(why), "{entry}: {e}");

@@ -40,16 +40,33 @@ fn component_ok(c: &str) -> bool {
 }
 
 /// A registry as references name it: a DNS name, an IPv4 address, or an
-/// IPv6 address in brackets written as RFC 5952 does (`[::1]`, lowercase,
-/// zeros compressed; so that the name compares equal to the one a URL
-/// gives back, which `plain-http` and the credentials are matched by),
-/// each with an optional `:port`.
-pub(crate) fn host_ok(h: &str) -> bool {
-    let port_ok = |p: &str| !p.is_empty() && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0);
+/// IPv6 address in brackets written as a URL writes it (`[::1]`: RFC
+/// 5952's lowercase form with zeros compressed, an IPv4-mapped address in
+/// hex), each with an optional `:port` (no leading zero). A name a URL
+/// would give back otherwise could never match: `plain-http`, the
+/// credentials and the redirects are matched by the name a URL gives back.
+/// Answers why `h` is not such a name, if it is not.
+pub(crate) fn host_problem(h: &str) -> Option<String> {
+    let port_ok = |p: &str| !p.starts_with('0') && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0);
+    let rule = || Some(format!("the host must be {HOST_RULE}"));
     if let Some(rest) = h.strip_prefix('[') {
-        let Some((address, after)) = rest.split_once(']') else { return false };
-        let canonical = address.parse::<std::net::Ipv6Addr>().is_ok_and(|a| a.to_string() == address);
-        return canonical && (after.is_empty() || after.strip_prefix(':').is_some_and(port_ok));
+        let Some((address, after)) = rest.split_once(']') else { return rule() };
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(port_ok))
+            || address.parse::<std::net::Ipv6Addr>().is_err()
+        {
+            return rule();
+        }
+        let written = reqwest::Url::parse(&format!("http://[{address}]/"))
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default();
+        if written != format!("[{address}]") {
+            return Some(format!(
+                "the IPv6 address must be written as URLs write it (RFC 5952: lowercase, zeros compressed): \
+                 {written}{after}"
+            ));
+        }
+        return None;
     }
     let (name, port) = match h.rsplit_once(':') {
         Some((n, p)) => (n, Some(p)),
@@ -62,12 +79,16 @@ pub(crate) fn host_ok(h: &str) -> bool {
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });
-    name_ok && port.is_none_or(port_ok)
+    if name_ok && port.is_none_or(port_ok) {
+        None
+    } else {
+        rule()
+    }
 }
 
-/// What [`host_ok`] accepts, in words, for the messages that refuse a host.
-pub(crate) const HOST_RULE: &str =
-    "a DNS name, an IPv4 address or an IPv6 address in brackets as RFC 5952 writes it ([::1]), with an optional :port";
+/// What [`host_problem`] accepts, in words, for the messages that refuse a host.
+pub(crate) const HOST_RULE: &str = "a DNS name, an IPv4 address or an IPv6 address in brackets as URLs write it \
+                                    ([::1], RFC 5952), with an optional :port";
 
 impl OciRef {
     /// Parses `oci://…` (the scheme is required).
@@ -90,8 +111,8 @@ impl OciRef {
             None => (rest, None),
         };
         let (registry, path) = rest.split_once('/').ok_or_else(|| bad("names no repository after the host"))?;
-        if !host_ok(registry) {
-            return Err(bad(&format!("the host must be {HOST_RULE}")));
+        if let Some(why) = host_problem(registry) {
+            return Err(bad(&why));
         }
         let (repository, tag) = match path.rsplit_once(':') {
             Some((r, t)) => (r, Some(t.to_string())),
@@ -162,7 +183,7 @@ mod tests {
             "oci://host/p:latest".to_string(),
             format!("oci://[::1]:5000/policies/ulimit:v1@sha256:{d}"),
             "oci://[fd00::2]/p:v1".to_string(),
-            "oci://[::ffff:10.0.0.1]:443/p:v1".to_string(),
+            "oci://[::ffff:a00:1]:443/p:v1".to_string(),
         ] {
             let r = OciRef::parse(&text).unwrap();
             assert_eq!(r.to_string(), text);
@@ -191,8 +212,11 @@ mod tests {
             ("oci://host//p:v", "lowercase"),
             ("oci://::1/p:v", "IPv6 address in brackets"),
             ("oci://[::1/p:v", "host"),
-            ("oci://[0:0:0:0:0:0:0:1]:5000/p:v", "RFC 5952"),
-            ("oci://[FD00::2]/p:v", "RFC 5952"),
+            ("oci://[0:0:0:0:0:0:0:1]:5000/p:v", "write it (RFC 5952: lowercase, zeros compressed): [::1]:5000"),
+            ("oci://[FD00::2]/p:v", "zeros compressed): [fd00::2]"),
+            ("oci://[::ffff:10.0.0.1]/p:v", "zeros compressed): [::ffff:a00:1]"),
+            ("oci://[::1]:05000/p:v", "host"),
+            ("oci://host:080/p:v", "host"),
             ("oci://[fe80::1%eth0]/p:v", "host"),
             ("oci://[::1]:0/p:v", "host"),
             ("oci://[::1]:70000/p:v", "host"),

@@ -262,6 +262,14 @@ pub(crate) fn is_loopback(registry: &str) -> bool {
     host == "localhost" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
 }
 
+/// Whether `registry` is one of `plain` (the `plain-http` list). A URL
+/// leaves HTTP's own port out of its authority, so `host:80` and `host`
+/// are the same registry here.
+fn listed(plain: &[String], registry: &str) -> bool {
+    let bare = |r: &str| r.strip_suffix(":80").unwrap_or(r).to_string();
+    plain.iter().any(|p| bare(p) == bare(registry))
+}
+
 /// `host[:port]` of a URL, as a registry is named.
 fn authority(url: &Url) -> String {
     match (url.host_str(), url.port()) {
@@ -283,7 +291,7 @@ impl Transport {
                 return attempt.error("redirect loop or more than 10 redirects");
             }
             let url = attempt.url();
-            if url.scheme() == "https" || (url.scheme() == "http" && allowed.contains(&authority(url))) {
+            if url.scheme() == "https" || (url.scheme() == "http" && listed(&allowed, &authority(url))) {
                 attempt.follow()
             } else {
                 let to = url.to_string();
@@ -312,7 +320,7 @@ impl Transport {
 
     /// Whether `registry` is reached over plain HTTP.
     pub(crate) fn is_plain(&self, registry: &str) -> bool {
-        self.plain.iter().any(|p| p == registry)
+        listed(&self.plain, registry)
     }
 
     /// `https://host[:port]` (or `http://` for a plain-http registry).
@@ -710,11 +718,16 @@ mod tests {
     fn plain_http_only_where_listed() {
         let settings = RegistrySettings {
             cache_dir: None,
-            plain_http: vec!["localhost:5000".into()],
+            plain_http: vec!["localhost:5000".into(), "[::1]:80".into(), "10.0.0.7".into()],
             ..RegistrySettings::default()
         };
         let t = Transport::new(&settings).unwrap();
         assert_eq!(t.base("localhost:5000"), "http://localhost:5000");
+        // HTTP's own port, which a URL leaves out, named or not.
+        assert_eq!(t.base("[::1]:80"), "http://[::1]:80");
+        assert!(t.allowed("http://[::1]:80/v2/").is_ok() && t.allowed("http://[::1]/v2/").is_ok());
+        assert!(t.allowed("http://10.0.0.7:80/v2/").is_ok());
+        assert!(t.allowed("http://[::1]:5000/v2/").is_err());
         assert_eq!(t.base("localhost:5001"), "https://localhost:5001");
         assert!(t.allowed("http://localhost:5000/v2/").is_ok());
         assert!(t.allowed("https://localhost:5001/v2/").is_ok());
