@@ -197,6 +197,34 @@ func Decode(raw json.RawMessage, v any) error {
 	return d.Decode(v)
 }
 
+// Decoded keeps a value decoded from a settings text, so that a policy
+// decodes its settings once per instance: Init decodes and keeps it
+// (d.Get(text, decode)), a handler asks again with Settings() and gets the
+// kept value while the text is the same. Every call runs in a fresh
+// instance, so a handler decodes again, unless the operator pre-initialises
+// the policy (preinitialize = true, docs/configuration.md): every call then
+// starts from the instance Init left, value included.
+type Decoded[T any] struct {
+	text  string
+	value T
+	set   bool
+}
+
+// Get returns the value decoded from text: the kept one if it was decoded
+// from the same text, otherwise decode's, which is kept if it succeeds.
+func (d *Decoded[T]) Get(text string, decode func(string) (T, error)) (T, error) {
+	if d.set && d.text == text {
+		return d.value, nil
+	}
+	v, err := decode(text)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	d.text, d.value, d.set = text, v, true
+	return v, nil
+}
+
 // Settings is the settings text of the policy (what Init checked).
 func Settings() string { return wit.HostSettings() }
 

@@ -46,7 +46,9 @@ policy_trait! {
         /// Checks the settings when the host loads the policy (the component's
         /// `configure`); an error keeps the policy from loading. Handlers read
         /// the settings with [`settings()`](crate::settings()): they run in fresh instances, which
-        /// have not seen this call.
+        /// have not seen this call, unless the operator sets `preinitialize =
+        /// true` (docs/configuration.md), where every call starts from the
+        /// state this call left. A handler must work either way.
         fn init(_settings: &str) -> Result<(), String> {
             Ok(())
         }

@@ -4,7 +4,11 @@
 //! The host hands a policy its settings as one string: a `settings` string
 //! in the policy's file as it is, a `[settings]` table as its JSON text
 //! (docs/configuration.md). Every call runs in a fresh instance, so the
-//! handlers read them again rather than keeping what `configure` saw.
+//! handlers read them again rather than keeping what `configure` saw,
+//! unless the operator sets `preinitialize = true`: every call then starts
+//! from the instance `configure` left, and a policy that keeps its parsed
+//! settings in a `static` (a `std::sync::OnceLock` set in `init`) finds
+//! them there instead of parsing again.
 //!
 //! Why typed settings live in the SDK: every policy with settings needs the
 //! same three things, and each hand-written parser got them slightly

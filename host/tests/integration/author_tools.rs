@@ -149,6 +149,29 @@ fn check_tells_what_a_good_policy_costs() {
     assert!(!ran.stdout.contains("refused"), "{}", ran.stdout);
 }
 
+#[test]
+fn check_says_whether_a_policy_is_pre_initialised() {
+    // `preinitialize = true` in the policy's file: check takes the snapshot
+    // as the host would and says so, with what it took.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    let settings = toml::Value::String(ulimit_adjuster::SETTINGS.into());
+    std::fs::write(
+        &policy,
+        format!("grant = [\"rlimits-raise\"]\npreinitialize = true\nsettings = {settings}\n{LOOSE}"),
+    )
+    .unwrap();
+    let ran =
+        run([OsStr::new("check"), examples::ULIMIT_ADJUSTER.as_ref(), "--settings-file".as_ref(), policy.as_os_str()]);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(
+        ran.stdout.contains("preinit   calls start from a snapshot taken after configure (taken in "),
+        "{}",
+        ran.stdout
+    );
+    assert!(ran.stdout.contains("result    loads"), "{}", ran.stdout);
+}
+
 /// What a policy asks for, and what the settings given do not grant.
 #[test]
 fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {

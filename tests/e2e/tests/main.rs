@@ -21,6 +21,7 @@ mod handshake;
 mod merge_plugins;
 mod node_state;
 mod operations;
+mod preinit;
 mod reconnect;
 mod registry;
 mod rpcs;

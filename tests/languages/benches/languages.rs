@@ -8,7 +8,9 @@
 //! - instantiate + call, p50 and p99 of many calls (`engine.call`, which
 //!   instantiates a fresh instance per call as the host does);
 //! - a chain of ten copies through the chain's CreateContainer, p50/p99
-//!   (the first one's reply taken, the nine others yielding on the conflict).
+//!   (the first one's reply taken, the nine others yielding on the conflict);
+//! - the same policy pre-initialised (`preinitialize = true`): the load with
+//!   its snapshot, and instantiate + call.
 //!
 //! It prints those as a markdown table first, then runs criterion on the
 //! call and the chain of ten.
@@ -92,6 +94,9 @@ fn sample(n: usize, mut f: impl FnMut()) -> (Duration, Duration) {
 struct Loaded {
     lang: &'static str,
     one: CompiledPolicy,
+    /// The same, pre-initialised (`preinitialize = true`), if the host
+    /// could take its snapshot.
+    pre: Option<CompiledPolicy>,
     ten: Chain,
 }
 
@@ -163,7 +168,33 @@ fn table(cached: &Arc<PolicyLoader>, req: &pb::CreateContainerRequest) -> Vec<Lo
             fmt(c50),
             fmt(c99)
         ));
-        loaded.push(Loaded { lang, one, ten });
+        // Pre-initialised: its calls start from a snapshot taken after
+        // `configure`; the load (cached) includes taking the snapshot and
+        // compiling it.
+        let t = Instant::now();
+        let pre = cached.load(&PolicySpec { preinitialize: true, ..spec("50-parity", wasm) }, &facts).expect("load");
+        let pre_load = t.elapsed();
+        let pre = match pre.preinitialize_refused() {
+            Some(why) => {
+                rows.push(format!("| {lang}, pre-initialised | | | refused: {why} | | | |"));
+                None
+            }
+            None => {
+                let (p50, p99) = sample(if slow { 300 } else { 2000 }, || {
+                    let r = call(&pre, req);
+                    assert!(matches!(r.outcome, Ok(Ok(_))), "{lang}: {:?}", r.outcome);
+                });
+                let ratio = rust_p50.map_or("-".to_string(), |r| format!("{:.1}", p50.as_secs_f64() / r.as_secs_f64()));
+                rows.push(format!(
+                    "| {lang}, pre-initialised | | | {} | {} / {} | {ratio} | |",
+                    fmt(pre_load),
+                    fmt(p50),
+                    fmt(p99)
+                ));
+                Some(pre)
+            }
+        };
+        loaded.push(Loaded { lang, one, pre, ten });
     }
     eprintln!("\nThe parity reference policy on the captured containerd CreateContainer:\n\n{}\n", rows.join("\n"));
     loaded
@@ -178,6 +209,9 @@ fn benches(c: &mut Criterion) {
     group.sample_size(30).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     for l in &loaded {
         group.bench_function(l.lang, |b| b.iter(|| call(&l.one, &req)));
+        if let Some(pre) = &l.pre {
+            group.bench_function(format!("{}_PREINIT", l.lang), |b| b.iter(|| call(pre, &req)));
+        }
     }
     group.finish();
     let mut group = c.benchmark_group("chain-of-ten");

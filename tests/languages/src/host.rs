@@ -56,6 +56,20 @@ pub fn load(name: &str, wasm: &str, settings: &str) -> Result<CompiledPolicy, Lo
     load_with(name, wasm, settings, limits(), OnError::Fail)
 }
 
+/// [`load`], pre-initialised (`preinitialize = true`): its calls start
+/// from a snapshot taken after `configure`, if the host could take one
+/// ([`CompiledPolicy::preinitialized`] says).
+pub fn load_preinitialized(name: &str, wasm: &str, settings: &str) -> Result<CompiledPolicy, LoadError> {
+    let spec = PolicySpec {
+        settings: settings.into(),
+        on_error: OnError::Fail,
+        limits: limits(),
+        preinitialize: true,
+        ..PolicySpec::granting_all(name, wasm)
+    };
+    loader().load(&spec, &facts())
+}
+
 /// Loads a component with the given limits and on-error.
 pub fn load_with(
     name: &str,

@@ -375,6 +375,20 @@ fn run(args: &CheckArgs, compiler: Compiler, out: &mut dyn Write) -> Result<(), 
     } else {
         let _ = writeln!(out, "compile   {} (the whole first load: {})", super::ms(t.compile), super::ms(first));
     }
+    if spec.preinitialize {
+        match policy.preinitialize_refused() {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "preinit   calls start from a snapshot taken after configure (taken in {})",
+                    super::ms(t.preinitialize)
+                );
+            }
+            Some(why) => {
+                let _ = writeln!(out, "preinit   refused, calls start from the component as built: {why}");
+            }
+        }
+    }
 
     let started = Instant::now();
     let again = loader.load_bytes(&spec, &bytes, &facts)?;

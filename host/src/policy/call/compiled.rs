@@ -54,6 +54,8 @@ pub struct LoadTimings {
     pub link: Duration,
     /// Its `configure` call.
     pub configure: Duration,
+    /// Pre-initialising it (`load/snapshot.rs`), if its settings ask.
+    pub preinitialize: Duration,
 }
 
 /// A loaded policy: its spec, its pre-linked component and its subscription.
@@ -77,6 +79,10 @@ pub struct CompiledPolicy {
     /// What it may change and read (`caps.rs`).
     pub(crate) allowed: Allowed,
     pub(crate) timings: LoadTimings,
+    /// Whether its calls start from a snapshot taken after `configure`.
+    pub(crate) preinitialized: bool,
+    /// Why it was not pre-initialised although its settings asked.
+    pub(crate) preinitialize_refused: Option<String>,
     /// Keeps the component shared with other policies of the same file.
     pub(crate) _component: Arc<Component>,
 }
@@ -131,6 +137,18 @@ impl CompiledPolicy {
     pub fn reads_node(&self) -> bool {
         debug_assert_eq!(self.profile.reads_node, self.imports.reads_node(self.allowed));
         self.profile.reads_node
+    }
+
+    /// Whether its calls start from a snapshot of the state `configure`
+    /// left (`preinitialize = true`, and the snapshot could be taken).
+    pub fn preinitialized(&self) -> bool {
+        self.preinitialized
+    }
+
+    /// Why it was not pre-initialised although its settings file asked
+    /// (it then runs as built).
+    pub fn preinitialize_refused(&self) -> Option<&str> {
+        self.preinitialize_refused.as_deref()
     }
 
     /// What inspecting the file found.

@@ -250,6 +250,15 @@ impl LogBudget {
     }
 }
 
+impl CallState {
+    /// Whether the guest holds any host resource (a WASI stream, a
+    /// pollable): pre-initialisation refuses to snapshot an instance that
+    /// does (`load/snapshot.rs`).
+    pub(crate) fn holds_handles(&self) -> bool {
+        !self.table.is_empty()
+    }
+}
+
 /// A fresh store for one call of `policy`, timed by `time`, with the first
 /// check of its time registered through `arming`.
 #[allow(clippy::too_many_arguments)]

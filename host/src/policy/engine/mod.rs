@@ -454,6 +454,21 @@ impl PolicyEngine {
         policy: &CompiledPolicy,
         facts: &Arc<Facts>,
     ) -> Result<Vec<wit::EventKind>, CallError> {
+        self.configure_then(policy, facts, async |_, _| ()).await.map(|(kinds, ())| kinds)
+    }
+
+    /// [`Self::configure`], then `after` with the store and the instance
+    /// `configure` ran in, once it succeeded: pre-initialisation
+    /// (`load/snapshot.rs`) reads the instance's state there. `after` runs
+    /// while the instance still holds its slot of the pool, outside the
+    /// call's time (the store's fuel and deadline are what `configure`
+    /// left; `after` sets its own).
+    pub(crate) async fn configure_then<R>(
+        &self,
+        policy: &CompiledPolicy,
+        facts: &Arc<Facts>,
+        after: impl AsyncFnOnce(&mut wasmtime::Store<CallState>, wasmtime::component::Instance) -> R,
+    ) -> Result<(Vec<wit::EventKind>, R), CallError> {
         let env = CallEnv::detached(facts.clone());
         let limits = &policy.profile.limits;
         // An instance slot of the pool; the policy's time starts once it has one.
@@ -470,7 +485,7 @@ impl PolicyEngine {
             let instance = policy.instance_pre.instantiate_async(&mut store).await?;
             let configure = instance
                 .get_typed_func::<(String,), (Result<Vec<wit::EventKind>, String>,)>(&mut store, &policy.configure)?;
-            configure.call_async(&mut store, (settings,)).await.map(|(r,)| r)
+            configure.call_async(&mut store, (settings,)).await.map(|(r,)| (instance, r))
         };
         let result = metered(&time, run).await;
         let event = "configure";
@@ -489,8 +504,11 @@ impl PolicyEngine {
             // made of its empty answer is not used.
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
             Ok(_) if store.data().refused_in().is_some() => Err(ungranted_node(&attempt, store.data())),
-            Ok(Ok(kinds)) => Ok(kinds),
-            Ok(Err(reason)) => Err(CallError::new(
+            Ok((instance, Ok(kinds))) => {
+                let after = after(&mut store, instance).await;
+                Ok((kinds, after))
+            }
+            Ok((_, Err(reason))) => Err(CallError::new(
                 &*policy.profile.name,
                 event,
                 CallErrorKind::Init { reason: crate::text::reason(&reason) },

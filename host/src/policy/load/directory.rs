@@ -196,6 +196,8 @@ pub async fn load_one(
             compile_ms = ms(t.compile),
             link_ms = ms(t.link),
             configure_ms = ms(t.configure),
+            preinitialized = policy.preinitialized(),
+            preinitialize_ms = ms(t.preinitialize),
             "policy loaded"
         );
     }

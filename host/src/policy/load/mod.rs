@@ -5,9 +5,11 @@
 //! registry client) runs the steps (`prepare`, the cheap ones first):
 //! reading the file (`read`) or pulling it, the checks before compiling
 //! (`inspect`), compiling within bounds (`compile`) or taking the compiled
-//! form from disk (`cache`), linking and `configure` on the engine; and it
-//! remembers what each policy subscribed to across restarts (`known`). The
-//! errors of these steps are `errors`.
+//! form from disk (`cache`), linking and `configure` on the engine, and,
+//! if its settings file asks, a snapshot of the configured instance that
+//! its calls start from (`snapshot`); and it remembers what each policy
+//! subscribed to across restarts (`known`). The errors of these steps are
+//! `errors` (a refused snapshot is not one: the policy then runs as built).
 //!
 //! Loading sits above the engine, which only runs calls and knows nothing
 //! of it; what a file says (its spec, limits and capabilities) is `spec/`,
@@ -22,3 +24,4 @@ pub(crate) mod known;
 pub mod loader;
 pub mod prepare;
 pub mod read;
+pub mod snapshot;

@@ -11,7 +11,10 @@
 //!    entry there is authenticated and bound to exactly these bytes (`cache.rs`);
 //! 4. link against the engine's linker and check the world's types;
 //! 5. run `configure` on the engine with the policy's settings: its subscription, which
-//!    must be within what the component declares (`spec/declared.rs`).
+//!    must be within what the component declares (`spec/declared.rs`);
+//! 6. if its settings file asks, pre-initialise it: a snapshot of the
+//!    instance `configure` left, which its calls then start from
+//!    (`snapshot.rs`).
 //!
 //! Every step is bounded and fails with a [`LoadError`] that names the
 //! policy, the file and the step.
@@ -140,7 +143,7 @@ impl PolicyLoader {
         // entry is used only if it was compiled from exactly these bytes.
         let binding = Binding::new(self.engine().engine(), &binary);
         let cache_key = binding.key();
-        let (component, cached) = self.component_shared(name, &binding, binary).await?;
+        let (component, cached) = self.component_shared(name, &binding, binary.clone()).await?;
         timings.compile = step.elapsed();
         timings.cached = cached;
 
@@ -181,6 +184,8 @@ impl PolicyLoader {
             inspection,
             allowed,
             timings,
+            preinitialized: false,
+            preinitialize_refused: None,
             _component: component,
         };
         // Validate the settings and learn the subscription once, at load.
@@ -206,6 +211,33 @@ impl PolicyLoader {
         }
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
+        if spec.preinitialize {
+            let step = Instant::now();
+            match self.snapshot(&compiled, binary, facts).await {
+                Ok(snapshot) => {
+                    tracing::info!(
+                        policy = name,
+                        bytes = snapshot.size,
+                        took_ms = step.elapsed().as_millis() as u64,
+                        "policy pre-initialised: its calls start from the state configure left"
+                    );
+                    compiled.instance_pre = snapshot.instance_pre;
+                    compiled.handle = snapshot.handle;
+                    compiled.configure = snapshot.configure;
+                    compiled._component = snapshot.component;
+                    compiled.preinitialized = true;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        policy = name,
+                        error = %error,
+                        "policy not pre-initialised: its calls start from the component as built"
+                    );
+                    compiled.preinitialize_refused = Some(error.to_string());
+                }
+            }
+            compiled.timings.preinitialize = step.elapsed();
+        }
         if let Some(dir) = self.cache().map(super::cache::Cache::dir) {
             self.keep_record(name, super::known::record(dir, &compiled));
         }
@@ -226,7 +258,7 @@ impl PolicyLoader {
         if let Some(component) = in_use(self) {
             return Ok((component, true));
         }
-        let (component, cached) = self.component(policy, binding, binary).await?;
+        let (component, cached) = self.component(policy, binding, binary, true).await?;
         let component = Arc::new(component);
         let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
@@ -235,15 +267,16 @@ impl PolicyLoader {
     }
 
     /// The compiled component: from the cache, or compiled within bounds
-    /// (and then cached). Says whether it came from the cache.
-    async fn component(
+    /// (and then cached, if `keep`). Says whether it came from the cache.
+    pub(super) async fn component(
         &self,
         policy: &str,
         binding: &Binding,
         binary: Arc<[u8]>,
+        keep: bool,
     ) -> Result<(Component, bool), LoadError> {
         let compile_err = |reason: String| LoadError::Compile { policy: policy.into(), reason };
-        if let Some(cache) = self.cache() {
+        if let Some(cache) = self.cache().filter(|_| keep) {
             if let Some(entry) = cache.get(policy, binding) {
                 // SAFETY: `get` returns only an entry whose MAC under the
                 // host's private key verified (so this host wrote it, and
@@ -268,7 +301,7 @@ impl PolicyLoader {
             }
         }
         let artifact = self.compile(binary).await.map_err(|e| compile_err(e.to_string()))?;
-        if let Some(cache) = self.cache() {
+        if let Some(cache) = self.cache().filter(|_| keep) {
             if let Err(e) = cache.put(binding, &artifact) {
                 tracing::warn!(policy, dir = %cache.dir().display(), error = %e, "cannot cache a compiled component");
             }

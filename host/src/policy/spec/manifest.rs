@@ -73,6 +73,9 @@ pub(crate) struct PolicyFile {
     /// Public keys (PEM) one of which must have signed the pulled policy;
     /// replace `[registry] public-keys` for this policy.
     pub public_keys: Option<Vec<PathBuf>>,
+    /// Start every call from the state `configure` left (`load/snapshot.rs`).
+    #[serde(default)]
+    pub preinitialize: bool,
 }
 
 /// Everything needed to load one policy.
@@ -108,6 +111,10 @@ pub struct PolicySpec {
     pub source: Option<crate::registry::Source>,
     /// Where the loaded version came from (set once pulled).
     pub provenance: Option<crate::registry::Provenance>,
+    /// Start every call from a snapshot of the instance `configure` ran in,
+    /// taken at load, instead of from the component as built
+    /// (`load/snapshot.rs`).
+    pub preinitialize: bool,
 }
 
 impl PolicySpec {
@@ -127,6 +134,7 @@ impl PolicySpec {
             grant: CapSet::default_grant(),
             source: None,
             provenance: None,
+            preinitialize: false,
         }
     }
 
@@ -392,6 +400,7 @@ fn read_spec_with(
         settings,
         on_error: file.on_error,
         on_conflict: file.on_conflict,
+        preinitialize: file.preinitialize,
         mode: file.mode,
         limits,
         sha256: file.sha256.map(|s| s.to_ascii_lowercase()),
@@ -717,5 +726,23 @@ mod tests {
         assert_eq!(specs[0].sha256.as_deref(), Some(pin.to_ascii_lowercase().as_str()));
         assert_eq!(specs[0].on_conflict, OnConflict::Yield);
         assert!(errors[0].to_string().contains("64 hexadecimal digits"), "{}", errors[0]);
+    }
+
+    #[test]
+    fn preinitialize_is_read_and_off_by_default() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, toml) in
+            [("10-on", "preinitialize = true\n"), ("20-off", ""), ("30-bad", "preinitialize = \"yes\"\n")]
+        {
+            std::fs::write(dir.path().join(format!("{name}.wasm")), "").unwrap();
+            std::fs::write(dir.path().join(format!("{name}.toml")), toml).unwrap();
+        }
+        let (specs, errors) = scan(dir.path(), ReadOptions::lenient(Limits::default()));
+        let got: Vec<(&str, bool)> = specs.iter().map(|s| (s.name.as_str(), s.preinitialize)).collect();
+        assert_eq!(got, [("10-on", true), ("20-off", false)]);
+        assert_eq!(errors.len(), 1);
+        let msg = errors[0].to_string();
+        assert!(msg.contains("30-bad.toml") && msg.contains("line 1") && msg.contains("expected a boolean"), "{msg}");
+        assert!(!PolicySpec::new("x", "x.wasm").preinitialize);
     }
 }

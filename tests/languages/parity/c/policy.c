@@ -130,16 +130,22 @@ static bool parse(settings_t *s) {
     return true;
 }
 
+/* The settings configure parsed: found by every call of a pre-initialised
+   instance (preinitialize = true), never by a call of one as built. */
+static settings_t kept;
+static bool have_kept;
+
 bool policy_configure(const char *text, nw_events_t *events) {
-    settings_t s;
-    if (!parse(&s)) return false;
+    if (!parse(&kept)) return false;
+    have_kept = true;
     nw_subscribe(events, NW_CREATE_CONTAINER);
     return true;
 }
 
 bool policy_handle(nw_event_kind_t kind, nw_reply_t *reply) {
     static settings_t s;
-    if (!parse(&s)) nw_panic("the settings changed after configure");
+    if (have_kept) s = kept;
+    else if (!parse(&s)) nw_panic("the settings changed after configure");
     const nw_pod_meta_t *pod = nw_pod_meta();
     char *ns = nw_cstr(pod->namespace_), *name = nw_cstr(pod->name);
     for (size_t i = 0; s.deny_namespaces && i < s.deny_namespaces->count; i++) {

@@ -149,8 +149,12 @@ func parse(text string) (*settings, error) {
 	return s, nil
 }
 
+// The settings Init parsed: found by every call of a pre-initialised
+// instance (preinitialize = true), never by a call of one as built.
+var parsed nri.Decoded[*settings]
+
 func create(e *nri.Event) (nri.Reply, error) {
-	s, err := parse(nri.Settings())
+	s, err := parsed.Get(nri.Settings(), parse)
 	if err != nil {
 		return nri.None(), err
 	}
@@ -196,7 +200,7 @@ func create(e *nri.Event) (nri.Reply, error) {
 func init() {
 	nri.Register(nri.Policy{
 		Init: func(text string) error {
-			_, err := parse(text)
+			_, err := parsed.Get(text, parse)
 			return err
 		},
 		On: map[nri.EventKind]nri.Handler{nri.CreateContainer: create},

@@ -88,13 +88,18 @@ function parse(text) {
   return { mappings, denyNamespaces, denyAnnotation, memoryCap };
 }
 
+// The settings init parsed: found by every call of a pre-initialised
+// instance (preinitialize = true), never by a call of one as built.
+/** @type {ReturnType<typeof parse> | null} */
+let kept = null;
+
 export const { configure, handle } = policy({
   init(text) {
-    parse(text);
+    kept = parse(text);
   },
   on: {
     'create-container'(e) {
-      const s = parse(settings());
+      const s = kept ?? parse(settings());
       const pod = e.podMeta();
       const ns = pod?.namespace ?? '';
       const name = pod?.name ?? '';

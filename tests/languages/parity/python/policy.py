@@ -92,14 +92,20 @@ def parse(text: str) -> Settings:
 policy = Policy()
 
 
+# The settings init parsed: found by every call of a pre-initialised
+# instance (preinitialize = true), never by a call of one as built.
+_kept: "Settings | None" = None
+
+
 @policy.init
 def check(text: str) -> None:
-    parse(text)
+    global _kept
+    _kept = parse(text)
 
 
 @policy.on("create-container")
 def create(e: Event):
-    s = parse(settings())
+    s = _kept if _kept is not None else parse(settings())
     pod = e.pod_meta()
     ns, name = pod.namespace, pod.name
     if ns in s.deny_namespaces:

@@ -99,15 +99,28 @@ fn parse(text: &str) -> Result<Settings, String> {
 
 struct Parity;
 
+/// The settings `init` parsed: found by every call of a pre-initialised
+/// instance (`preinitialize = true`), never by a call of one as built.
+static PARSED: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+
 impl Policy for Parity {
     const EVENTS: &'static [EventKind] = &[EventKind::CreateContainer];
 
     fn init(settings: &str) -> Result<(), String> {
-        parse(settings).map(drop)
+        // Kept for the handlers: a pre-initialised instance starts with it.
+        let _ = PARSED.set(parse(settings)?);
+        Ok(())
     }
 
     fn create_container(e: &Event) -> Result<Reply, String> {
-        let s = parse(settings())?;
+        let parsed;
+        let s = match PARSED.get() {
+            Some(kept) => kept,
+            None => {
+                parsed = parse(settings())?;
+                &parsed
+            }
+        };
         let pod = e.pod_meta();
         let (ns, name) = (&pod.namespace, &pod.name);
         if s.deny_namespaces.iter().any(|d| d == ns) {

@@ -1,0 +1,142 @@
+//! Pre-initialised policies (`preinitialize = true`,
+//! `host/src/policy/load/snapshot.rs`), with the real rewrite and compiled
+//! guests: a call starts from the state `configure` left and from nothing
+//! any earlier call wrote, and a snapshot that cannot be taken honestly is
+//! refused, named, and the policy runs as built.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
+use nri_wasm::policy::spec::manifest::PolicySpec;
+use nri_wasm::policy::{CompiledPolicy, PolicyLoader};
+use nri_wasm_e2e::{create_event, guests, roomy};
+
+fn spec(settings: &str, preinitialize: bool) -> PolicySpec {
+    PolicySpec {
+        settings: settings.into(),
+        limits: roomy(),
+        preinitialize,
+        ..PolicySpec::new("30-preinit", Path::new(guests::PREINIT))
+    }
+}
+
+fn facts() -> Arc<Facts> {
+    Arc::new(nri_wasm_e2e::test_facts())
+}
+
+fn loader(settings: EngineSettings) -> PolicyLoader {
+    PolicyLoader::new(Arc::new(PolicyEngine::new(&settings).expect("engine")))
+}
+
+/// The annotations `(configured, calls, heap)` of one call.
+fn call(loader: &PolicyLoader, policy: &CompiledPolicy, facts: &Arc<Facts>) -> (String, String, String) {
+    let report =
+        loader.engine().call(policy, create_event(), &CallEnv::detached(facts.clone()), None, Duration::from_secs(2));
+    let reply = report.outcome.expect("the call succeeds").expect("the policy allows");
+    let annotations = reply.adjust.expect("an adjustment").annotations;
+    let get = |key: &str| annotations.iter().find(|kv| kv.key == key).map(|kv| kv.value.clone()).expect(key);
+    (get("preinit/configured"), get("preinit/calls"), get("preinit/heap"))
+}
+
+#[test]
+fn every_call_starts_from_the_state_configure_left_and_from_no_other_call() {
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let f = facts();
+    // As built: no call has seen configure's writes, and none sees another's.
+    let plain = loader.load(&spec("abc", false), &f).expect("load");
+    assert!(!plain.preinitialized());
+    for _ in 0..3 {
+        assert_eq!(call(&loader, &plain, &f), ("0".into(), "1".into(), "1".into()));
+    }
+    // Pre-initialised: every call sees what configure stored (the length of
+    // "abc" plus one, and its heap entry), and still nothing of the calls
+    // before it, however many ran.
+    let snap = loader.load(&spec("abc", true), &f).expect("load");
+    assert!(snap.preinitialized(), "{:?}", snap.preinitialize_refused());
+    assert_eq!(snap.preinitialize_refused(), None);
+    assert_eq!(snap.events(), plain.events(), "the same subscription");
+    for _ in 0..5 {
+        assert_eq!(call(&loader, &snap, &f), ("4".into(), "1".into(), "2".into()));
+    }
+    // Interleaved with the plain policy, on the same engine and pool.
+    for _ in 0..3 {
+        assert_eq!(call(&loader, &plain, &f).0, "0");
+        assert_eq!(call(&loader, &snap, &f), ("4".into(), "1".into(), "2".into()));
+    }
+}
+
+#[test]
+fn a_configure_that_keeps_a_host_handle_is_refused_a_snapshot_and_runs_as_built() {
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let f = facts();
+    let p = loader.load(&spec("hold-stdout", true), &f).expect("the policy still loads");
+    assert!(!p.preinitialized());
+    let why = p.preinitialize_refused().expect("a reason");
+    assert!(why.contains("host handles open"), "{why}");
+    assert_eq!(call(&loader, &p, &f), ("0".into(), "1".into(), "1".into()), "as built");
+}
+
+#[test]
+fn a_snapshot_larger_than_a_policy_file_may_be_is_refused() {
+    // `fill` leaves 2 MiB of noise in memory: the snapshot's data segments
+    // are over a `max-component-mib` of 1, though the component is not.
+    let settings = EngineSettings { max_component_mib: 1, ..nri_wasm_e2e::engine_settings() };
+    let loader = loader(settings);
+    let f = facts();
+    let p = loader.load(&spec("fill", true), &f).expect("the policy still loads");
+    assert!(!p.preinitialized());
+    let why = p.preinitialize_refused().expect("a reason");
+    assert!(why.contains("over max-component-mib (1 MiB)"), "{why}");
+    assert_eq!(call(&loader, &p, &f).0, "0", "as built");
+    // With room for it, the same policy is pre-initialised.
+    let roomy = loader_room();
+    let p = roomy.load(&spec("fill", true), &f).expect("load");
+    assert!(p.preinitialized(), "{:?}", p.preinitialize_refused());
+    assert_eq!(call(&roomy, &p, &f), ("5".into(), "1".into(), "2".into()));
+}
+
+fn loader_room() -> PolicyLoader {
+    loader(nri_wasm_e2e::engine_settings())
+}
+
+#[test]
+fn a_failing_settings_step_still_fails_the_load() {
+    // The plain `configure` runs first and decides whether the policy loads;
+    // the snapshot is only tried for a policy that does.
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let spec = PolicySpec {
+        settings: "two words".into(),
+        limits: roomy(),
+        preinitialize: true,
+        ..PolicySpec::new("10-annotate", Path::new(guests::ANNOTATE))
+    };
+    let err = loader.load(&spec, &facts()).expect_err("bad settings");
+    assert!(err.to_string().contains("configure (its settings step) failed"), "{err}");
+}
+
+#[test]
+fn the_snapshot_step_is_bounded_like_a_call_and_names_the_limit() {
+    // The plain `configure` of the faults guest passes with `ok`; the
+    // snapshot step then runs the same policy with `init-loop`, as a
+    // `configure` that behaves differently the second time would. It is
+    // cut off at the policy's time limit, and the error says so.
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let f = facts();
+    let spec = PolicySpec {
+        settings: "ok".into(),
+        limits: nri_wasm::policy::spec::limits::Limits { fuel: u64::MAX / 2, ..roomy() },
+        ..PolicySpec::new("40-faulty", Path::new(guests::FAULTS))
+    };
+    let mut policy = loader.load(&spec, &f).expect("load");
+    policy.spec.settings = "init-loop".into();
+    let bytes = std::fs::read(guests::FAULTS).unwrap();
+    let err = loader.engine().block_on(loader.snapshot_for_tests(&policy, &bytes, &f)).expect_err("cut off");
+    let text = err.to_string();
+    assert!(text.contains("configure failed in the instrumented instance") && text.contains("time limit"), "{text}");
+    // The engine goes on: the policy as loaded still answers.
+    let report =
+        loader.engine().call(&policy, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(2));
+    assert!(report.outcome.is_ok(), "{:?}", report.outcome);
+}
