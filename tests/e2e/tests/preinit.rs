@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nri_wasm::policy::bindings::wit;
 use nri_wasm::policy::engine::{CallEnv, EngineSettings, Facts, PolicyEngine};
 use nri_wasm::policy::spec::manifest::PolicySpec;
 use nri_wasm::policy::{CompiledPolicy, PolicyLoader};
@@ -132,11 +133,88 @@ fn the_snapshot_step_is_bounded_like_a_call_and_names_the_limit() {
     let mut policy = loader.load(&spec, &f).expect("load");
     policy.spec.settings = "init-loop".into();
     let bytes = std::fs::read(guests::FAULTS).unwrap();
-    let err = loader.engine().block_on(loader.snapshot_for_tests(&policy, &bytes, &f)).expect_err("cut off");
+    let kinds = [wit::EventKind::CreateContainer];
+    let err = loader.engine().block_on(loader.snapshot_for_tests(&policy, &bytes, &kinds, &f)).expect_err("cut off");
     let text = err.to_string();
     assert!(text.contains("configure failed in the instrumented instance") && text.contains("time limit"), "{text}");
     // The engine goes on: the policy as loaded still answers.
     let report =
         loader.engine().call(&policy, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(2));
     assert!(report.outcome.is_ok(), "{:?}", report.outcome);
+}
+
+#[test]
+fn memories_of_millions_of_separate_runs_are_refused_before_the_rewrite() {
+    // Every other byte over 12 MiB: the rewrite would keep a record of each
+    // of 6.3 million runs; the host counts them while it copies the memory
+    // out and stops at its limit.
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let f = facts();
+    let p = loader.load(&spec("sparse", true), &f).expect("the policy still loads");
+    assert!(!p.preinitialized());
+    let why = p.preinitialize_refused().expect("a reason");
+    let max = nri_wasm::policy::load::snapshot::MAX_RUNS;
+    assert!(why.contains(&format!("separate runs of non-zero bytes, over the {max} a snapshot takes")), "{why}");
+    assert_eq!(call(&loader, &p, &f), ("0".into(), "1".into(), "1".into()), "as built");
+}
+
+#[test]
+fn a_memory_at_its_cap_is_refused_a_snapshot_not_a_panic() {
+    // `configure` grows its memory to the cap: the accessor that hands the
+    // memory over cannot take its page, and the snapshot is refused with
+    // what failed.
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let f = facts();
+    let limits = nri_wasm::policy::spec::limits::Limits { memory_mib: 16, ..roomy() };
+    let p = loader.load(&PolicySpec { limits, ..spec("full", true) }, &f).expect("the policy still loads");
+    assert!(!p.preinitialized());
+    let why = p.preinitialize_refused().expect("a reason");
+    assert!(why.contains("reading the instance's state failed") && why.contains("wasmtime:wizer/access"), "{why}");
+    assert_eq!(call(&loader, &p, &f).0, "0", "as built");
+}
+
+#[test]
+fn the_cache_keeps_what_the_next_load_of_a_pre_initialised_policy_needs() {
+    // The component as built and the instrumented one are no loaded
+    // policy's component once the snapshot replaces them, but the next load
+    // needs both: pruning keeps them while the policy is in the directory,
+    // and lets them go once it is not. Every entry is made two days old, so
+    // pruning removes whatever it does not keep.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let settings = EngineSettings { cache_dir: Some(cache.clone()), ..nri_wasm_e2e::engine_settings() };
+    let loader = loader(settings);
+    let f = facts();
+    let p = loader.load(&spec("abc", true), &f).expect("load");
+    assert!(p.preinitialized());
+    let artifacts = || {
+        let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .collect();
+        found.sort();
+        found
+    };
+    let age = || {
+        let old = std::time::SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
+        for path in artifacts() {
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(old).unwrap();
+        }
+    };
+    let before = artifacts();
+    assert_eq!(before.len(), 2, "as built and instrumented: {before:?}");
+    // A policy loaded and gone: its entry is what pruning may remove.
+    drop(loader.load(&PolicySpec::new("10-noop", Path::new(guests::NOOP)), &f).expect("load"));
+    assert_eq!(artifacts().len(), 3);
+    age();
+    let pruned = loader.prune_cache(&["30-preinit".to_string()]);
+    assert_eq!(pruned.entries, 1, "the gone policy's entry only");
+    assert_eq!(artifacts(), before);
+    // The policy leaves the directory: nothing keeps its entries.
+    drop(p);
+    age();
+    let pruned = loader.prune_cache(&[]);
+    assert_eq!(pruned.entries, 2);
+    assert!(artifacts().is_empty());
 }

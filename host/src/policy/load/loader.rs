@@ -45,8 +45,8 @@ pub struct Pruned {
 pub struct PolicyLoader {
     engine: Arc<PolicyEngine>,
     compiler: Compiler,
-    /// Bounds the compiles under way.
-    compiles: tokio::sync::Semaphore,
+    /// Bounds the compiles under way (and the snapshots' rewrites).
+    pub(super) compiles: tokio::sync::Semaphore,
     cache: Option<Cache>,
     /// Components in use, by cache key: a file loaded as several policies
     /// (one component, several settings) or reloaded unchanged shares one
@@ -56,6 +56,10 @@ pub struct PolicyLoader {
     /// host last loaded, refused or found at start, by policy name: what
     /// [`Self::prune_cache`] keeps.
     records: Mutex<HashMap<String, String>>,
+    /// Compile-cache keys a pre-initialised policy's next load needs but no
+    /// loaded component holds (its component as built, its instrumented
+    /// component), by policy name: kept from pruning like those in use.
+    pub(super) pinned: Mutex<HashMap<String, Vec<String>>>,
     /// Where policies named by reference are pulled from (`[registry]`),
     /// as the composition root made it; none unless given.
     registry: Option<RegistryClient>,
@@ -94,6 +98,7 @@ impl PolicyLoader {
             cache,
             in_use: Mutex::default(),
             records: Mutex::default(),
+            pinned: Mutex::default(),
             registry: None,
         }
     }
@@ -154,10 +159,15 @@ impl PolicyLoader {
     /// directory: run it off the event path.
     pub fn prune_cache(&self, policies: &[String]) -> Pruned {
         let Some(cache) = &self.cache else { return Pruned::default() };
-        let used: HashSet<String> = {
+        let mut used: HashSet<String> = {
             let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
             in_use.iter().filter(|(_, w)| w.strong_count() > 0).map(|(k, _)| k.clone()).collect()
         };
+        {
+            let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+            pinned.retain(|name, _| policies.contains(name));
+            used.extend(pinned.values().flatten().cloned());
+        }
         let records: HashSet<String> = {
             let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
             records.retain(|name, _| policies.contains(name));

@@ -213,7 +213,7 @@ impl PolicyLoader {
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
         if spec.preinitialize {
             let step = Instant::now();
-            match self.snapshot(&compiled, binary, facts).await {
+            match self.snapshot(&compiled, binary, &kinds, facts).await {
                 Ok(snapshot) => {
                     tracing::info!(
                         policy = name,

@@ -14,37 +14,67 @@
 //! functions). Every call still gets a fresh instance, of the snapshot:
 //! nothing one call does is seen by the next.
 //!
-//! What the snapshot may hold is what `configure` could reach: the
-//! operator's settings, the node facts, the policy's state and the node
-//! view (if it imports and is granted them) as they were at load, the
-//! clock readings its start-up took then, and its random source as far as
-//! `configure` drew from it (seeded per policy, as in every call). The
-//! steps are bounded as a call is: the instrumented instance runs under
-//! the policy's own fuel, memory and time limits (the engine's
-//! `configure`), the snapshot is no larger than `max-component-mib`, and
-//! it is compiled within the compile bounds. A snapshot is refused (and the
-//! policy loaded as built, with a warning naming it and the reason) if any
-//! step fails, including `configure` leaving a host handle open (a WASI
-//! stream kept in a global): a snapshot cannot carry one.
+//! What the snapshot may hold is what the start-up and `configure` could
+//! reach: the operator's settings, the node facts, the clock readings they
+//! took at load, and their random source as far as they drew from it
+//! (seeded per policy, as in every call). `configure` runs detached, as at
+//! every load: an empty node view and no state.
+//!
+//! Bounds, since everything the instance holds is the guest's: the second
+//! start-up and `configure` run as the plain one does (the policy's fuel
+//! and memory cap, its time limit but at least 2 s); the host then copies
+//! the instance's memories and globals out through the accessors the
+//! instrumentation added (no guest code of the policy's own runs) and drops
+//! the instance. Memories whose non-zero bytes fall into more than
+//! [`MAX_RUNS`] separate runs are refused before the rewrite sees them (the
+//! rewrite keeps a record per run: a memory of alternating bytes would
+//! cost the host far more than the memory itself). The instrumentation and
+//! the rewrite are CPU work linear in the component and the memories: they
+//! run on a blocking thread, one of the loader's compile slots at a time,
+//! with their panics caught. The snapshot is refused (and the policy loaded
+//! as built, with a warning naming it and the reason) if any step fails,
+//! if `configure` then leaves a host handle open (a WASI stream kept in a
+//! global: a snapshot cannot carry one), if it answers other events than
+//! the plain `configure` did, or if the snapshot is larger than
+//! `max-component-mib`.
 //!
 //! The instrumented component is deterministic, so its compiled form is
-//! cached like any component's; the snapshot is not (it holds the load's
-//! clock readings), and is compiled at every load.
+//! cached like any component's (and kept from pruning while the policy is
+//! in the directory, with the component as built); the snapshot is not
+//! cached (it holds the load's clock readings), and is compiled at every
+//! load.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use futures::FutureExt as _;
-use wasmtime::component::{Component, ComponentExportIndex, Instance, InstancePre, WasmList};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, ComponentExportIndex, Instance, InstancePre, Type, WasmList};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wizer::{ComponentInstanceState, Wizer};
 
 use super::cache::Binding;
 use super::loader::PolicyLoader;
+use crate::policy::bindings::wit;
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::env::Facts;
 use crate::policy::call::errors::CallError;
 use crate::policy::call::store::CallState;
+
+/// Most runs of non-zero bytes (separated by zeros, or by a page's end)
+/// the memories of one snapshot may hold. The rewrite keeps a record of
+/// some 24 bytes per run, copied and sorted (about 100 bytes a run at its
+/// peak, for an instant), before it merges them into at most 10,000 data
+/// segments. Real language runtimes need many: the parity policy's
+/// memories after `configure` hold 1.4 and 2.3 million runs in Python and
+/// SpiderMonkey, 175,000 in Go and under a thousand in Rust and C
+/// (docs/performance.md). This admits them with room and keeps the
+/// rewrite's record under about 400 MiB; without it, a 64 MiB memory of
+/// alternating bytes would cost it some 3 GiB.
+pub const MAX_RUNS: usize = 1 << 22;
+
+/// The instance exporting the instrumentation's accessors.
+const ACCESS: &str = "wasmtime:wizer/access";
 
 /// Why a policy could not be pre-initialised. Each leaves the policy
 /// loaded as built.
@@ -73,12 +103,28 @@ pub enum SnapshotError {
     /// plain one just before).
     #[error("configure failed in the instrumented instance: {}", .0.kind)]
     Configure(CallError),
+    /// `configure` answered other events in the instrumented instance.
+    #[error("configure answered {second} in the instrumented instance, {first} in the plain one")]
+    Subscription {
+        /// What the plain `configure` answered.
+        first: String,
+        /// What the instrumented one answered.
+        second: String,
+    },
     /// `configure` left host resources (WASI streams, say) open.
     #[error("configure left host handles open (a WASI stream kept in a global, say): a snapshot cannot carry them")]
     Handles,
     /// Reading the instance's memories and globals failed.
     #[error("reading the instance's state failed: {0}")]
     Read(String),
+    /// The memories hold too many separate runs of data.
+    #[error("its memories hold {runs} or more separate runs of non-zero bytes, over the {max} a snapshot takes")]
+    Runs {
+        /// How many runs were counted before the count stopped.
+        runs: usize,
+        /// [`MAX_RUNS`].
+        max: usize,
+    },
     /// The rewrite failed or panicked.
     #[error("writing the snapshot failed: {0}")]
     Rewrite(String),
@@ -103,52 +149,80 @@ pub(crate) struct Snapshot {
     pub size: usize,
 }
 
+/// The rewrite's settings: the instrumentation's own names, and any export
+/// of the component left as it is (by default the rewrite removes an export
+/// named `wizer-initialize`).
+fn wizer() -> Wizer {
+    let mut wizer = Wizer::new();
+    wizer.keep_init_func(true);
+    wizer
+}
+
 impl PolicyLoader {
-    /// Takes a snapshot of `policy` (compiled from `binary`, configured)
-    /// after its start-up and `configure`, as the module docs say.
+    /// Takes a snapshot of `policy` (compiled from `binary`, configured,
+    /// answering `kinds`) after its start-up and `configure`, as the module
+    /// docs say.
     pub(crate) async fn snapshot(
         &self,
         policy: &CompiledPolicy,
         binary: Arc<[u8]>,
+        kinds: &[wit::EventKind],
         facts: &Arc<Facts>,
     ) -> Result<Snapshot, SnapshotError> {
         let name = policy.name();
-        // Parsing and re-encoding: linear in the component, which is at most
-        // `max-component-mib`; off the runtime's worker threads.
         let source = binary.clone();
-        let instrumented = tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(|| Wizer::new().instrument_component(&source).map(|(_, wasm)| wasm))
-        })
-        .await
-        .map_err(|e| SnapshotError::Instrument(format!("the instrumentation panicked: {e}")))?
-        .map_err(|_| SnapshotError::Instrument("the instrumentation panicked".into()))?
-        .map_err(|e| SnapshotError::Instrument(crate::text::one_line(&e)))?;
+        let instrumented = self
+            .offload(move || wizer().instrument_component(&source).map(|(_, wasm)| wasm))
+            .await
+            .map_err(SnapshotError::Instrument)?
+            .map_err(|e| SnapshotError::Instrument(crate::text::one_line(&e)))?;
 
         let what = "instrumented component";
         let binding = Binding::new(self.engine().engine(), &instrumented);
+        let instrumented_key = binding.key();
         let (component, _) = self
             .component(name, &binding, instrumented.into(), true)
             .await
             .map_err(|e| SnapshotError::Compile { what, reason: e.to_string() })?;
-        let linked = self.linked(&component, what)?;
-        let instrumented = CompiledPolicy {
-            instance_pre: linked.0,
-            handle: linked.1,
-            configure: linked.2,
-            _component: Arc::new(component),
-            ..policy.clone()
-        };
+        let (instance_pre, handle, configure) = self.linked(&component, what)?;
+        let instrumented =
+            CompiledPolicy { instance_pre, handle, configure, _component: Arc::new(component), ..policy.clone() };
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), vec![policy.cache_key().to_string(), instrumented_key]);
 
-        let max_bytes = (self.settings().max_component_mib << 20) as usize;
         let fuel = policy.profile.limits.fuel;
-        let taken = self
+        let (second, read) = self
             .engine()
-            .configure_then(&instrumented, facts, async |store, instance| take(store, instance, &binary, fuel).await)
+            .configure_then(&instrumented, facts, async |store, instance| read_state(store, instance, fuel).await)
             .await
             .map_err(SnapshotError::Configure)?;
-        let snapshot = taken.1?;
-        if snapshot.len() > max_bytes {
-            return Err(SnapshotError::TooLarge { size: snapshot.len(), max_mib: self.settings().max_component_mib });
+        if second != kinds {
+            let names = |k: &[wit::EventKind]| {
+                k.iter().map(|k| crate::policy::spec::declared::answer_name(*k)).collect::<Vec<_>>().join(", ")
+            };
+            return Err(SnapshotError::Subscription { first: names(kinds), second: names(&second) });
+        }
+        let read = read?;
+
+        let snapshot = self
+            .offload(move || {
+                let wizer = wizer();
+                let (cx, _) = wizer.instrument_component(&binary)?;
+                let mut replay = Replay { read, missing: None };
+                let written = futures::executor::block_on(wizer.snapshot_component(&cx, &mut replay));
+                match replay.missing {
+                    Some(missing) => Err(wasmtime::format_err!("the instance has no accessor {missing}")),
+                    None => written,
+                }
+            })
+            .await
+            .map_err(SnapshotError::Rewrite)?
+            .map_err(|e| SnapshotError::Rewrite(crate::text::one_line(&e)))?;
+        let max_mib = self.settings().max_component_mib;
+        if snapshot.len() > (max_mib << 20) as usize {
+            return Err(SnapshotError::TooLarge { size: snapshot.len(), max_mib });
         }
 
         let what = "snapshot";
@@ -162,6 +236,19 @@ impl PolicyLoader {
         Ok(Snapshot { component: Arc::new(component), instance_pre, handle, configure, size })
     }
 
+    /// Runs `work` (the instrumentation or the rewrite: CPU work on the
+    /// guest's bytes) on a blocking thread, in one of the loader's compile
+    /// slots, and turns a panic into an error.
+    async fn offload<R: Send + 'static>(&self, work: impl FnOnce() -> R + Send + 'static) -> Result<R, String> {
+        let _slot = self.compiles.acquire().await.expect("the compile semaphore is never closed");
+        let joined = tokio::task::spawn_blocking(move || std::panic::catch_unwind(AssertUnwindSafe(work))).await;
+        match joined {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(panic)) => Err(format!("it panicked: {}", panic_text(&*panic))),
+            Err(join) => Err(format!("it panicked: {join}")),
+        }
+    }
+
     /// [`Self::snapshot`] of a loaded policy (whose spec a test may have
     /// changed since), for tests: the step's own bounds, without the plain
     /// `configure` that runs before it at load.
@@ -170,9 +257,10 @@ impl PolicyLoader {
         &self,
         policy: &CompiledPolicy,
         binary: &[u8],
+        kinds: &[wit::EventKind],
         facts: &Arc<Facts>,
     ) -> Result<usize, SnapshotError> {
-        self.snapshot(policy, binary.into(), facts).await.map(|s| s.size)
+        self.snapshot(policy, binary.into(), kinds, facts).await.map(|s| s.size)
     }
 
     /// `component` linked against the engine's linker, and its two exports.
@@ -191,105 +279,179 @@ impl PolicyLoader {
     }
 }
 
-/// Reads the configured instance's state and writes the snapshot of
-/// `binary` from it.
-async fn take(
-    store: &mut Store<CallState>,
-    instance: Instance,
-    binary: &[u8],
-    fuel: u64,
-) -> Result<Vec<u8>, SnapshotError> {
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// One accessor's answer.
+#[derive(Debug)]
+enum Answer {
+    Bytes(Vec<u8>),
+    S32(i32),
+    S64(i64),
+    F32(u32),
+    F64(u64),
+}
+
+/// Every accessor's answer, by function name.
+type Read = HashMap<String, Answer>;
+
+/// Copies the configured instance's state out through every accessor the
+/// instrumentation exported, within the bounds the module docs give.
+async fn read_state(store: &mut Store<CallState>, instance: Instance, fuel: u64) -> Result<Read, SnapshotError> {
+    let fail = |what: String| SnapshotError::Read(what);
     if store.data().holds_handles() {
         return Err(SnapshotError::Handles);
     }
-    // The accessors the instrumentation added read one global or return one
-    // memory: a few instructions each, whatever time `configure` used.
-    store.set_fuel(fuel).map_err(|e| SnapshotError::Read(crate::text::one_line(&e)))?;
-    // A memory accessor hands over a whole memory, which the memory cap
-    // already bounds; a call's transfer limit is for what a guest sends.
+    // The accessors read one global, or return one memory (growing it by a
+    // page for the answer's place): a few instructions each, whatever time
+    // `configure` used. A memory is handed over whole, which the memory cap
+    // bounds; a call's transfer limit is for what a guest sends.
+    store.set_fuel(fuel).map_err(|e| fail(crate::text::one_line(&e)))?;
     store.set_hostcall_fuel(usize::MAX);
     store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Continue(1)));
-    let wizer = Wizer::new();
-    let (cx, _) =
-        wizer.instrument_component(binary).map_err(|e| SnapshotError::Instrument(crate::text::one_line(&e)))?;
-    let mut access = Access { store, instance, failed: None };
-    let written = AssertUnwindSafe(wizer.snapshot_component(&cx, &mut access)).catch_unwind().await;
-    if let Some(failed) = access.failed {
-        return Err(SnapshotError::Read(failed));
+    let (item, access) =
+        instance.get_export(&mut *store, None, ACCESS).ok_or_else(|| fail(format!("no export {ACCESS}")))?;
+    let ComponentItem::ComponentInstance(ty) = item else {
+        return Err(fail(format!("{ACCESS} is not an instance")));
+    };
+    let funcs: Vec<(String, ComponentItem)> =
+        ty.exports(store.engine()).map(|(name, item)| (name.to_string(), item.ty)).collect();
+    let mut read = Read::new();
+    let mut runs = 0;
+    for (func, item) in funcs {
+        let ComponentItem::ComponentFunc(f) = item else { continue };
+        let (_, index) = instance
+            .get_export(&mut *store, Some(&access), &func)
+            .ok_or_else(|| fail(format!("no export {ACCESS}#{func}")))?;
+        let result = f.results().next();
+        let called = |e: wasmtime::Error| fail(format!("{ACCESS}#{func}: {}", crate::text::one_line(&e)));
+        let answer = match result {
+            Some(Type::List(list)) if list.ty() == Type::U8 => {
+                let typed = instance.get_typed_func::<(), (WasmList<u8>,)>(&mut *store, index).map_err(called)?;
+                let (bytes,) = typed.call_async(&mut *store, ()).await.map_err(called)?;
+                let bytes = bytes.as_le_slice(&*store);
+                runs += count_runs(bytes, MAX_RUNS - runs);
+                if runs >= MAX_RUNS {
+                    return Err(SnapshotError::Runs { runs, max: MAX_RUNS });
+                }
+                Answer::Bytes(bytes.to_vec())
+            }
+            Some(Type::S32) => Answer::S32(call(store, instance, index).await.map_err(called)?),
+            Some(Type::S64) => Answer::S64(call(store, instance, index).await.map_err(called)?),
+            Some(Type::Float32) => Answer::F32(call::<f32>(store, instance, index).await.map_err(called)?.to_bits()),
+            Some(Type::Float64) => Answer::F64(call::<f64>(store, instance, index).await.map_err(called)?.to_bits()),
+            other => return Err(fail(format!("{ACCESS}#{func} answers {other:?}"))),
+        };
+        read.insert(func, answer);
     }
-    match written {
-        Ok(Ok(wasm)) => Ok(wasm),
-        Ok(Err(e)) => Err(SnapshotError::Rewrite(crate::text::one_line(&e))),
-        Err(panic) => {
-            let message =
-                panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
-            Err(SnapshotError::Rewrite(format!("it panicked: {}", message.unwrap_or_default())))
+    Ok(read)
+}
+
+/// Calls one accessor that answers a number.
+async fn call<R>(store: &mut Store<CallState>, instance: Instance, index: ComponentExportIndex) -> wasmtime::Result<R>
+where
+    R: wasmtime::component::ComponentType + wasmtime::component::Lift + Send + Sync + 'static,
+{
+    let typed = instance.get_typed_func::<(), (R,)>(&mut *store, index)?;
+    Ok(typed.call_async(&mut *store, ()).await?.0)
+}
+
+/// Runs of non-zero bytes in `memory` as the rewrite counts them (a run
+/// also ends at every 64 KiB page's end), stopping once `max` are counted.
+fn count_runs(memory: &[u8], max: usize) -> usize {
+    let mut runs = 0;
+    for page in memory.chunks(1 << 16) {
+        let mut previous = 0u8;
+        for &byte in page {
+            if byte != 0 && previous == 0 {
+                runs += 1;
+                if runs >= max {
+                    return runs;
+                }
+            }
+            previous = byte;
+        }
+    }
+    runs
+}
+
+/// The instance as it was read: the rewrite asks its accessors again and
+/// gets the copies. An accessor that was not read is a defect of ours,
+/// kept and reported (the trait has no errors).
+struct Replay {
+    read: Read,
+    missing: Option<String>,
+}
+
+impl Replay {
+    fn get(&mut self, func: &str) -> Option<&Answer> {
+        if !self.read.contains_key(func) && self.missing.is_none() {
+            self.missing = Some(func.to_string());
+        }
+        self.read.get(func)
+    }
+}
+
+impl ComponentInstanceState for Replay {
+    async fn call_func_ret_list_u8(&mut self, _instance: &str, func: &str, contents: impl FnOnce(&[u8]) + Send) {
+        match self.get(func) {
+            Some(Answer::Bytes(bytes)) => contents(bytes),
+            _ => contents(&[]),
+        }
+    }
+
+    async fn call_func_ret_s32(&mut self, _instance: &str, func: &str) -> i32 {
+        match self.get(func) {
+            Some(Answer::S32(v)) => *v,
+            _ => 0,
+        }
+    }
+
+    async fn call_func_ret_s64(&mut self, _instance: &str, func: &str) -> i64 {
+        match self.get(func) {
+            Some(Answer::S64(v)) => *v,
+            _ => 0,
+        }
+    }
+
+    async fn call_func_ret_f32(&mut self, _instance: &str, func: &str) -> u32 {
+        match self.get(func) {
+            Some(Answer::F32(v)) => *v,
+            _ => 0,
+        }
+    }
+
+    async fn call_func_ret_f64(&mut self, _instance: &str, func: &str) -> u64 {
+        match self.get(func) {
+            Some(Answer::F64(v)) => *v,
+            _ => 0,
         }
     }
 }
 
-/// The instrumented instance, read through the accessors the
-/// instrumentation exported. A failure is kept (the snapshot is then
-/// refused) and a neutral value returned: the trait has no errors.
-struct Access<'a> {
-    store: &'a mut Store<CallState>,
-    instance: Instance,
-    failed: Option<String>,
-}
+#[cfg(test)]
+mod tests {
+    use super::count_runs;
 
-impl Access<'_> {
-    async fn call<R>(&mut self, interface: &str, func: &str) -> Option<R>
-    where
-        R: wasmtime::component::ComponentType + wasmtime::component::Lift + Send + Sync + 'static,
-    {
-        if self.failed.is_some() {
-            return None;
-        }
-        let result: Result<R, String> = async {
-            let (_, exported) = self
-                .instance
-                .get_export(&mut *self.store, None, interface)
-                .ok_or_else(|| format!("no export {interface}"))?;
-            let (_, index) = self
-                .instance
-                .get_export(&mut *self.store, Some(&exported), func)
-                .ok_or_else(|| format!("no export {interface}#{func}"))?;
-            let typed = self
-                .instance
-                .get_typed_func::<(), (R,)>(&mut *self.store, index)
-                .map_err(|e| format!("{interface}#{func}: {}", crate::text::one_line(&e)))?;
-            let (value,) = typed
-                .call_async(&mut *self.store, ())
-                .await
-                .map_err(|e| format!("{interface}#{func}: {}", crate::text::one_line(&e)))?;
-            Ok(value)
-        }
-        .await;
-        result.map_err(|e| self.failed = Some(e)).ok()
-    }
-}
-
-impl ComponentInstanceState for Access<'_> {
-    async fn call_func_ret_list_u8(&mut self, instance: &str, func: &str, contents: impl FnOnce(&[u8]) + Send) {
-        match self.call::<WasmList<u8>>(instance, func).await {
-            Some(list) => contents(list.as_le_slice(&*self.store)),
-            None => contents(&[]),
-        }
-    }
-
-    async fn call_func_ret_s32(&mut self, instance: &str, func: &str) -> i32 {
-        self.call(instance, func).await.unwrap_or_default()
-    }
-
-    async fn call_func_ret_s64(&mut self, instance: &str, func: &str) -> i64 {
-        self.call(instance, func).await.unwrap_or_default()
-    }
-
-    async fn call_func_ret_f32(&mut self, instance: &str, func: &str) -> u32 {
-        self.call::<f32>(instance, func).await.unwrap_or_default().to_bits()
-    }
-
-    async fn call_func_ret_f64(&mut self, instance: &str, func: &str) -> u64 {
-        self.call::<f64>(instance, func).await.unwrap_or_default().to_bits()
+    #[test]
+    fn runs_are_counted_as_the_rewrite_counts_them() {
+        assert_eq!(count_runs(&[], 10), 0);
+        assert_eq!(count_runs(&[0, 0, 0], 10), 0);
+        assert_eq!(count_runs(&[1, 2, 0, 3, 0, 0, 4], 10), 3);
+        // A run across a page's end is two.
+        let mut two_pages = vec![0u8; 2 << 16];
+        two_pages[(1 << 16) - 1] = 1;
+        two_pages[1 << 16] = 1;
+        assert_eq!(count_runs(&two_pages, 10), 2);
+        // One non-zero byte in six, over 6 MiB: a million runs, counted
+        // only up to the limit given.
+        let sparse: Vec<u8> = (0..6 << 20).map(|i| u8::from(i % 6 == 0)).collect();
+        assert_eq!(count_runs(&sparse, usize::MAX), (6 << 20) / 6);
+        assert_eq!(count_runs(&sparse, 1000), 1000);
     }
 }

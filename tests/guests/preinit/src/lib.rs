@@ -6,7 +6,12 @@
 //! - `hold-stdout`: keeps a WASI stdout stream in a global (a snapshot
 //!   cannot carry a host handle, so the host must refuse one);
 //! - `fill`: fills 2 MiB of memory with bytes that do not compress into a
-//!   few data segments (a snapshot over `max-component-mib` is refused).
+//!   few data segments (a snapshot over `max-component-mib` is refused);
+//! - `sparse`: leaves 12 MiB in which every other byte is not zero: 6.3
+//!   million separate runs, which the host must refuse before the rewrite
+//!   keeps a record of each;
+//! - `full`: grows its memory to 16 MiB, the cap the test gives it (the
+//!   instrumentation's memory accessor needs a page more to answer).
 //!
 //! Each call counts itself in a static and on the heap, and answers the
 //! counts it found: `calls` is 1 in every fresh instance, `heap` 1 as
@@ -43,6 +48,19 @@ impl Policy for Preinit {
                     })
                     .collect();
                 *FILLED.lock().map_err(|e| e.to_string())? = bytes;
+            }
+            "sparse" => {
+                let mut sparse = vec![0u8; 12 << 20];
+                for byte in sparse.iter_mut().step_by(2) {
+                    *byte = 1;
+                }
+                *FILLED.lock().map_err(|e| e.to_string())? = sparse;
+            }
+            "full" => {
+                let have = core::arch::wasm32::memory_size(0);
+                if have < 256 && core::arch::wasm32::memory_grow(0, 256 - have) == usize::MAX {
+                    return Err("cannot grow to 16 MiB".into());
+                }
             }
             _ => {}
         }
