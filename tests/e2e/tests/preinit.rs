@@ -218,3 +218,21 @@ fn the_cache_keeps_what_the_next_load_of_a_pre_initialised_policy_needs() {
     assert_eq!(pruned.entries, 2);
     assert!(artifacts().is_empty());
 }
+
+#[test]
+fn a_configure_that_answers_other_events_the_second_time_is_refused_a_snapshot() {
+    // The snapshot step compares what the instrumented `configure` answers
+    // with what the plain one answered at load; given a plain answer of
+    // no events, the guest's CreateContainer is a difference, named.
+    let loader = loader(nri_wasm_e2e::engine_settings());
+    let f = facts();
+    let policy = loader.load(&spec("abc", false), &f).expect("load");
+    let bytes = std::fs::read(guests::PREINIT).unwrap();
+    let err = loader.engine().block_on(loader.snapshot_for_tests(&policy, &bytes, &[], &f)).expect_err("refused");
+    let text = err.to_string();
+    assert!(text.contains("configure answered create-container in the instrumented instance"), "{text}");
+    let kinds = [wit::EventKind::CreateContainer];
+    let size =
+        loader.engine().block_on(loader.snapshot_for_tests(&policy, &bytes, &kinds, &f)).expect("the same answer");
+    assert!(size > bytes.len() / 2, "a whole component: {size} bytes");
+}
