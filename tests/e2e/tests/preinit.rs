@@ -154,7 +154,7 @@ fn memories_of_millions_of_separate_runs_are_refused_before_the_rewrite() {
     assert!(!p.preinitialized());
     let why = p.preinitialize_refused().expect("a reason");
     let max = nri_wasm::policy::load::snapshot::MAX_RUNS;
-    assert!(why.contains(&format!("separate runs of non-zero bytes, over the {max} a snapshot takes")), "{why}");
+    assert!(why.contains(&format!("more than {max} separate runs of non-zero bytes")), "{why}");
     assert_eq!(call(&loader, &p, &f), ("0".into(), "1".into(), "1".into()), "as built");
 }
 

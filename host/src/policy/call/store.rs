@@ -257,6 +257,12 @@ impl CallState {
     pub(crate) fn holds_handles(&self) -> bool {
         !self.table.is_empty()
     }
+
+    /// Withdraws the store's registered deadline check: what runs in it
+    /// next is the host's, outside any call's time (`load/snapshot.rs`).
+    pub(crate) fn disarm(&mut self) {
+        self.armed = None;
+    }
 }
 
 /// A fresh store for one call of `policy`, timed by `time`, with the first

@@ -211,6 +211,9 @@ impl PolicyLoader {
         }
         compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
         compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
+        // Only a pre-initialised version keeps entries from pruning beyond
+        // its component; whatever kept them before is replaced below.
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
         if spec.preinitialize {
             let step = Instant::now();
             match self.snapshot(&compiled, binary, &kinds, facts).await {
@@ -226,6 +229,10 @@ impl PolicyLoader {
                     compiled.configure = snapshot.configure;
                     compiled._component = snapshot.component;
                     compiled.preinitialized = true;
+                    self.pinned
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.to_string(), vec![compiled.cache_key.clone(), snapshot.instrumented_key]);
                 }
                 Err(error) => {
                     tracing::warn!(

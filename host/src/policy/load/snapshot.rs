@@ -73,6 +73,12 @@ use crate::policy::call::store::CallState;
 /// alternating bytes would cost it some 3 GiB.
 pub const MAX_RUNS: usize = 1 << 22;
 
+/// Most accessors (one per mutable global and per memory of every module)
+/// a snapshot takes. The rewrite finds each global's accessor by a walk
+/// of the whole list, so its time grows with the square of their number;
+/// real components have a few per module.
+pub const MAX_ACCESSORS: usize = 1 << 14;
+
 /// The instance exporting the instrumentation's accessors.
 const ACCESS: &str = "wasmtime:wizer/access";
 
@@ -118,20 +124,28 @@ pub enum SnapshotError {
     #[error("reading the instance's state failed: {0}")]
     Read(String),
     /// The memories hold too many separate runs of data.
-    #[error("its memories hold {runs} or more separate runs of non-zero bytes, over the {max} a snapshot takes")]
+    #[error("its memories hold more than {max} separate runs of non-zero bytes, the most a snapshot takes")]
     Runs {
-        /// How many runs were counted before the count stopped.
-        runs: usize,
         /// [`MAX_RUNS`].
+        max: usize,
+    },
+    /// The instrumentation exported too many accessors.
+    #[error("it has {count} mutable globals and memories, over the {max} a snapshot takes")]
+    Accessors {
+        /// How many.
+        count: usize,
+        /// [`MAX_ACCESSORS`].
         max: usize,
     },
     /// The rewrite failed or panicked.
     #[error("writing the snapshot failed: {0}")]
     Rewrite(String),
-    /// The snapshot is larger than a policy file may be.
-    #[error("the snapshot is {size} bytes, over max-component-mib ({max_mib} MiB)")]
+    /// The snapshot is larger than a policy file may be (or its memories'
+    /// data alone is, counted before the rewrite).
+    #[error("the snapshot is {size} bytes or more, over max-component-mib ({max_mib} MiB)")]
     TooLarge {
-        /// Its size in bytes.
+        /// Its size in bytes (the memories' non-zero bytes if the rewrite
+        /// was not reached).
         size: usize,
         /// `max-component-mib`.
         max_mib: u64,
@@ -147,6 +161,9 @@ pub(crate) struct Snapshot {
     pub configure: ComponentExportIndex,
     /// Bytes of the rewritten component.
     pub size: usize,
+    /// The instrumented component's compile-cache key: the next load
+    /// needs it (`loader.rs`'s `pinned`).
+    pub instrumented_key: String,
 }
 
 /// The rewrite's settings: the instrumentation's own names, and any export
@@ -187,10 +204,6 @@ impl PolicyLoader {
         let (instance_pre, handle, configure) = self.linked(&component, what)?;
         let instrumented =
             CompiledPolicy { instance_pre, handle, configure, _component: Arc::new(component), ..policy.clone() };
-        self.pinned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), vec![policy.cache_key().to_string(), instrumented_key]);
 
         let fuel = policy.profile.limits.fuel;
         let (second, read) = self
@@ -198,7 +211,13 @@ impl PolicyLoader {
             .configure_then(&instrumented, facts, async |store, instance| read_state(store, instance, fuel).await)
             .await
             .map_err(SnapshotError::Configure)?;
-        if second != kinds {
+        let set = |k: &[wit::EventKind]| {
+            let mut k = k.to_vec();
+            k.sort_by_key(|k| *k as u32);
+            k.dedup();
+            k
+        };
+        if set(&second) != set(kinds) {
             let names = |k: &[wit::EventKind]| {
                 k.iter().map(|k| crate::policy::spec::declared::answer_name(*k)).collect::<Vec<_>>().join(", ")
             };
@@ -206,21 +225,36 @@ impl PolicyLoader {
         }
         let read = read?;
 
+        let max_mib = self.settings().max_component_mib;
         let snapshot = self
             .offload(move || {
+                // What the rewrite would make of the memories, bounded
+                // before it starts (the module docs).
+                let (mut runs, mut data) = (0, 0);
+                for answer in read.values() {
+                    if let Answer::Bytes(bytes) = answer {
+                        let (r, d) = count_runs(bytes, MAX_RUNS + 1 - runs);
+                        (runs, data) = (runs + r, data + d);
+                        if runs > MAX_RUNS {
+                            return Err(SnapshotError::Runs { max: MAX_RUNS });
+                        }
+                    }
+                }
+                if data > (max_mib << 20) as usize {
+                    return Err(SnapshotError::TooLarge { size: data, max_mib });
+                }
+                let rewrite = |e: wasmtime::Error| SnapshotError::Rewrite(crate::text::one_line(&e));
                 let wizer = wizer();
-                let (cx, _) = wizer.instrument_component(&binary)?;
+                let (cx, _) = wizer.instrument_component(&binary).map_err(rewrite)?;
                 let mut replay = Replay { read, missing: None };
                 let written = futures::executor::block_on(wizer.snapshot_component(&cx, &mut replay));
                 match replay.missing {
-                    Some(missing) => Err(wasmtime::format_err!("the instance has no accessor {missing}")),
-                    None => written,
+                    Some(missing) => Err(SnapshotError::Rewrite(format!("the instance has no accessor {missing}"))),
+                    None => written.map_err(rewrite),
                 }
             })
             .await
-            .map_err(SnapshotError::Rewrite)?
-            .map_err(|e| SnapshotError::Rewrite(crate::text::one_line(&e)))?;
-        let max_mib = self.settings().max_component_mib;
+            .map_err(SnapshotError::Rewrite)??;
         if snapshot.len() > (max_mib << 20) as usize {
             return Err(SnapshotError::TooLarge { size: snapshot.len(), max_mib });
         }
@@ -233,7 +267,7 @@ impl PolicyLoader {
             .await
             .map_err(|e| SnapshotError::Compile { what, reason: e.to_string() })?;
         let (instance_pre, handle, configure) = self.linked(&component, what)?;
-        Ok(Snapshot { component: Arc::new(component), instance_pre, handle, configure, size })
+        Ok(Snapshot { component: Arc::new(component), instance_pre, handle, configure, size, instrumented_key })
     }
 
     /// Runs `work` (the instrumentation or the rewrite: CPU work on the
@@ -307,6 +341,7 @@ async fn read_state(store: &mut Store<CallState>, instance: Instance, fuel: u64)
     if store.data().holds_handles() {
         return Err(SnapshotError::Handles);
     }
+    store.data_mut().disarm();
     // The accessors read one global, or return one memory (growing it by a
     // page for the answer's place): a few instructions each, whatever time
     // `configure` used. A memory is handed over whole, which the memory cap
@@ -321,8 +356,10 @@ async fn read_state(store: &mut Store<CallState>, instance: Instance, fuel: u64)
     };
     let funcs: Vec<(String, ComponentItem)> =
         ty.exports(store.engine()).map(|(name, item)| (name.to_string(), item.ty)).collect();
+    if funcs.len() > MAX_ACCESSORS {
+        return Err(SnapshotError::Accessors { count: funcs.len(), max: MAX_ACCESSORS });
+    }
     let mut read = Read::new();
-    let mut runs = 0;
     for (func, item) in funcs {
         let ComponentItem::ComponentFunc(f) = item else { continue };
         let (_, index) = instance
@@ -334,12 +371,7 @@ async fn read_state(store: &mut Store<CallState>, instance: Instance, fuel: u64)
             Some(Type::List(list)) if list.ty() == Type::U8 => {
                 let typed = instance.get_typed_func::<(), (WasmList<u8>,)>(&mut *store, index).map_err(called)?;
                 let (bytes,) = typed.call_async(&mut *store, ()).await.map_err(called)?;
-                let bytes = bytes.as_le_slice(&*store);
-                runs += count_runs(bytes, MAX_RUNS - runs);
-                if runs >= MAX_RUNS {
-                    return Err(SnapshotError::Runs { runs, max: MAX_RUNS });
-                }
-                Answer::Bytes(bytes.to_vec())
+                Answer::Bytes(bytes.as_le_slice(&*store).to_vec())
             }
             Some(Type::S32) => Answer::S32(call(store, instance, index).await.map_err(called)?),
             Some(Type::S64) => Answer::S64(call(store, instance, index).await.map_err(called)?),
@@ -362,22 +394,26 @@ where
 }
 
 /// Runs of non-zero bytes in `memory` as the rewrite counts them (a run
-/// also ends at every 64 KiB page's end), stopping once `max` are counted.
-fn count_runs(memory: &[u8], max: usize) -> usize {
-    let mut runs = 0;
+/// also ends at every 64 KiB page's end: the engine takes no custom page
+/// sizes), stopping once `max` are counted; and its non-zero bytes.
+fn count_runs(memory: &[u8], max: usize) -> (usize, usize) {
+    let (mut runs, mut data) = (0, 0);
     for page in memory.chunks(1 << 16) {
         let mut previous = 0u8;
         for &byte in page {
-            if byte != 0 && previous == 0 {
-                runs += 1;
-                if runs >= max {
-                    return runs;
+            if byte != 0 {
+                data += 1;
+                if previous == 0 {
+                    runs += 1;
+                    if runs >= max {
+                        return (runs, data);
+                    }
                 }
             }
             previous = byte;
         }
     }
-    runs
+    (runs, data)
 }
 
 /// The instance as it was read: the rewrite asks its accessors again and
@@ -440,18 +476,18 @@ mod tests {
 
     #[test]
     fn runs_are_counted_as_the_rewrite_counts_them() {
-        assert_eq!(count_runs(&[], 10), 0);
-        assert_eq!(count_runs(&[0, 0, 0], 10), 0);
-        assert_eq!(count_runs(&[1, 2, 0, 3, 0, 0, 4], 10), 3);
+        assert_eq!(count_runs(&[], 10), (0, 0));
+        assert_eq!(count_runs(&[0, 0, 0], 10), (0, 0));
+        assert_eq!(count_runs(&[1, 2, 0, 3, 0, 0, 4], 10), (3, 4));
         // A run across a page's end is two.
         let mut two_pages = vec![0u8; 2 << 16];
         two_pages[(1 << 16) - 1] = 1;
         two_pages[1 << 16] = 1;
-        assert_eq!(count_runs(&two_pages, 10), 2);
+        assert_eq!(count_runs(&two_pages, 10), (2, 2));
         // One non-zero byte in six, over 6 MiB: a million runs, counted
         // only up to the limit given.
         let sparse: Vec<u8> = (0..6 << 20).map(|i| u8::from(i % 6 == 0)).collect();
-        assert_eq!(count_runs(&sparse, usize::MAX), (6 << 20) / 6);
-        assert_eq!(count_runs(&sparse, 1000), 1000);
+        assert_eq!(count_runs(&sparse, usize::MAX), ((6 << 20) / 6, (6 << 20) / 6));
+        assert_eq!(count_runs(&sparse, 1000).0, 1000);
     }
 }
