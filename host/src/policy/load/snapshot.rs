@@ -55,11 +55,11 @@ use wasmtime_wizer::{ComponentInstanceState, Wizer};
 
 use super::cache::Binding;
 use super::loader::PolicyLoader;
-use crate::policy::bindings::wit;
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::env::Facts;
 use crate::policy::call::errors::CallError;
 use crate::policy::call::store::CallState;
+use crate::wit::wit;
 
 /// Most runs of non-zero bytes (separated by zeros, or by a page's end)
 /// the memories of one snapshot may hold. The rewrite keeps a record of
