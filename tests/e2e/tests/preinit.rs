@@ -41,6 +41,16 @@ fn call(loader: &PolicyLoader, policy: &CompiledPolicy, facts: &Arc<Facts>) -> (
     (get("preinit/configured"), get("preinit/calls"), get("preinit/heap"))
 }
 
+/// Loads `spec`, whose snapshot the host must refuse: checks that the
+/// policy loads and runs as built (no call sees configure's mark, and each
+/// counts itself once), and returns why.
+fn refused(loader: &PolicyLoader, spec: &PolicySpec, facts: &Arc<Facts>) -> String {
+    let p = loader.load(spec, facts).expect("the policy still loads");
+    assert!(!p.preinitialized());
+    assert_eq!(call(loader, &p, facts), ("0".into(), "1".into(), "1".into()), "as built");
+    p.preinitialize_refused().expect("a reason").to_string()
+}
+
 #[test]
 fn every_call_starts_from_the_state_configure_left_and_from_no_other_call() {
     let loader = loader(nri_wasm_e2e::engine_settings());
@@ -72,34 +82,23 @@ fn every_call_starts_from_the_state_configure_left_and_from_no_other_call() {
 fn a_configure_that_keeps_a_host_handle_is_refused_a_snapshot_and_runs_as_built() {
     let loader = loader(nri_wasm_e2e::engine_settings());
     let f = facts();
-    let p = loader.load(&spec("hold-stdout", true), &f).expect("the policy still loads");
-    assert!(!p.preinitialized());
-    let why = p.preinitialize_refused().expect("a reason");
+    let why = refused(&loader, &spec("hold-stdout", true), &f);
     assert!(why.contains("host handles open"), "{why}");
-    assert_eq!(call(&loader, &p, &f), ("0".into(), "1".into(), "1".into()), "as built");
 }
 
 #[test]
 fn a_snapshot_larger_than_a_policy_file_may_be_is_refused() {
     // `fill` leaves 2 MiB of noise in memory: the snapshot's data segments
     // are over a `max-component-mib` of 1, though the component is not.
-    let settings = EngineSettings { max_component_mib: 1, ..nri_wasm_e2e::engine_settings() };
-    let loader = loader(settings);
     let f = facts();
-    let p = loader.load(&spec("fill", true), &f).expect("the policy still loads");
-    assert!(!p.preinitialized());
-    let why = p.preinitialize_refused().expect("a reason");
+    let tight = loader(EngineSettings { max_component_mib: 1, ..nri_wasm_e2e::engine_settings() });
+    let why = refused(&tight, &spec("fill", true), &f);
     assert!(why.contains("over max-component-mib (1 MiB)"), "{why}");
-    assert_eq!(call(&loader, &p, &f).0, "0", "as built");
     // With room for it, the same policy is pre-initialised.
-    let roomy = loader_room();
+    let roomy = loader(nri_wasm_e2e::engine_settings());
     let p = roomy.load(&spec("fill", true), &f).expect("load");
     assert!(p.preinitialized(), "{:?}", p.preinitialize_refused());
     assert_eq!(call(&roomy, &p, &f), ("5".into(), "1".into(), "2".into()));
-}
-
-fn loader_room() -> PolicyLoader {
-    loader(nri_wasm_e2e::engine_settings())
 }
 
 #[test]
@@ -150,12 +149,9 @@ fn memories_of_millions_of_separate_runs_are_refused_before_the_rewrite() {
     // out and stops at its limit.
     let loader = loader(nri_wasm_e2e::engine_settings());
     let f = facts();
-    let p = loader.load(&spec("sparse", true), &f).expect("the policy still loads");
-    assert!(!p.preinitialized());
-    let why = p.preinitialize_refused().expect("a reason");
+    let why = refused(&loader, &spec("sparse", true), &f);
     let max = nri_wasm::policy::load::snapshot::MAX_RUNS;
     assert!(why.contains(&format!("more than {max} separate runs of non-zero bytes")), "{why}");
-    assert_eq!(call(&loader, &p, &f), ("0".into(), "1".into(), "1".into()), "as built");
 }
 
 #[test]
@@ -166,11 +162,8 @@ fn a_memory_at_its_cap_is_refused_a_snapshot_not_a_panic() {
     let loader = loader(nri_wasm_e2e::engine_settings());
     let f = facts();
     let limits = nri_wasm::policy::spec::limits::Limits { memory_mib: 16, ..roomy() };
-    let p = loader.load(&PolicySpec { limits, ..spec("full", true) }, &f).expect("the policy still loads");
-    assert!(!p.preinitialized());
-    let why = p.preinitialize_refused().expect("a reason");
+    let why = refused(&loader, &PolicySpec { limits, ..spec("full", true) }, &f);
     assert!(why.contains("reading the instance's state failed") && why.contains("wasmtime:wizer/access"), "{why}");
-    assert_eq!(call(&loader, &p, &f).0, "0", "as built");
 }
 
 #[test]

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasmtime::component::Component;
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
 use super::loader::PolicyLoader;
 use crate::convert::event_kind;
@@ -31,6 +31,7 @@ use crate::nri::version::EventMask;
 use crate::policy::call::compiled::{CompiledPolicy, Imports, LoadTimings};
 use crate::policy::call::env::Facts;
 use crate::policy::call::profile::CallProfile;
+use crate::policy::call::store::CallState;
 use crate::policy::load::cache::Binding;
 use crate::policy::load::errors::LoadError;
 use crate::policy::load::inspect;
@@ -70,7 +71,52 @@ pub fn allowed(spec: &PolicySpec, inspection: &Inspection) -> Result<Allowed, Lo
     Ok(allowed)
 }
 
+/// A component linked against the engine's linker, with the two exports
+/// the host calls.
+pub(super) struct Linked {
+    pub instance_pre: InstancePre<CallState>,
+    pub handle: ComponentExportIndex,
+    pub configure: ComponentExportIndex,
+}
+
+/// Why a component could not be linked.
+pub(super) enum LinkFailure {
+    /// An import the host does not provide (or not with that type).
+    Link(String),
+    /// Exports that are not the world's.
+    World(String),
+}
+
+impl LinkFailure {
+    pub(super) fn reason(self) -> String {
+        match self {
+            Self::Link(reason) | Self::World(reason) => reason,
+        }
+    }
+}
+
+/// What a `configure` answer subscribes to: the NRI events, and whether
+/// `synchronize`.
+pub(super) fn subscription(kinds: &[wit::EventKind]) -> (EventMask, bool) {
+    (kinds.iter().copied().filter_map(event_kind).collect(), kinds.contains(&wit::EventKind::Synchronize))
+}
+
 impl PolicyLoader {
+    /// Links `component` against the engine's linker and checks every
+    /// export against the world once (calls then skip it).
+    pub(super) fn link(&self, component: &Component) -> Result<Linked, LinkFailure> {
+        let instance_pre = self
+            .engine()
+            .linker()
+            .instantiate_pre(component)
+            .map_err(|e| LinkFailure::Link(crate::text::one_line(&e)))?;
+        PolicyPre::new(instance_pre.clone()).map_err(|e| LinkFailure::World(crate::text::one_line(&e)))?;
+        let export = |func: &str| {
+            component.get_export_index(None, func).ok_or_else(|| LinkFailure::World(format!("no export named {func}")))
+        };
+        Ok(Linked { instance_pre, handle: export("handle")?, configure: export("configure")? })
+    }
+
     /// Reads, checks, compiles, links and configures one policy.
     pub async fn load_async(&self, spec: &PolicySpec, facts: &Arc<Facts>) -> Result<CompiledPolicy, LoadError> {
         let started = Instant::now();
@@ -148,20 +194,10 @@ impl PolicyLoader {
         timings.cached = cached;
 
         let step = Instant::now();
-        let instance_pre = self
-            .engine()
-            .linker()
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::Link { policy: name.into(), reason: crate::text::one_line(&e) })?;
-        // Checks every export against the world once; calls then skip it.
-        PolicyPre::new(instance_pre.clone())
-            .map_err(|e| LoadError::World { policy: name.into(), reason: crate::text::one_line(&e) })?;
-        let export = |func: &str| {
-            component
-                .get_export_index(None, func)
-                .ok_or_else(|| LoadError::World { policy: name.into(), reason: format!("no export named {func}") })
-        };
-        let (handle, configure) = (export("handle")?, export("configure")?);
+        let Linked { instance_pre, handle, configure } = self.link(&component).map_err(|failure| match failure {
+            LinkFailure::Link(reason) => LoadError::Link { policy: name.into(), reason },
+            LinkFailure::World(reason) => LoadError::World { policy: name.into(), reason },
+        })?;
         timings.link = step.elapsed();
 
         let mut imports = Imports::default();
@@ -209,8 +245,7 @@ impl PolicyLoader {
                 });
             }
         }
-        compiled.events = kinds.iter().copied().filter_map(event_kind).collect();
-        compiled.synchronize = kinds.contains(&wit::EventKind::Synchronize);
+        (compiled.events, compiled.synchronize) = subscription(&kinds);
         // Only a pre-initialised version keeps entries from pruning beyond
         // its component; whatever kept them before is replaced below.
         self.pinned.lock().unwrap_or_else(|p| p.into_inner()).remove(name);

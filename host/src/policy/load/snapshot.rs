@@ -55,6 +55,7 @@ use wasmtime_wizer::{ComponentInstanceState, Wizer};
 
 use super::cache::Binding;
 use super::loader::PolicyLoader;
+use super::prepare::{subscription, Linked};
 use crate::policy::call::compiled::CompiledPolicy;
 use crate::policy::call::env::Facts;
 use crate::policy::call::errors::CallError;
@@ -201,7 +202,7 @@ impl PolicyLoader {
             .component(name, &binding, instrumented.into(), true)
             .await
             .map_err(|e| SnapshotError::Compile { what, reason: e.to_string() })?;
-        let (instance_pre, handle, configure) = self.linked(&component, what)?;
+        let Linked { instance_pre, handle, configure } = self.linked(&component, what)?;
         let instrumented =
             CompiledPolicy { instance_pre, handle, configure, _component: Arc::new(component), ..policy.clone() };
 
@@ -211,13 +212,7 @@ impl PolicyLoader {
             .configure_then(&instrumented, facts, async |store, instance| read_state(store, instance, fuel).await)
             .await
             .map_err(SnapshotError::Configure)?;
-        let set = |k: &[wit::EventKind]| {
-            let mut k = k.to_vec();
-            k.sort_by_key(|k| *k as u32);
-            k.dedup();
-            k
-        };
-        if set(&second) != set(kinds) {
+        if subscription(&second) != subscription(kinds) {
             let names = |k: &[wit::EventKind]| {
                 k.iter().map(|k| crate::policy::spec::declared::answer_name(*k)).collect::<Vec<_>>().join(", ")
             };
@@ -244,6 +239,9 @@ impl PolicyLoader {
                     return Err(SnapshotError::TooLarge { size: data, max_mib });
                 }
                 let rewrite = |e: wasmtime::Error| SnapshotError::Rewrite(crate::text::one_line(&e));
+                // Instrumented again (it is deterministic): the context the
+                // rewrite needs borrows the bytes, so the first one could
+                // not be kept across the compile and `configure` above.
                 let wizer = wizer();
                 let (cx, _) = wizer.instrument_component(&binary).map_err(rewrite)?;
                 let mut replay = Replay { read, missing: None };
@@ -266,7 +264,7 @@ impl PolicyLoader {
             .component(name, &binding, snapshot.into(), false)
             .await
             .map_err(|e| SnapshotError::Compile { what, reason: e.to_string() })?;
-        let (instance_pre, handle, configure) = self.linked(&component, what)?;
+        let Linked { instance_pre, handle, configure } = self.linked(&component, what)?;
         Ok(Snapshot { component: Arc::new(component), instance_pre, handle, configure, size, instrumented_key })
     }
 
@@ -297,19 +295,9 @@ impl PolicyLoader {
         self.snapshot(policy, binary.into(), kinds, facts).await.map(|s| s.size)
     }
 
-    /// `component` linked against the engine's linker, and its two exports.
-    fn linked(
-        &self,
-        component: &Component,
-        what: &'static str,
-    ) -> Result<(InstancePre<CallState>, ComponentExportIndex, ComponentExportIndex), SnapshotError> {
-        let link = |reason: String| SnapshotError::Link { what, reason };
-        let instance_pre =
-            self.engine().linker().instantiate_pre(component).map_err(|e| link(crate::text::one_line(&e)))?;
-        crate::wit::PolicyPre::new(instance_pre.clone()).map_err(|e| link(crate::text::one_line(&e)))?;
-        let export =
-            |func: &str| component.get_export_index(None, func).ok_or_else(|| link(format!("no export {func}")));
-        Ok((instance_pre, export("handle")?, export("configure")?))
+    /// `component` linked as a policy's is (`prepare.rs`).
+    fn linked(&self, component: &Component, what: &'static str) -> Result<Linked, SnapshotError> {
+        self.link(component).map_err(|failure| SnapshotError::Link { what, reason: failure.reason() })
     }
 }
 
