@@ -96,6 +96,9 @@ pub enum Command {
     /// Compile a component from stdin to stdout (the host's own child process).
     #[command(hide = true)]
     InternalCompile(InternalCompileArgs),
+    /// Run one step of a policy's snapshot from stdin to stdout (the host's own child process).
+    #[command(hide = true)]
+    InternalSnapshot(InternalSnapshotArgs),
 }
 
 /// The commands of `nri-wasm config`.
@@ -133,6 +136,19 @@ pub struct InternalCompileArgs {
     /// Largest component accepted, in bytes.
     #[arg(long)]
     pub max_bytes: u64,
+}
+
+/// The arguments of the hidden `nri-wasm internal-snapshot`.
+#[derive(Debug, Args)]
+pub struct InternalSnapshotArgs {
+    /// The step.
+    pub step: crate::policy::load::rewrite::SnapshotStep,
+    /// Most bytes read from stdin.
+    #[arg(long)]
+    pub max_bytes: u64,
+    /// Most bytes the step may write.
+    #[arg(long)]
+    pub max_output: u64,
 }
 
 /// The arguments of `nri-wasm run`.
@@ -289,6 +305,9 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
     if let Some(Command::InternalCompile(args)) = &cli.command {
         return Ok(crate::policy::load::compile::child_main(args.max_bytes));
     }
+    if let Some(Command::InternalSnapshot(args)) = &cli.command {
+        return Ok(crate::policy::load::rewrite::child_main(args.step, args.max_bytes, args.max_output));
+    }
     // SAFETY: by this function's contract nothing has opened a file yet, so
     // the socket the runtime passed (if it did) is owned by nothing else.
     unsafe { transport::claim_inherited(|k| std::env::var(k).ok()) }?;
@@ -348,7 +367,9 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
             init_logging(cli.log.as_deref().unwrap_or("warn"), format)?;
             Ok(oci::verify(&args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock()))
         }
-        Some(Command::InternalCompile(_)) => unreachable!("handled before anything else"),
+        Some(Command::InternalCompile(_) | Command::InternalSnapshot(_)) => {
+            unreachable!("handled before anything else")
+        }
     }
 }
 

@@ -172,6 +172,42 @@ fn check_says_whether_a_policy_is_pre_initialised() {
     assert!(ran.stdout.contains("result    loads"), "{}", ran.stdout);
 }
 
+/// The snapshot's rewrite runs in the compiling child, under its memory
+/// limit: a configured state of 3.1 million runs of data (under the host's
+/// own limit on runs) needs more than a child of 256 MiB has, so the
+/// snapshot is refused, naming the limit, and the policy loads as built;
+/// with the default limit the same state is snapshotted.
+#[test]
+fn a_rewrite_is_bounded_by_the_compiling_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "preinitialize = true\nsettings = \"runs\"\n").unwrap();
+    let small = dir.path().join("small.toml");
+    std::fs::write(&small, "[engine]\ncompile-memory-mib = 256\n").unwrap();
+    let check = |config: Option<&Path>| {
+        let mut args =
+            vec![OsStr::new("check"), guests::PREINIT.as_ref(), "--settings-file".as_ref(), policy.as_os_str()];
+        if let Some(config) = config {
+            args.extend([OsStr::new("--config"), config.as_os_str()]);
+        }
+        run(args)
+    };
+    let ran = check(Some(&small));
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(
+        ran.stdout.contains(
+            "preinit   refused, calls start from the component as built: writing the snapshot needed more than \
+             the 256 MiB allowed ([engine] compile-memory-mib)"
+        ),
+        "{}",
+        ran.stdout
+    );
+    assert!(ran.stdout.contains("result    loads"), "{}", ran.stdout);
+    let ran = check(None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("preinit   calls start from a snapshot taken after configure"), "{}", ran.stdout);
+}
+
 /// What a policy asks for, and what the settings given do not grant.
 #[test]
 fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {

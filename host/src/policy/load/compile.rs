@@ -22,6 +22,11 @@
 //! never delays an answer to the runtime: it runs in another process,
 //! awaited on the policy runtime, never on the transport's thread.
 //!
+//! The snapshot's steps on bytes (`rewrite.rs`: instrumenting a component,
+//! rewriting it with its configured state) parse and rebuild the same
+//! untrusted files, so they run the same way, within the same bounds
+//! (`nri-wasm internal-snapshot`), and take a compile slot like a compile.
+//!
 //! [`Compiler::InProcess`] compiles on a blocking thread of the policy
 //! runtime; its timeout stops the wait, not the work. Tests and embedders
 //! without the binary use it.
@@ -34,6 +39,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::rewrite::SnapshotStep;
 use crate::policy::engine::codegen_config;
 
 /// Most bytes of a compiled artifact the host takes from the child.
@@ -145,6 +151,57 @@ impl Compiler {
             Self::Subprocess { exe } => subprocess(exe, component, bounds).await,
         }
     }
+
+    /// Runs one of the snapshot's steps on bytes (`rewrite.rs`) within the
+    /// same bounds as a compile: in the child (`nri-wasm internal-snapshot`)
+    /// or on a blocking thread, its panics caught. What it returns is at
+    /// most `max_output` bytes and one more, which says it made too much.
+    pub async fn snapshot_step(
+        &self,
+        step: SnapshotStep,
+        input: Vec<u8>,
+        bounds: CompileBounds,
+        max_output: usize,
+    ) -> Result<Vec<u8>, CompileError> {
+        match self {
+            Self::InProcess => {
+                let work = tokio::task::spawn_blocking(move || {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step.run(&input)))
+                });
+                let backstop = bounds.backstop();
+                match tokio::time::timeout(backstop, work).await {
+                    Ok(Ok(Ok(Ok(mut output)))) => {
+                        output.truncate(max_output + 1);
+                        Ok(output)
+                    }
+                    Ok(Ok(Ok(Err(e)))) => Err(CompileError::Failed(e)),
+                    Ok(Ok(Err(panic))) => Err(CompileError::Failed(format!("it panicked: {}", panic_text(&*panic)))),
+                    Ok(Err(join)) => Err(CompileError::Failed(format!("it panicked: {join}"))),
+                    Err(_) => Err(CompileError::Timeout(backstop.as_millis() as u64)),
+                }
+            }
+            Self::Subprocess { exe } => {
+                let args = [
+                    "internal-snapshot".to_string(),
+                    step.name().to_string(),
+                    "--max-bytes".to_string(),
+                    input.len().to_string(),
+                    "--max-output".to_string(),
+                    max_output.to_string(),
+                ];
+                in_child(exe, &args, input, bounds, max_output).await
+            }
+        }
+    }
+}
+
+/// The message of a caught panic.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 async fn subprocess(
@@ -152,12 +209,30 @@ async fn subprocess(
     component: Arc<[u8]>,
     bounds: CompileBounds,
 ) -> Result<Vec<u8>, CompileError> {
+    let args = ["internal-compile".to_string(), "--max-bytes".to_string(), bounds.max_component_bytes.to_string()];
+    let artifact = in_child(exe, &args, component, bounds, MAX_ARTIFACT_BYTES).await?;
+    if artifact.len() > MAX_ARTIFACT_BYTES {
+        return Err(CompileError::Failed(format!("the artifact exceeds {MAX_ARTIFACT_BYTES} bytes")));
+    }
+    Ok(artifact)
+}
+
+/// Runs `exe` with `args` as a child under `bounds` (address space, CPU
+/// time, a wall-clock backstop), feeds it `input` on stdin, and returns
+/// what it wrote on stdout: at most `max_output` bytes and one more, which
+/// tells the caller it wrote too much. The child is killed if the host
+/// stops waiting, and dies with the host.
+async fn in_child(
+    exe: &std::path::Path,
+    args: &[String],
+    input: impl AsRef<[u8]> + Send + 'static,
+    bounds: CompileBounds,
+    max_output: usize,
+) -> Result<Vec<u8>, CompileError> {
     let failed = |what: &str, e: std::io::Error| CompileError::Failed(format!("{what}: {e}"));
     let mut command = tokio::process::Command::new(exe);
     command
-        .arg("internal-compile")
-        .arg("--max-bytes")
-        .arg(bounds.max_component_bytes.to_string())
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -178,30 +253,36 @@ async fn subprocess(
     let work = async {
         let feed = async {
             // A child that dies early closes its end: its exit status says why.
-            let _ = stdin.write_all(&component).await;
+            let _ = stdin.write_all(input.as_ref()).await;
             drop(stdin);
         };
-        let mut artifact: Vec<u8> = Vec::new();
+        let mut output: Vec<u8> = Vec::new();
         let mut errors: Vec<u8> = Vec::new();
-        let read = async { (&mut stdout).take(MAX_ARTIFACT_BYTES as u64 + 1).read_to_end(&mut artifact).await };
+        let read = async {
+            let read = (&mut stdout).take(max_output as u64 + 1).read_to_end(&mut output).await;
+            // A child with more to write then fails its write instead of
+            // waiting for a reader until the backstop.
+            drop(stdout);
+            read
+        };
         let read_err = async { (&mut stderr).take(MAX_CHILD_STDERR as u64).read_to_end(&mut errors).await };
         let ((), out, _) = tokio::join!(feed, read, read_err);
-        out.map_err(|e| failed("reading the compiled artifact", e))?;
-        let status = child.wait().await.map_err(|e| failed("waiting for the compiler", e))?;
-        Ok::<_, CompileError>((status, artifact, errors))
+        out.map_err(|e| failed("reading the child's output", e))?;
+        let status = child.wait().await.map_err(|e| failed("waiting for the child", e))?;
+        Ok::<_, CompileError>((status, output, errors))
     };
     let backstop = bounds.backstop();
-    let (status, artifact, errors) = match tokio::time::timeout(backstop, work).await {
+    let (status, output, errors) = match tokio::time::timeout(backstop, work).await {
         Ok(done) => done?,
         // Dropping the work kills the child (kill_on_drop).
         Err(_) => return Err(CompileError::Timeout(backstop.as_millis() as u64)),
     };
+    if output.len() > max_output {
+        return Ok(output);
+    }
     let errors = String::from_utf8_lossy(&errors);
     if status.success() {
-        if artifact.len() > MAX_ARTIFACT_BYTES {
-            return Err(CompileError::Failed(format!("the artifact exceeds {MAX_ARTIFACT_BYTES} bytes")));
-        }
-        return Ok(artifact);
+        return Ok(output);
     }
     use std::os::unix::process::ExitStatusExt;
     let out_of_memory = ["memory allocation", "out of memory", "Cannot allocate memory"];
@@ -219,7 +300,7 @@ async fn subprocess(
         .lines()
         .map(str::trim)
         .rfind(|l| !l.is_empty() && !l.starts_with("note:") && !l.starts_with("stack backtrace"))
-        .map_or_else(|| format!("the compiler exited with {status}"), str::to_string);
+        .map_or_else(|| format!("the child exited with {status}"), str::to_string);
     Err(CompileError::Failed(crate::text::guest_text(&message, crate::text::MAX_ERROR_BYTES)))
 }
 
@@ -252,22 +333,36 @@ fn limit_child(memory_bytes: u64, cpu_seconds: u64) -> std::io::Result<()> {
 /// stdin, writes the compiled artifact to stdout; on failure writes one line
 /// to stderr and exits non-zero.
 pub fn child_main(max_component_bytes: u64) -> std::process::ExitCode {
-    let mut component = Vec::new();
-    let read = std::io::stdin().lock().take(max_component_bytes + 1).read_to_end(&mut component);
-    let result = read
-        .map_err(|e| format!("cannot read the component: {e}"))
-        .and_then(|_| {
-            if component.len() as u64 > max_component_bytes {
-                return Err(format!("the component exceeds {max_component_bytes} bytes"));
-            }
-            let engine = wasmtime::Engine::new(&codegen_config())
-                .map_err(|e| format!("cannot create the engine: {}", crate::text::one_line(&e)))?;
-            engine.precompile_component(&component).map_err(|e| crate::text::one_line(&e))
+    child_run(max_component_bytes, "the component", |component| {
+        let engine = wasmtime::Engine::new(&codegen_config())
+            .map_err(|e| format!("cannot create the engine: {}", crate::text::one_line(&e)))?;
+        engine.precompile_component(&component).map_err(|e| crate::text::one_line(&e))
+    })
+}
+
+/// The child's side of [`in_child`]: reads at most `max_input` bytes of
+/// `what` from stdin, writes what `work` makes of them to stdout; on
+/// failure writes one line to stderr (the parent's error) and exits
+/// non-zero.
+pub(crate) fn child_run(
+    max_input: u64,
+    what: &str,
+    work: impl FnOnce(Vec<u8>) -> Result<Vec<u8>, String>,
+) -> std::process::ExitCode {
+    let mut input = Vec::new();
+    let result = std::io::stdin()
+        .lock()
+        .take(max_input + 1)
+        .read_to_end(&mut input)
+        .map_err(|e| format!("cannot read {what}: {e}"))
+        .and_then(|_| match input.len() as u64 > max_input {
+            true => Err(format!("{what} exceeds {max_input} bytes")),
+            false => work(input),
         })
-        .and_then(|artifact| {
+        .and_then(|output| {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
-            out.write_all(&artifact).and_then(|()| out.flush()).map_err(|e| format!("cannot write the artifact: {e}"))
+            out.write_all(&output).and_then(|()| out.flush()).map_err(|e| format!("cannot write the result: {e}"))
         });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ use wasmtime::component::Component;
 
 use super::cache::Cache;
 use super::compile::{CompileBounds, CompileError, Compiler};
+use super::rewrite::SnapshotStep;
 use crate::policy::engine::{EngineSettings, PolicyEngine, MAX_CONCURRENT_COMPILES};
 
 /// The registry client policies named by reference are pulled with, or
@@ -45,7 +46,7 @@ pub struct Pruned {
 pub struct PolicyLoader {
     engine: Arc<PolicyEngine>,
     compiler: Compiler,
-    /// Bounds the compiles under way (and the snapshots' rewrites).
+    /// Bounds the compiles under way (and the snapshots' steps on bytes).
     pub(super) compiles: tokio::sync::Semaphore,
     cache: Option<Cache>,
     /// Components in use, by cache key: a file loaded as several policies
@@ -139,6 +140,16 @@ impl PolicyLoader {
     pub(super) async fn compile(&self, component: Arc<[u8]>) -> Result<Vec<u8>, CompileError> {
         let _permit = self.compiles.acquire().await.expect("the compile semaphore is never closed");
         self.compiler.compile(self.engine.engine(), component, CompileBounds::of(self.settings())).await
+    }
+
+    /// Runs one of the snapshot's steps on bytes within the compile bounds,
+    /// holding one of the [`MAX_CONCURRENT_COMPILES`] permits while it runs;
+    /// its output is at most `max-component-mib` and one byte more, which
+    /// says it made too much.
+    pub(super) async fn snapshot_step(&self, step: SnapshotStep, input: Vec<u8>) -> Result<Vec<u8>, CompileError> {
+        let _permit = self.compiles.acquire().await.expect("the compile semaphore is never closed");
+        let bounds = CompileBounds::of(self.settings());
+        self.compiler.snapshot_step(step, input, bounds, bounds.max_component_bytes as usize).await
     }
 
     /// The cache of compiled components, if one is configured.

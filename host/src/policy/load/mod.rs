@@ -7,7 +7,8 @@
 //! (`inspect`), compiling within bounds (`compile`) or taking the compiled
 //! form from disk (`cache`), linking and `configure` on the engine, and,
 //! if its settings file asks, a snapshot of the configured instance that
-//! its calls start from (`snapshot`); and it remembers what each policy
+//! its calls start from (`snapshot`, whose steps on bytes are `rewrite`,
+//! bounded as a compile is); and it remembers what each policy
 //! subscribed to across restarts (`known`). The errors of these steps are
 //! `errors` (a refused snapshot is not one: the policy then runs as built).
 //!
@@ -24,4 +25,5 @@ pub(crate) mod known;
 pub mod loader;
 pub mod prepare;
 pub mod read;
+pub mod rewrite;
 pub mod snapshot;
