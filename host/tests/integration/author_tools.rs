@@ -208,6 +208,41 @@ fn a_rewrite_is_bounded_by_the_compiling_child() {
     assert!(ran.stdout.contains("preinit   calls start from a snapshot taken after configure"), "{}", ran.stdout);
 }
 
+/// The snapshot child's contract, as the host drives it: its input on
+/// stdin (at most `--max-bytes`), its output on stdout cut at
+/// `--max-output` and one byte more (the host reads that as too large), a
+/// failure as one line on stderr and a failing exit.
+#[test]
+fn the_snapshot_child_answers_on_its_pipes_and_fails_with_one_line() {
+    let child = |args: &[&str], input: &[u8]| {
+        use std::io::Write as _;
+        let mut cmd = nri_wasm();
+        cmd.arg("internal-snapshot").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut running = cmd.spawn().expect("start the child");
+        // A child that stops reading (the input too long) closes its end.
+        let _ = running.stdin.take().unwrap().write_all(input);
+        running.wait_with_output().unwrap()
+    };
+    let component = std::fs::read(guests::PREINIT).unwrap();
+    let len = component.len().to_string();
+    let whole = child(&["instrument", "--max-bytes", &len, "--max-output", "100000000"], &component);
+    assert!(whole.status.success(), "{whole:?}");
+    assert!(whole.stdout.len() > component.len(), "the accessors are added");
+    assert!(whole.stdout.starts_with(b"\0asm"));
+    let cut = child(&["instrument", "--max-bytes", &len, "--max-output", "1000"], &component);
+    assert!(cut.status.success(), "{cut:?}");
+    assert_eq!(cut.stdout.len(), 1001);
+    let over = child(&["instrument", "--max-bytes", "100", "--max-output", "100000000"], &component);
+    assert!(!over.status.success());
+    assert_eq!(String::from_utf8_lossy(&over.stderr).trim(), "the input exceeds 100 bytes");
+    let garbage = child(&["instrument", "--max-bytes", "9", "--max-output", "1000"], b"not wasm!");
+    assert!(!garbage.status.success() && garbage.stdout.is_empty(), "{garbage:?}");
+    assert_eq!(String::from_utf8_lossy(&garbage.stderr).trim().lines().count(), 1, "{garbage:?}");
+    let damaged = child(&["rewrite", "--max-bytes", "3", "--max-output", "1000"], &[7, 0, 0]);
+    assert!(!damaged.status.success());
+    assert!(String::from_utf8_lossy(&damaged.stderr).contains("the state ends"), "{damaged:?}");
+}
+
 /// What a policy asks for, and what the settings given do not grant.
 #[test]
 fn check_prints_the_declared_capabilities_and_the_ungranted_ones() {

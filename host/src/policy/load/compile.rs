@@ -124,6 +124,11 @@ impl CompileBounds {
     /// compiler may run on (it compiles functions in parallel), rounded up.
     pub fn cpu_seconds(&self) -> u64 {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        self.cpu_seconds_on(cores)
+    }
+
+    /// Seconds of CPU time a child working on `cores` cores may use.
+    pub fn cpu_seconds_on(&self, cores: u64) -> u64 {
         self.timeout.as_millis().div_ceil(1000) as u64 * cores
     }
 }
@@ -189,7 +194,10 @@ impl Compiler {
                     "--max-output".to_string(),
                     max_output.to_string(),
                 ];
-                in_child(exe, &args, input, bounds, max_output).await
+                // The steps run on one thread (the rewrite's crate is built
+                // without its thread pool): one core's budget.
+                let cpu_seconds = bounds.cpu_seconds_on(1);
+                in_child(exe, &args, "the snapshot step", input, bounds, cpu_seconds, max_output).await
             }
         }
     }
@@ -210,23 +218,27 @@ async fn subprocess(
     bounds: CompileBounds,
 ) -> Result<Vec<u8>, CompileError> {
     let args = ["internal-compile".to_string(), "--max-bytes".to_string(), bounds.max_component_bytes.to_string()];
-    let artifact = in_child(exe, &args, component, bounds, MAX_ARTIFACT_BYTES).await?;
+    let cpu_seconds = bounds.cpu_seconds();
+    let artifact = in_child(exe, &args, "the compiler", component, bounds, cpu_seconds, MAX_ARTIFACT_BYTES).await?;
     if artifact.len() > MAX_ARTIFACT_BYTES {
         return Err(CompileError::Failed(format!("the artifact exceeds {MAX_ARTIFACT_BYTES} bytes")));
     }
     Ok(artifact)
 }
 
-/// Runs `exe` with `args` as a child under `bounds` (address space, CPU
-/// time, a wall-clock backstop), feeds it `input` on stdin, and returns
-/// what it wrote on stdout: at most `max_output` bytes and one more, which
-/// tells the caller it wrote too much. The child is killed if the host
-/// stops waiting, and dies with the host.
+/// Runs `exe` with `args` as a child (`who`, in its errors) under `bounds`
+/// (address space, `cpu_seconds` of CPU time, a wall-clock backstop),
+/// feeds it `input` on stdin, and returns what it wrote on stdout: at most
+/// `max_output` bytes and one more, which tells the caller it wrote too
+/// much. The child is killed if the host stops waiting, and dies with the
+/// host.
 async fn in_child(
     exe: &std::path::Path,
     args: &[String],
+    who: &str,
     input: impl AsRef<[u8]> + Send + 'static,
     bounds: CompileBounds,
+    cpu_seconds: u64,
     max_output: usize,
 ) -> Result<Vec<u8>, CompileError> {
     let failed = |what: &str, e: std::io::Error| CompileError::Failed(format!("{what}: {e}"));
@@ -238,7 +250,6 @@ async fn in_child(
         .stderr(Stdio::piped())
         .env_clear()
         .kill_on_drop(true);
-    let cpu_seconds = bounds.cpu_seconds();
     let memory = bounds.memory_bytes;
     // SAFETY: the closure runs in the child between fork and exec and calls
     // only async-signal-safe functions (setrlimit, prctl) on values computed
@@ -265,7 +276,12 @@ async fn in_child(
             drop(stdout);
             read
         };
-        let read_err = async { (&mut stderr).take(MAX_CHILD_STDERR as u64).read_to_end(&mut errors).await };
+        let read_err = async {
+            (&mut stderr).take(MAX_CHILD_STDERR as u64).read_to_end(&mut errors).await?;
+            // The rest is drained, not kept: a child writing more is not
+            // left waiting for a reader.
+            tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await
+        };
         let ((), out, _) = tokio::join!(feed, read, read_err);
         out.map_err(|e| failed("reading the child's output", e))?;
         let status = child.wait().await.map_err(|e| failed("waiting for the child", e))?;
@@ -285,6 +301,11 @@ async fn in_child(
         return Ok(output);
     }
     use std::os::unix::process::ExitStatusExt;
+    // The limit shows as the kernel's kill, as Rust's abort on a failed
+    // allocation, or as the error of a reservation it refused. (A name in
+    // the input quoted in an error could carry these words too: a refusal
+    // then names the memory limit instead of its own reason, and is a
+    // refusal all the same.)
     let out_of_memory = ["memory allocation", "out of memory", "Cannot allocate memory"];
     if status.signal() == Some(libc::SIGKILL) || out_of_memory.iter().any(|m| errors.contains(m)) {
         return Err(CompileError::Memory(memory >> 20));
@@ -300,7 +321,7 @@ async fn in_child(
         .lines()
         .map(str::trim)
         .rfind(|l| !l.is_empty() && !l.starts_with("note:") && !l.starts_with("stack backtrace"))
-        .map_or_else(|| format!("the child exited with {status}"), str::to_string);
+        .map_or_else(|| format!("{who} exited with {status}"), str::to_string);
     Err(CompileError::Failed(crate::text::guest_text(&message, crate::text::MAX_ERROR_BYTES)))
 }
 
@@ -349,7 +370,11 @@ pub(crate) fn child_run(
     what: &str,
     work: impl FnOnce(Vec<u8>) -> Result<Vec<u8>, String>,
 ) -> std::process::ExitCode {
+    // The parent sends at most `max_input` bytes (a snapshot step's input
+    // exactly that): one allocation, not a doubling buffer that would
+    // need up to twice as much.
     let mut input = Vec::new();
+    let _ = input.try_reserve_exact(usize::try_from(max_input).unwrap_or(usize::MAX));
     let result = std::io::stdin()
         .lock()
         .take(max_input + 1)

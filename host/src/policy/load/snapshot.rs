@@ -91,7 +91,7 @@ pub enum SnapshotError {
     /// Instrumenting the component failed (it uses something the rewrite
     /// does not support, say), or went past the compile bounds.
     #[error("instrumenting the component {0}")]
-    Instrument(#[source] CompileError),
+    Instrument(CompileError),
     /// Compiling the instrumented component, or the snapshot, failed.
     #[error("compiling the {what} failed: {reason}")]
     Compile {
@@ -142,7 +142,7 @@ pub enum SnapshotError {
     },
     /// The rewrite failed or panicked, or went past the compile bounds.
     #[error("writing the snapshot {0}")]
-    Rewrite(#[source] CompileError),
+    Rewrite(CompileError),
     /// The snapshot is larger than a policy file may be (or its memories'
     /// data alone is, counted before the rewrite).
     #[error("the snapshot is {size} bytes or more, over max-component-mib ({max_mib} MiB)")]
