@@ -306,7 +306,7 @@ pub unsafe fn main() -> anyhow::Result<std::process::ExitCode> {
         return Ok(crate::policy::load::compile::child_main(args.max_bytes));
     }
     if let Some(Command::InternalSnapshot(args)) = &cli.command {
-        return Ok(crate::policy::load::rewrite::child_main(args.step, args.max_bytes, args.max_output));
+        return Ok(crate::policy::load::compile::snapshot_child_main(args.step, args.max_bytes, args.max_output));
     }
     // SAFETY: by this function's contract nothing has opened a file yet, so
     // the socket the runtime passed (if it did) is owned by nothing else.

@@ -361,11 +361,24 @@ pub fn child_main(max_component_bytes: u64) -> std::process::ExitCode {
     })
 }
 
+/// `nri-wasm internal-snapshot`: the child's side of a snapshot step
+/// (`rewrite.rs`). Reads at most `max_input` bytes from stdin, runs `step`
+/// on them, and writes the result (at most `max_output` bytes and one more,
+/// which tells the parent it made too much) to stdout; on failure writes
+/// one line to stderr and exits non-zero.
+pub fn snapshot_child_main(step: SnapshotStep, max_input: u64, max_output: u64) -> std::process::ExitCode {
+    child_run(max_input, "the input", |input| {
+        let mut output = step.run(&input)?;
+        output.truncate(max_output as usize + 1);
+        Ok(output)
+    })
+}
+
 /// The child's side of [`in_child`]: reads at most `max_input` bytes of
 /// `what` from stdin, writes what `work` makes of them to stdout; on
 /// failure writes one line to stderr (the parent's error) and exits
 /// non-zero.
-pub(crate) fn child_run(
+fn child_run(
     max_input: u64,
     what: &str,
     work: impl FnOnce(Vec<u8>) -> Result<Vec<u8>, String>,

@@ -4,7 +4,7 @@
 //!
 //! Why a file of their own: both steps parse and rebuild a file the
 //! operator dropped in, with state a policy computed, so they are bounded
-//! like a compile. The host binary runs them in the compiling child
+//! like a compile. The host binary runs them in a child like the compiler's
 //! (`nri-wasm internal-snapshot`, `compile.rs`) under the same address-space
 //! and CPU limits; an embedder without the binary runs them on a blocking
 //! thread. Either way they take and give bytes only, so the two paths run
@@ -298,19 +298,6 @@ impl ComponentInstanceState for Replay<'_> {
             _ => 0,
         }
     }
-}
-
-/// `nri-wasm internal-snapshot`: the child's side. Reads at most
-/// `max_input` bytes from stdin, runs `step` on them, and writes the result
-/// (at most `max_output` bytes and one more, which tells the parent it made
-/// too much) to stdout; on failure writes one line to stderr and exits
-/// non-zero.
-pub fn child_main(step: SnapshotStep, max_input: u64, max_output: u64) -> std::process::ExitCode {
-    super::compile::child_run(max_input, "the input", |input| {
-        let mut output = step.run(&input)?;
-        output.truncate(max_output as usize + 1);
-        Ok(output)
-    })
 }
 
 #[cfg(test)]
