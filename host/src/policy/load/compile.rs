@@ -170,18 +170,16 @@ impl Compiler {
     ) -> Result<Vec<u8>, CompileError> {
         match self {
             Self::InProcess => {
-                let work = tokio::task::spawn_blocking(move || {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step.run(&input)))
-                });
+                // A panic comes back as the task's join error.
+                let work = tokio::task::spawn_blocking(move || step.run(&input));
                 let backstop = bounds.backstop();
                 match tokio::time::timeout(backstop, work).await {
-                    Ok(Ok(Ok(Ok(mut output)))) => {
+                    Ok(Ok(Ok(mut output))) => {
                         output.truncate(max_output + 1);
                         Ok(output)
                     }
-                    Ok(Ok(Ok(Err(e)))) => Err(CompileError::Failed(e)),
-                    Ok(Ok(Err(panic))) => Err(CompileError::Failed(format!("it panicked: {}", panic_text(&*panic)))),
-                    Ok(Err(join)) => Err(CompileError::Failed(format!("it panicked: {join}"))),
+                    Ok(Ok(Err(e))) => Err(CompileError::Failed(e)),
+                    Ok(Err(join)) => Err(CompileError::Failed(join.to_string())),
                     Err(_) => Err(CompileError::Timeout(backstop.as_millis() as u64)),
                 }
             }
@@ -201,15 +199,6 @@ impl Compiler {
             }
         }
     }
-}
-
-/// The message of a caught panic.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
 }
 
 async fn subprocess(
