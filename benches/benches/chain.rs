@@ -211,6 +211,51 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
         })
     });
     g.finish();
+
+    // The same calls as the real path finds them: the caches swept before
+    // each one (the runtime and the kernel run between two events).
+    let mut g = c.benchmark_group("cold");
+    g.sample_size(30).sampling_mode(SamplingMode::Flat);
+    let mut sweep = vec![0u8; SWEEP_BYTES];
+    let lean = s.bench.lean(1, "");
+    let lean_settings = s.bench.lean(1, "z");
+    let lean_policy = lean.policies().next().expect("lean policy");
+    let lean_settings_policy = lean_settings.policies().next().expect("lean policy");
+    for (name, policy) in [
+        ("engine_call_bare", bare),
+        ("engine_call_lean_settings_only", lean_settings_policy),
+        ("engine_call_lean", lean_policy),
+        ("engine_call_noop", noop),
+        ("engine_call_realistic", realistic),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    sweep_caches(&mut sweep);
+                    event.clone()
+                },
+                |event| {
+                    let report = s.bench.engine.call(policy, event, &env, None, BUDGET);
+                    assert!(report.outcome.is_ok());
+                    report
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// Larger than the last-level cache of the machines this runs on.
+const SWEEP_BYTES: usize = 64 << 20;
+
+/// Writes one byte of every cache line of `sweep`, evicting what the last
+/// call left in the caches.
+fn sweep_caches(sweep: &mut [u8]) {
+    for line in sweep.iter_mut().step_by(64) {
+        *line = line.wrapping_add(1);
+    }
+    black_box(&*sweep);
 }
 
 /// Fewer, flat samples for the slow benchmarks (criterion's default of 100

@@ -33,12 +33,16 @@
 //! `cargo bench -p nri-wasm-benches --bench real_runtime` (after
 //! tests/runtimes/install.sh); `cargo test --benches` runs one short round.
 //! Rounds and creates per round: `NRI_WASM_BENCH_ROUNDS` (7),
-//! `NRI_WASM_BENCH_CREATES` (100).
+//! `NRI_WASM_BENCH_CREATES` (100). `NRI_WASM_BENCH_SETUPS=host-10,native-1`
+//! measures only the set-ups named (and `none`, which every "added" needs);
+//! `NRI_WASM_BENCH_PERF=DIR` records each plugin set-up's measured creates
+//! and removals with `perf record` into `DIR/r<round>-<set-up>.data`, to see
+//! where a plugin's CPU goes on the real runtime.
 
 use std::path::Path;
 use std::time::Duration;
 
-use nri_wasm_benches::cpu_ns;
+use nri_wasm_benches::{cpu_ns, runs_on_cpu};
 use nri_wasm_runtimes::crictl::{Container, Pod, PodSandbox};
 use nri_wasm_runtimes::host::{Host, HostConfig};
 use nri_wasm_runtimes::native::{self, Adjustments, NativePlugin};
@@ -214,16 +218,28 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Creates `warm + creates` containers; the latencies of the last `creates`,
-/// and the CPU time (ns) `pids` spent per container over their creation and
-/// removal.
-fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize, pids: &[u32]) -> (Vec<f64>, f64) {
+/// and per container over their creation and removal, the CPU time (ns)
+/// `pids` spent and the times one of their threads was put on a CPU.
+fn measure(
+    node: &Node,
+    pod: &PodSandbox,
+    tag: &str,
+    warm: usize,
+    creates: usize,
+    pids: &[u32],
+    perf: Option<&Path>,
+) -> (Vec<f64>, f64, f64) {
     let mut names = Vec::new();
     let mut ids = Vec::new();
     // Taken when the measured creates begin (never, with none).
     let mut cpu_before = 0;
+    let mut runs_before = 0;
+    let mut recorder = None;
     for i in 0..warm + creates {
         if i == warm {
+            recorder = perf.filter(|_| !pids.is_empty() && creates > 0).map(|dir| Recorder::start(dir, tag, pids));
             cpu_before = cpu_ns(pids);
+            runs_before = runs_on_cpu(pids);
         }
         let name = format!("{tag}-{i}");
         let mut c = Container::sleeper(&name);
@@ -255,9 +271,39 @@ fn measure(node: &Node, pod: &PodSandbox, tag: &str, warm: usize, creates: usize
     let (warmed, measured) = ids.split_at(warm);
     remove(measured);
     let spent = cpu_ns(pids).saturating_sub(cpu_before);
+    let runs = runs_on_cpu(pids).saturating_sub(runs_before);
+    drop(recorder);
     remove(warmed);
-    let cpu = if creates == 0 { 0.0 } else { spent as f64 / creates as f64 };
-    (out, cpu)
+    let per = |n: u64| if creates == 0 { 0.0 } else { n as f64 / creates as f64 };
+    (out, per(spent), per(runs))
+}
+
+/// `perf record` attached to the plugin processes until dropped.
+struct Recorder(std::process::Child);
+
+impl Recorder {
+    fn start(dir: &Path, tag: &str, pids: &[u32]) -> Self {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let child = std::process::Command::new("perf")
+            .args(["record", "--quiet", "-F", "4999", "--call-graph", "dwarf,16384", "-p", &pids.join(",")])
+            .arg("-o")
+            .arg(dir.join(format!("{tag}.data")))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting perf record: {e}"));
+        // perf attaches before the first measured create.
+        std::thread::sleep(Duration::from_millis(500));
+        Self(child)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // SIGINT makes perf write its file and exit.
+        let _ = std::process::Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -273,6 +319,9 @@ fn main() {
     let (rounds, creates) =
         if full { (env_usize("NRI_WASM_BENCH_ROUNDS", 7), env_usize("NRI_WASM_BENCH_CREATES", 100)) } else { (1, 5) };
     let warm = if full { 10 } else { 2 };
+    let wanted: Option<Vec<String>> =
+        std::env::var("NRI_WASM_BENCH_SETUPS").ok().map(|v| v.split(',').map(str::to_string).collect());
+    let perf = std::env::var_os("NRI_WASM_BENCH_PERF").map(std::path::PathBuf::from);
 
     let node = Node::start().unwrap_or_else(|e| panic!("starting the runtime: {e}"));
     let pod = node
@@ -285,28 +334,35 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    // medians[setup][round], cpu[setup][round] (µs per container)
+    // medians[setup][round], cpu[setup][round] (µs per container),
+    // on_cpu[setup][round] (runs on a CPU per container)
     let mut medians = vec![Vec::new(); Setup::ALL.len()];
     let mut cpu = vec![Vec::new(); Setup::ALL.len()];
+    let mut on_cpu = vec![Vec::new(); Setup::ALL.len()];
     for round in 0..rounds {
         for k in 0..Setup::ALL.len() {
             let setup = Setup::ALL[(k + round) % Setup::ALL.len()];
+            if !wanted.as_ref().is_none_or(|w| setup == Setup::None || w.iter().any(|n| n == setup.name())) {
+                continue;
+            }
             let plugins = start(setup, &node, round);
             let pids = plugins.pids();
-            let (mut lat, ns) = measure(&node, &pod, &format!("r{round}-{}", setup.name()), warm, creates, &pids);
+            let tag = format!("r{round}-{}", setup.name());
+            let (mut lat, ns, runs) = measure(&node, &pod, &tag, warm, creates, &pids, perf.as_deref());
             drop(plugins);
             // The runtime drops a closed plugin at its next event: one
             // create, not measured, so the next set-up starts clean.
-            measure(&node, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0, &[]);
+            measure(&node, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0, &[], None);
             let i = Setup::ALL.iter().position(|s| *s == setup).expect("setup");
             let m = median(&mut lat);
             eprintln!(
-                "  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs per container",
+                "  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs, {runs:5.1} runs on a CPU per container",
                 setup.name(),
                 ns / 1e3
             );
             medians[i].push(m);
             cpu[i].push(ns / 1e3);
+            on_cpu[i].push(runs);
         }
     }
 
@@ -316,11 +372,22 @@ fn main() {
         median(&mut d)
     };
     eprintln!("\nCRI CreateContainer on {} (median over {rounds} rounds of per-round p50):", node.kind().name());
-    eprintln!("{:<12} {:>9} {:>13} {:>24}", "set-up", "p50 ms", "added ms", "plugin CPU µs/container");
+    eprintln!(
+        "{:<12} {:>9} {:>13} {:>24} {:>18}",
+        "set-up", "p50 ms", "added ms", "plugin CPU µs/container", "runs on a CPU/c."
+    );
     for (i, s) in Setup::ALL.iter().enumerate() {
         let mut m = medians[i].clone();
         let mut c = cpu[i].clone();
-        eprintln!("{:<12} {:>9.3} {:>13.3} {:>24.1}", s.name(), median(&mut m), added(i), median(&mut c));
+        let mut r = on_cpu[i].clone();
+        eprintln!(
+            "{:<12} {:>9.3} {:>13.3} {:>24.1} {:>18.1}",
+            s.name(),
+            median(&mut m),
+            added(i),
+            median(&mut c),
+            median(&mut r)
+        );
     }
     let native1 = added(1);
     eprintln!("\nratios to native-1's added latency ({native1:.3} ms):");

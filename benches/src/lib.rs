@@ -199,10 +199,22 @@ pub fn native_chain(n: usize, req: &pb::CreateContainerRequest) -> Result<pb::Cr
 /// (the first field of `/proc/PID/task/*/schedstat`); a process gone counts
 /// nothing.
 pub fn cpu_ns(pids: &[u32]) -> u64 {
+    schedstat(pids, 0)
+}
+
+/// How many times so far a thread of the processes `pids` was put on a CPU
+/// (the third field of `/proc/PID/task/*/schedstat`): the wake-ups of
+/// threads that sleep between events, and the preemptions.
+pub fn runs_on_cpu(pids: &[u32]) -> u64 {
+    schedstat(pids, 2)
+}
+
+/// Field `field` of `/proc/PID/task/*/schedstat`, summed over every thread.
+fn schedstat(pids: &[u32], field: usize) -> u64 {
     pids.iter()
         .filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/task")).ok())
         .flat_map(|tasks| tasks.flatten())
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .filter_map(|s| s.split_whitespace().nth(field).and_then(|v| v.parse::<u64>().ok()))
         .sum()
 }

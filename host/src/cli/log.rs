@@ -16,6 +16,13 @@
 //! that were queued before them. Whoever logs holds the queue's lock for a
 //! copy of its record, never for a write.
 //!
+//! The writer lingers ([`LINGER`]) once woken before it takes the queue:
+//! a chain's decisions come as a line per policy a few tens of µs apart,
+//! and waking a thread (on another CPU, as a rule) for each of them cost
+//! the host more than formatting them did. Lingering, a burst is written
+//! with one wake-up and one write; a queue filling up ([`HURRY_FRACTION`]
+//! of its bytes), a flush or the end of the queue cuts the linger short.
+//!
 //! At exit the queue is flushed, waiting at most [`FLUSH_WAIT`]: a reader
 //! that never reads again must not keep the process from exiting (the
 //! writer thread is not waited for past that).
@@ -48,6 +55,14 @@ pub const QUEUE_BYTES: usize = 4 << 20;
 /// Longest the host waits at exit for its queued records to be written.
 pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
+/// How long the writer, woken by a record, waits for the records that
+/// follow it before writing them all. Records reach the output at most
+/// this late.
+pub const LINGER: Duration = Duration::from_millis(20);
+
+/// The share of the queue's bytes at which the writer stops lingering.
+const HURRY_FRACTION: usize = 4;
+
 /// The target the writer's own line names, as a record of the host's would.
 const TARGET: &str = "nri_wasm::log";
 
@@ -64,6 +79,8 @@ struct Shared {
     /// Wakes whoever flushes: a batch was written.
     written: Condvar,
     capacity: usize,
+    /// How long the writer waits for more records once woken.
+    linger: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +97,8 @@ struct State {
     /// No writer handle is left: the writer thread writes what is queued
     /// and ends.
     closed: bool,
+    /// Flushes waiting for the writer: it does not linger while one does.
+    flushes: u32,
 }
 
 impl Shared {
@@ -92,20 +111,29 @@ impl Shared {
     /// Queues one record whole, or drops and counts it.
     fn push(&self, record: &[u8]) {
         let mut state = self.lock();
-        let was_empty = state.pending.is_empty();
-        if state.pending.len() + record.len() > self.capacity {
+        let before = state.pending.len();
+        if before + record.len() > self.capacity {
             state.unreported += 1;
             state.dropped += 1;
         } else {
             state.pending.extend_from_slice(record);
             state.accepted += 1;
         }
+        let hurry = self.hurry();
+        let crossed = before < hurry && state.pending.len() >= hurry;
         drop(state);
-        // The writer waits only with an empty queue and nothing to report:
-        // a push onto a non-empty queue finds it busy or already woken.
-        if was_empty {
+        // The writer waits without a timeout only with an empty queue and
+        // nothing to report; otherwise it is busy writing, or lingering
+        // until the queue is `hurry` bytes long. Waking it for anything
+        // else would cost the wake-up that lingering saves.
+        if before == 0 || crossed {
             self.queued.notify_one();
         }
+    }
+
+    /// Bytes queued at which the writer stops lingering.
+    fn hurry(&self) -> usize {
+        (self.capacity / HURRY_FRACTION).max(1)
     }
 }
 
@@ -162,14 +190,20 @@ impl LogGuard {
         let until = Instant::now() + wait;
         let mut state = self.shared.lock();
         let target = state.accepted;
+        // The writer does not linger while a flush waits.
+        state.flushes += 1;
+        self.shared.queued.notify_one();
+        let mut done = true;
         while state.written < target {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                done = false;
+                break;
             }
             state = self.shared.written.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
         }
-        true
+        state.flushes -= 1;
+        done
     }
 
     /// Records dropped since start because the queue was full.
@@ -186,13 +220,20 @@ impl Drop for LogGuard {
 
 /// Starts the writer thread, which writes to `out` what the returned
 /// [`LogQueue`] is given, in `format` for its own line; `capacity` bytes
-/// may wait ([`QUEUE_BYTES`] for the host).
-pub fn queue(out: Box<dyn Write + Send>, format: LogFormat, capacity: usize) -> std::io::Result<(LogQueue, LogGuard)> {
+/// may wait ([`QUEUE_BYTES`] for the host), for at most `linger` once the
+/// writer is woken ([`LINGER`] for the host).
+pub fn queue(
+    out: Box<dyn Write + Send>,
+    format: LogFormat,
+    capacity: usize,
+    linger: Duration,
+) -> std::io::Result<(LogQueue, LogGuard)> {
     let shared = Arc::new(Shared {
         state: Mutex::new(State::default()),
         queued: Condvar::new(),
         written: Condvar::new(),
         capacity,
+        linger,
     });
     let writer = shared.clone();
     std::thread::Builder::new().name("log-writer".into()).spawn(move || write_out(&writer, out, format))?;
@@ -209,6 +250,15 @@ fn write_out(shared: &Shared, mut out: Box<dyn Write + Send>, format: LogFormat)
             let mut state = shared.lock();
             while state.pending.is_empty() && state.unreported == 0 && !state.closed {
                 state = shared.queued.wait(state).unwrap_or_else(PoisonError::into_inner);
+            }
+            // Linger for the rest of the burst.
+            let until = Instant::now() + shared.linger;
+            while !state.closed && state.flushes == 0 && state.pending.len() < shared.hurry() {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state = shared.queued.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
             }
             std::mem::swap(&mut state.pending, &mut batch);
             (std::mem::take(&mut state.unreported), state.accepted, state.closed)
@@ -296,7 +346,7 @@ mod tests {
     #[test]
     fn a_stalled_output_drops_counts_and_reports_without_blocking() {
         let (out, release, got) = stalled();
-        let (queue, guard) = super::queue(out, LogFormat::Text, 100).unwrap();
+        let (queue, guard) = super::queue(out, LogFormat::Text, 100, LINGER).unwrap();
         // The first record is taken by the writer, which then stalls on it.
         log(&queue, "record 00 taken first\n");
         while !guard.shared.lock().pending.is_empty() {
@@ -335,7 +385,7 @@ mod tests {
     fn a_record_larger_than_the_queue_is_dropped_and_reported_in_json() {
         let (out, release, got) = stalled();
         drop(release);
-        let (queue, guard) = super::queue(out, LogFormat::Json, 16).unwrap();
+        let (queue, guard) = super::queue(out, LogFormat::Json, 16, LINGER).unwrap();
         log(&queue, &"x".repeat(17));
         let deadline = Instant::now() + Duration::from_secs(30);
         while !String::from_utf8_lossy(&got.lock().unwrap()).contains('\n') && Instant::now() < deadline {
@@ -354,7 +404,7 @@ mod tests {
     #[test]
     fn the_flush_at_exit_is_bounded_by_its_wait() {
         let (out, release, _got) = stalled();
-        let (queue, guard) = super::queue(out, LogFormat::Text, 1 << 10).unwrap();
+        let (queue, guard) = super::queue(out, LogFormat::Text, 1 << 10, LINGER).unwrap();
         log(&queue, "stuck\n");
         log(&queue, "behind it\n");
         assert!(!guard.flush(Duration::from_millis(100)));
@@ -363,12 +413,74 @@ mod tests {
         drop(release);
     }
 
+    /// An output that keeps each write apart.
+    #[derive(Clone, Default)]
+    struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().push(buf.to_vec());
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Records a few µs apart (a chain's decisions) wait for the linger
+    /// and are written together, with one write; a flush cuts the linger
+    /// short. The linger here is longer than any test could wait, so the
+    /// first assertion holds however slow the machine is.
+    #[test]
+    fn a_burst_of_records_is_written_at_once_after_the_linger() {
+        let writes = Writes::default();
+        let (queue, guard) =
+            super::queue(Box::new(writes.clone()), LogFormat::Text, 1 << 20, Duration::from_secs(3600)).unwrap();
+        for i in 0..10 {
+            log(&queue, &format!("decision {i}\n"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(writes.0.lock().unwrap().is_empty(), "written before the linger ended");
+        assert!(guard.flush(Duration::from_secs(30)));
+        let got = writes.0.lock().unwrap().clone();
+        let expected: String = (0..10).map(|i| format!("decision {i}\n")).collect();
+        assert_eq!(got, vec![expected.into_bytes()], "one write for the burst");
+        // After the flush, the writer lingers again.
+        log(&queue, "later\n");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(writes.0.lock().unwrap().len(), 1);
+        drop(queue);
+        assert!(guard.flush(Duration::from_secs(30)));
+        assert_eq!(writes.0.lock().unwrap().last().unwrap(), b"later\n");
+    }
+
+    /// A queue filling up is written without waiting for the linger to end:
+    /// lingering never costs records.
+    #[test]
+    fn a_filling_queue_cuts_the_linger_short() {
+        let writes = Writes::default();
+        let (queue, _guard) =
+            super::queue(Box::new(writes.clone()), LogFormat::Text, 400, Duration::from_secs(3600)).unwrap();
+        // 10 records of 10 bytes: a quarter of the queue.
+        for i in 0..10 {
+            log(&queue, &format!("record {i:02}\n"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while writes.0.lock().unwrap().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let got: Vec<u8> = writes.0.lock().unwrap().concat();
+        let expected: String = (0..10).map(|i| format!("record {i:02}\n")).collect();
+        assert_eq!(String::from_utf8(got).unwrap(), expected);
+    }
+
     /// When the last writer handle goes, the thread writes what is queued
     /// and ends.
     #[test]
     fn closing_the_queue_writes_what_is_left() {
         let (out, release, got) = stalled();
-        let (queue, guard) = super::queue(out, LogFormat::Text, 1 << 10).unwrap();
+        let (queue, guard) = super::queue(out, LogFormat::Text, 1 << 10, LINGER).unwrap();
         log(&queue, "first\n");
         log(&queue, "second\n");
         drop(queue);

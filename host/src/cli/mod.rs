@@ -245,7 +245,7 @@ pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
 /// Hold the guard until exit: dropping it flushes the queue, for a bounded
 /// time.
 pub fn init_serve_logging(filter: &str, format: LogFormat) -> anyhow::Result<log::LogGuard> {
-    let (queue, guard) = log::queue(Box::new(std::io::stderr()), format, log::QUEUE_BYTES)
+    let (queue, guard) = log::queue(Box::new(std::io::stderr()), format, log::QUEUE_BYTES, log::LINGER)
         .map_err(|e| anyhow::anyhow!("cannot start the log writer thread: {e}"))?;
     install_logging(filter, format, queue)?;
     Ok(guard)
