@@ -25,7 +25,8 @@
 //! set-up, and its difference from `none` in the same round ("added"),
 //! and the plugin processes' CPU time (all their threads, from
 //! `/proc/PID/task/*/schedstat`) per container, over the measured creates
-//! and the removal of those containers.
+//! and the removal of those containers, with how many times one of their
+//! threads was put on a CPU (each a wake-up or a preemption).
 //! Reported: the median over rounds of each, and the ratios the project
 //! targets: added(host-10) / added(native-1) <= 1.0 and
 //! added(host-0) / added(native-1) <= 0.2.
