@@ -17,11 +17,15 @@
 //! copy of its record, never for a write.
 //!
 //! The writer lingers ([`LINGER`]) once woken before it takes the queue:
-//! a chain's decisions come as a line per policy a few tens of µs apart,
-//! and waking a thread (on another CPU, as a rule) for each of them cost
-//! the host more than formatting them did. Lingering, a burst is written
-//! with one wake-up and one write; a queue filling up ([`HURRY_FRACTION`]
-//! of its bytes), a flush or the end of the queue cuts the linger short.
+//! a chain's decisions come as a line per policy that changed something, a
+//! few tens of µs apart, and the writer was woken (on another CPU, as a
+//! rule) for each of them. Lingering, a burst costs the writer two runs
+//! (the record that wakes it, the linger's end) and one write, whatever
+//! its length; a queue filling up (a [`HURRY_FRACTION`]th of its bytes), a
+//! flush or the end of the queue cuts the linger short. The price: a
+//! process killed outright (SIGKILL, the OOM killer) loses the records of
+//! the last linger, where it lost only those of a write under way; every
+//! exit through the guard still writes them.
 //!
 //! At exit the queue is flushed, waiting at most [`FLUSH_WAIT`]: a reader
 //! that never reads again must not keep the process from exiting (the
@@ -56,8 +60,8 @@ pub const QUEUE_BYTES: usize = 4 << 20;
 pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// How long the writer, woken by a record, waits for the records that
-/// follow it before writing them all. Records reach the output at most
-/// this late.
+/// follow it before writing them all: what lingering adds to a record's
+/// way to the output, on top of a write under way.
 pub const LINGER: Duration = Duration::from_millis(20);
 
 /// The share of the queue's bytes at which the writer stops lingering.
@@ -190,6 +194,9 @@ impl LogGuard {
         let until = Instant::now() + wait;
         let mut state = self.shared.lock();
         let target = state.accepted;
+        if state.written >= target {
+            return true;
+        }
         // The writer does not linger while a flush waits.
         state.flushes += 1;
         self.shared.queued.notify_one();
@@ -251,14 +258,20 @@ fn write_out(shared: &Shared, mut out: Box<dyn Write + Send>, format: LogFormat)
             while state.pending.is_empty() && state.unreported == 0 && !state.closed {
                 state = shared.queued.wait(state).unwrap_or_else(PoisonError::into_inner);
             }
-            // Linger for the rest of the burst.
-            let until = Instant::now() + shared.linger;
+            // Linger for the rest of the burst (a linger past the clock's
+            // range lasts until something cuts it short).
+            let until = Instant::now().checked_add(shared.linger);
             while !state.closed && state.flushes == 0 && state.pending.len() < shared.hurry() {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                state = shared.queued.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0;
+                state = match until {
+                    Some(until) => {
+                        let left = until.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        shared.queued.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0
+                    }
+                    None => shared.queued.wait(state).unwrap_or_else(PoisonError::into_inner),
+                };
             }
             std::mem::swap(&mut state.pending, &mut batch);
             (std::mem::take(&mut state.unreported), state.accepted, state.closed)
@@ -349,8 +362,10 @@ mod tests {
         let (queue, guard) = super::queue(out, LogFormat::Text, 100, LINGER).unwrap();
         // The first record is taken by the writer, which then stalls on it.
         log(&queue, "record 00 taken first\n");
+        let deadline = Instant::now() + Duration::from_secs(30);
         while !guard.shared.lock().pending.is_empty() {
-            std::thread::yield_now();
+            assert!(Instant::now() < deadline, "the writer never took the first record");
+            std::thread::sleep(Duration::from_millis(1));
         }
         for i in 1..=20 {
             log(&queue, &format!("record {i:02}\n"));
@@ -446,13 +461,19 @@ mod tests {
         let got = writes.0.lock().unwrap().clone();
         let expected: String = (0..10).map(|i| format!("decision {i}\n")).collect();
         assert_eq!(got, vec![expected.into_bytes()], "one write for the burst");
-        // After the flush, the writer lingers again.
+        // After the flush, the writer lingers again; closing the queue
+        // cuts that linger short, with no flush.
         log(&queue, "later\n");
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(writes.0.lock().unwrap().len(), 1);
         drop(queue);
-        assert!(guard.flush(Duration::from_secs(30)));
-        assert_eq!(writes.0.lock().unwrap().last().unwrap(), b"later\n");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while writes.0.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "closing the queue did not end the linger");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(writes.0.lock().unwrap()[1], b"later\n");
+        drop(guard);
     }
 
     /// A queue filling up is written without waiting for the linger to end:
