@@ -14,6 +14,7 @@
 //! only a few times.
 
 use std::hint::black_box;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,6 +99,104 @@ impl Setup {
     }
 }
 
+/// Logs from now on as the serving host does: its default filter and
+/// format, through the log queue (`nri_wasm::cli::log`), whose writer
+/// writes to nowhere, counting the decisions. For the whole process: the
+/// policy runtime's threads log too. Only the dispatcher's benchmarks run
+/// after it; the others (no observer, no failing policy) log nothing
+/// either way.
+fn serve_logging() -> (nri_wasm::cli::log::LogGuard, Arc<AtomicU64>) {
+    use nri_wasm::cli::log;
+    use nri_wasm::config::LogFormat;
+    let written = Arc::new(AtomicU64::new(0));
+    let out = Box::new(Counted(written.clone()));
+    let (queue, guard) = log::queue(out, LogFormat::Text, log::QUEUE_BYTES, log::LINGER).expect("log writer");
+    let dispatch = nri_wasm::cli::log_dispatch("info", LogFormat::Text, queue, false).expect("log set-up");
+    tracing::dispatcher::set_global_default(dispatch).expect("nothing logged before");
+    (guard, written)
+}
+
+/// Writes to nowhere, counting the decision lines (the queue writes whole
+/// records).
+struct Counted(Arc<AtomicU64>);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let decisions = String::from_utf8_lossy(buf).matches("policy decision: changed").count();
+        self.0.fetch_add(decisions as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The dispatcher's benchmarks, last: they log as the serving host does
+/// (`serve_logging`), which is set up for the whole process.
+fn dispatcher_benches(c: &mut Criterion, s: &Setup) {
+    let (log, decisions) = serve_logging();
+    // The same 10 policies behind the dispatcher: permit, blocking pool,
+    // async deadline.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let chain = s.bench.realistic(10);
+    let dispatcher = Arc::new(PolicyDispatcher::new(s.bench.engine.clone(), chain, (*s.bench.facts).clone(), 4));
+    let mut g = c.benchmark_group("dispatcher");
+    g.bench_function("realistic_10", |b| {
+        b.iter_batched(
+            || s.req.clone(),
+            |req| rt.block_on(dispatcher.create_container(req)).expect("dispatcher answers"),
+            BatchSize::SmallInput,
+        )
+    });
+    // And as the serving host runs them: every call and event counted in
+    // the metrics, every decision logged at the default level through the
+    // log queue (its writer writing to nowhere). The difference from
+    // `realistic_10` is the host's bookkeeping of ten decisions.
+    let counted = Arc::new(
+        PolicyDispatcher::new(s.bench.engine.clone(), s.bench.realistic(10), (*s.bench.facts).clone(), 4)
+            .with_metrics(Arc::new(nri_wasm::metrics::Metrics::new())),
+    );
+    let mut ran = false;
+    g.bench_function("realistic_10_counted_logged", |b| {
+        ran = true;
+        b.iter_batched(
+            || s.req.clone(),
+            |req| rt.block_on(counted.create_container(req)).expect("dispatcher answers"),
+            BatchSize::SmallInput,
+        )
+    });
+    // The bookkeeping alone: what the metrics and the log do with one
+    // event's ten decisions (each changed something), the event and its
+    // answer.
+    let metrics = nri_wasm::metrics::Metrics::new();
+    let steps: Vec<Step> = (0..10)
+        .map(|i| Step {
+            policy: format!("{i:02}-realistic"),
+            audit: false,
+            fuel: 123_456,
+            elapsed: Duration::from_micros(25),
+            outcome: Outcome::Changed { change: None },
+        })
+        .collect();
+    g.bench_function("bookkeeping_10", |b| {
+        ran = true;
+        b.iter(|| {
+            for step in &steps {
+                nri_wasm::policy::chain::Observer::step(&metrics, "CreateContainer", "default/pod/c", step);
+            }
+            metrics.event("CreateContainer", "ok", Duration::from_micros(250));
+            metrics.answer("CreateContainer", Duration::from_micros(300));
+        })
+    });
+    g.finish();
+    log.flush(Duration::from_secs(10));
+    let decisions = decisions.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        !ran || decisions > 0 || std::env::var_os("RUST_LOG").is_some(),
+        "the dispatcher's benchmarks logged no decision: they measured no logging"
+    );
+}
+
 fn criterion_benches(c: &mut Criterion, s: &Setup) {
     let mut g = c.benchmark_group("create_container");
     g.bench_function("empty_chain_decode_merge_encode", |b| b.iter(|| black_box(s.round_trip(&s.empty))));
@@ -112,21 +211,6 @@ fn criterion_benches(c: &mut Criterion, s: &Setup) {
         heavy(&mut g, n);
         g.bench_function(format!("native_{n}"), |b| b.iter(|| black_box(native_chain(n, black_box(&s.req)))));
     }
-    g.finish();
-
-    // The same 10 policies behind the dispatcher: permit, blocking pool,
-    // async deadline.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let chain = s.bench.realistic(10);
-    let dispatcher = Arc::new(PolicyDispatcher::new(s.bench.engine.clone(), chain, (*s.bench.facts).clone(), 4));
-    let mut g = c.benchmark_group("dispatcher");
-    g.bench_function("realistic_10", |b| {
-        b.iter_batched(
-            || s.req.clone(),
-            |req| rt.block_on(dispatcher.create_container(req)).expect("dispatcher answers"),
-            BatchSize::SmallInput,
-        )
-    });
     g.finish();
 
     // Where the time of one policy call goes.
@@ -396,8 +480,9 @@ fn main() {
     let setup = Setup::new();
     let mut c = Criterion::default().configure_from_args();
     criterion_benches(&mut c, &setup);
-    c.final_summary();
     if let Some(only) = Only::from_env() {
         percentile_pass(&setup, full, &only);
     }
+    dispatcher_benches(&mut c, &setup);
+    c.final_summary();
 }

@@ -256,14 +256,26 @@ where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     use std::io::IsTerminal as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    log_dispatch(filter, format, writer, std::io::stderr().is_terminal())?
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+/// The host's log records as they are formatted and filtered: `filter`
+/// unless `RUST_LOG` is set, in `format`, to `writer`, coloured if `ansi`
+/// (text only). The benchmarks log through the very same.
+pub fn log_dispatch<W>(filter: &str, format: LogFormat, writer: W, ansi: bool) -> anyhow::Result<tracing::Dispatch>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(filter))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
-    }
-    .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+    Ok(match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).finish().into(),
+        LogFormat::Text => builder.with_ansi(ansi).finish().into(),
+    })
 }
 
 /// No transparent huge pages for this process. mimalloc asks for them on

@@ -15,6 +15,7 @@
 //! small (`http.rs`): GET only, a bounded request head, a deadline per
 //! connection, one response per connection.
 
+mod bound;
 mod http;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -176,12 +177,10 @@ pub struct HostStatus {
 /// Every metric of the host, and its health.
 pub struct Metrics {
     registry: Registry,
-    calls: Family<CallLabels, Counter>,
-    call_duration: Family<PolicyLabel, Histogram>,
-    fuel: Family<PolicyLabel, Counter>,
-    events: Family<EventLabels, Counter>,
-    chain_duration: Family<EventLabel, Histogram>,
-    answer_duration: Family<EventLabel, Histogram>,
+    /// Calls, their time and fuel, by policy (`bound.rs`).
+    calls: bound::CallSeries,
+    /// Events, the chain's time and the answer's, by event (`bound.rs`).
+    events: bound::EventSeries,
     overruns: Counter,
     registered: Gauge,
     reconnects: Counter,
@@ -304,12 +303,8 @@ impl Metrics {
         );
         Self {
             registry,
-            calls,
-            call_duration,
-            fuel,
-            events,
-            chain_duration,
-            answer_duration,
+            calls: bound::CallSeries::new(calls, call_duration, fuel),
+            events: bound::EventSeries::new(events, chain_duration, answer_duration),
             overruns,
             registered,
             reconnects,
@@ -377,13 +372,12 @@ impl Metrics {
 
     /// An event was answered: `result` is ok, denied or failed.
     pub fn event(&self, event: &str, result: &str, chain: Duration) {
-        self.events.get_or_create(&EventLabels { event: event.into(), result: result.into() }).inc();
-        self.chain_duration.get_or_create(&EventLabel { event: event.into() }).observe(chain.as_secs_f64());
+        self.events.record(event, result, chain);
     }
 
     /// An event's answer is out, `total` after its request arrived.
     pub fn answer(&self, event: &str, total: Duration) {
-        self.answer_duration.get_or_create(&EventLabel { event: event.into() }).observe(total.as_secs_f64());
+        self.events.answered(event, total);
     }
 
     /// The endpoint shed a connection past its cap.
@@ -548,11 +542,8 @@ impl Metrics {
         let mut calls = std::collections::BTreeMap::new();
         for outcome in OUTCOMES {
             let mut total = 0;
-            for event in crate::nri::EventKind::ALL.iter().map(|e| e.name()).chain(["Synchronize"]) {
-                let labels = CallLabels { policy: policy.into(), event: event.into(), outcome: (*outcome).into() };
-                if let Some(c) = self.calls.get(&labels) {
-                    total += c.get();
-                }
+            for event in bound::events() {
+                total += self.calls.count(policy, event, outcome);
             }
             if total > 0 {
                 calls.insert((*outcome).to_string(), total);
@@ -602,14 +593,8 @@ impl Tally for Metrics {
 
 impl Observer for Metrics {
     fn step(&self, event: &str, target: &str, step: &Step) {
-        let outcome = step.outcome.kind();
-        let labels = CallLabels { policy: step.policy.clone(), event: event.into(), outcome: outcome.into() };
-        self.calls.get_or_create(&labels).inc();
-        let policy = PolicyLabel { policy: step.policy.clone() };
-        if step.fuel > 0 || !step.elapsed.is_zero() {
-            self.call_duration.get_or_create(&policy).observe(step.elapsed.as_secs_f64());
-            self.fuel.get_or_create(&policy).inc_by(step.fuel);
-        }
+        let ran = (step.fuel > 0 || !step.elapsed.is_zero()).then_some((step.elapsed, step.fuel));
+        self.calls.record(&step.policy, event, step.outcome.kind(), ran);
         // One line per decision that changed or denied something.
         match &step.outcome {
             // The change is kept only when asked for (audit mode, `eval`,
