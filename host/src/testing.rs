@@ -17,6 +17,8 @@
 //!   reloader the host loads through;
 //! - `policy::reload::Reloader::check_tags`: the registry tag check on
 //!   demand, which the host runs from `watch` on a timer or SIGHUP;
+//! - `policy::call::compiled::CompiledPolicy::shares_code_with`: whether two
+//!   loaded policies run one copy of the same compiled code;
 //! - `policy::chain::ManualClock` and `Chain::with_clock`: a chain whose
 //!   breakers read a clock the test moves, for back-off without sleeping.
 

@@ -72,6 +72,48 @@ fn compiled_components_are_cached_and_reused() {
     loader_with(&settings).load(&s, &f).unwrap();
 }
 
+/// Ten policies of one file, loaded together on a first start (nothing
+/// cached, nothing loaded yet), compile it once and run one copy of its
+/// code: each compiling on its own, as they did, took ten compiles and kept
+/// ten copies of the same code, which every event then ran through.
+#[test]
+fn policies_of_one_file_loaded_together_compile_it_once() {
+    for cache in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = cache.then(|| dir.path().join("cache"));
+        let loader = Arc::new(loader_with(&EngineSettings { cache_dir, ..EngineSettings::default() }));
+        let f = facts();
+        let engine = loader.engine().clone();
+        let loaded: Vec<_> = engine.block_on(async {
+            let loads: Vec<_> = (0..10)
+                .map(|i| {
+                    let (loader, f) = (loader.clone(), f.clone());
+                    let s = spec(&format!("{}-realistic", 10 + i), guests::REALISTIC, &i.to_string(), roomy());
+                    tokio::spawn(async move { loader.load_async(&s, &f).await })
+                })
+                .collect();
+            let mut loaded = Vec::new();
+            for load in loads {
+                loaded.push(load.await.expect("load task").expect("policy loads"));
+            }
+            loaded
+        });
+        let compiled = loaded.iter().filter(|p| !p.timings().cached).count();
+        assert_eq!(compiled, 1, "cache {cache}: one load compiles, the others take its component");
+        for p in &loaded[1..] {
+            assert!(p.shares_code_with(&loaded[0]), "cache {cache}: {} has a copy of its own", p.name());
+        }
+        // Each answers.
+        for p in &loaded {
+            let r =
+                loader.engine().call(p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
+            if let Err(e) = r.outcome {
+                panic!("{}: {e}", p.name());
+            }
+        }
+    }
+}
+
 #[test]
 fn a_policy_answers_and_consumes_deterministic_fuel() {
     let loader = loader();

@@ -160,4 +160,11 @@ impl CompiledPolicy {
     pub fn timings(&self) -> &LoadTimings {
         &self.timings
     }
+
+    /// Whether it runs the very same compiled code as `other` (one copy in
+    /// memory, not two of the same).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn shares_code_with(&self, other: &CompiledPolicy) -> bool {
+        Arc::ptr_eq(&self._component, &other._component)
+    }
 }

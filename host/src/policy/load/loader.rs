@@ -53,6 +53,10 @@ pub struct PolicyLoader {
     /// (one component, several settings) or reloaded unchanged shares one
     /// copy of its code and metadata instead of holding one per policy.
     pub(super) in_use: Mutex<HashMap<String, Weak<Component>>>,
+    /// Components being compiled (or read from the cache), by cache key:
+    /// the loads of one file that start together wait for one compile and
+    /// share its result (`prepare.rs`, `component_shared`).
+    pub(super) in_flight: Mutex<HashMap<String, Weak<super::prepare::Flight>>>,
     /// The subscription record (`known.rs`) of each policy's version this
     /// host last loaded, refused or found at start, by policy name: what
     /// [`Self::prune_cache`] keeps.
@@ -98,6 +102,7 @@ impl PolicyLoader {
             compiles: tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES as usize),
             cache,
             in_use: Mutex::default(),
+            in_flight: Mutex::default(),
             records: Mutex::default(),
             pinned: Mutex::default(),
             registry: None,

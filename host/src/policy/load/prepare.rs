@@ -19,7 +19,7 @@
 //! Every step is bounded and fails with a [`LoadError`] that names the
 //! policy, the file and the step.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
@@ -41,6 +41,10 @@ use crate::policy::spec::declared::answer_name;
 use crate::policy::spec::inspection::Inspection;
 use crate::policy::spec::manifest::PolicySpec;
 use crate::wit::{wit, PolicyPre};
+
+/// One component being made for the loads that asked for it together: the
+/// component, or why it could not be compiled.
+pub(super) type Flight = tokio::sync::OnceCell<Result<Arc<Component>, String>>;
 
 /// What a policy may use: its spec's grant and its declaration. A
 /// declaration the grant does not cover loads (its output that needs the
@@ -287,7 +291,19 @@ impl PolicyLoader {
     }
 
     /// The compiled component: the one a loaded policy already uses, or
-    /// [`Self::component`]'s.
+    /// [`Self::component`]'s, made once for every load of the same bytes
+    /// that asks for it meanwhile.
+    ///
+    /// Policies load in parallel, and a file loaded as several policies
+    /// (one component, several settings) is asked for by all of them at
+    /// once. Each used to find nothing in use, compile on its own and keep
+    /// its own copy: on a first start, ten policies of one file took ten
+    /// compiles and ten copies of the same code, and every event then ran
+    /// through ten times the code (half as much CPU again per container on
+    /// containerd as after a restart, which found the one cached copy). The
+    /// first load makes the component; the others wait for it and share
+    /// it, or its error. A load that is cancelled while making it hands the
+    /// work to the next one waiting.
     async fn component_shared(
         &self,
         policy: &str,
@@ -300,12 +316,44 @@ impl PolicyLoader {
         if let Some(component) = in_use(self) {
             return Ok((component, true));
         }
-        let (component, cached) = self.component(policy, binding, binary, true).await?;
-        let component = Arc::new(component);
-        let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, w| w.strong_count() > 0);
-        map.insert(key, Arc::downgrade(&component));
-        Ok((component, cached))
+        let flight = {
+            let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            map.retain(|_, w| w.strong_count() > 0);
+            match map.get(&key).and_then(Weak::upgrade) {
+                Some(flight) => flight,
+                None => {
+                    let flight = Arc::new(Flight::new());
+                    map.insert(key.clone(), Arc::downgrade(&flight));
+                    flight
+                }
+            }
+        };
+        // Whether this load made it, and from the cache; `None` if it took
+        // another load's.
+        let mut made = None;
+        let shared = flight
+            .get_or_init(|| async {
+                if let Some(component) = in_use(self) {
+                    made = Some(true);
+                    return Ok(component);
+                }
+                let (component, cached) = match self.component(policy, binding, binary, true).await {
+                    Ok(made) => made,
+                    Err(LoadError::Compile { reason, .. }) => return Err(reason),
+                    Err(other) => return Err(other.to_string()),
+                };
+                made = Some(cached);
+                let component = Arc::new(component);
+                let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+                map.retain(|_, w| w.strong_count() > 0);
+                map.insert(key.clone(), Arc::downgrade(&component));
+                Ok(component)
+            })
+            .await;
+        match shared {
+            Ok(component) => Ok((component.clone(), made.unwrap_or(true))),
+            Err(reason) => Err(LoadError::Compile { policy: policy.into(), reason: reason.clone() }),
+        }
     }
 
     /// The compiled component: from the cache, or compiled within bounds
