@@ -165,6 +165,7 @@ fn dispatcher_benches(c: &mut Criterion, s: &Setup) {
             BatchSize::SmallInput,
         )
     });
+    check_logged(&log, &decisions, ran, "realistic_10_counted_logged");
     // The bookkeeping alone: what the metrics and the log do with one
     // event's ten decisions (each changed something), the event and its
     // answer.
@@ -178,6 +179,7 @@ fn dispatcher_benches(c: &mut Criterion, s: &Setup) {
             outcome: Outcome::Changed { change: None },
         })
         .collect();
+    let mut ran = false;
     g.bench_function("bookkeeping_10", |b| {
         ran = true;
         b.iter(|| {
@@ -188,13 +190,19 @@ fn dispatcher_benches(c: &mut Criterion, s: &Setup) {
             metrics.answer("CreateContainer", Duration::from_micros(300));
         })
     });
+    check_logged(&log, &decisions, ran, "bookkeeping_10");
     g.finish();
-    log.flush(Duration::from_secs(10));
-    let decisions = decisions.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(
-        !ran || decisions > 0 || std::env::var_os("RUST_LOG").is_some(),
-        "the dispatcher's benchmarks logged no decision: they measured no logging"
-    );
+}
+
+/// That `bench` (if it ran) logged decisions, and lost none: it measured
+/// the logging it claims to (`RUST_LOG` at `warn` or above leaves the
+/// lines out on purpose).
+fn check_logged(log: &nri_wasm::cli::log::LogGuard, decisions: &AtomicU64, ran: bool, bench: &str) {
+    use std::sync::atomic::Ordering;
+    assert!(log.flush(Duration::from_secs(10)), "{bench}: the log was not written out");
+    let logged = decisions.swap(0, Ordering::Relaxed);
+    assert!(!ran || logged > 0 || std::env::var_os("RUST_LOG").is_some(), "{bench} logged no decision");
+    assert_eq!(log.dropped(), 0, "{bench}: the log queue dropped records");
 }
 
 fn criterion_benches(c: &mut Criterion, s: &Setup) {

@@ -1,4 +1,4 @@
-//! Series bound once, so that a policy call's numbers cost atomic adds.
+//! Series bound once, so that a policy call's numbers cost a few atomic adds.
 //!
 //! A labelled family finds its series by building the label set (owned
 //! strings), hashing it and looking it up under a lock: three families per
@@ -6,10 +6,12 @@
 //! event in allocations and hashing alone. The names a call's labels come
 //! from are few and known (the policies of the chain, the NRI events, the
 //! outcomes), so each policy's series are bound here at its first call and
-//! found again with one lookup by the policy's name. A bound series is the
-//! family's own (a handle to the same number), so a scrape sees one value
-//! whichever way it was added to. Events' series (their results, the
-//! chain's time, the answer's) are bound the same way, by event.
+//! found again with one read-locked lookup by the policy's name; a call
+//! then adds to atomics (and takes the time histogram's own lock). A bound
+//! series is the family's own (a handle to the same number), so a scrape
+//! sees one value whichever way it was added to. Events' series (their
+//! results, the chain's time, the answer's) are bound the same way, by
+//! event.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -39,8 +41,9 @@ fn outcome_index(outcome: &str) -> Option<usize> {
 
 /// One policy's per-call series.
 struct PolicySeries {
-    duration: Histogram,
-    fuel: Counter,
+    /// Bound at its first call that ran: a policy never called (not
+    /// loaded, skipped, quarantined) has no time or fuel series.
+    ran: OnceLock<(Histogram, Counter)>,
     /// Calls by event and outcome (`EVENTS` × `OUTCOMES`), each bound at
     /// its first use: a series appears once it counts something.
     calls: Box<[OnceLock<Counter>]>,
@@ -74,10 +77,8 @@ impl CallSeries {
         bound
             .entry(policy.to_string())
             .or_insert_with(|| {
-                let label = PolicyLabel { policy: policy.to_string() };
                 Arc::new(PolicySeries {
-                    duration: self.duration.get_or_create(&label).clone(),
-                    fuel: self.fuel.get_or_create(&label).clone(),
+                    ran: OnceLock::new(),
                     calls: (0..EVENTS * OUTCOMES.len()).map(|_| OnceLock::new()).collect(),
                 })
             })
@@ -96,8 +97,12 @@ impl CallSeries {
             _ => self.calls.get_or_create(&labels(policy, event, outcome)).inc(),
         };
         if let Some((elapsed, fuel)) = ran {
-            series.duration.observe(elapsed.as_secs_f64());
-            series.fuel.inc_by(fuel);
+            let (duration, consumed) = series.ran.get_or_init(|| {
+                let label = PolicyLabel { policy: policy.to_string() };
+                (self.duration.get_or_create(&label).clone(), self.fuel.get_or_create(&label).clone())
+            });
+            duration.observe(elapsed.as_secs_f64());
+            consumed.inc_by(fuel);
         }
     }
 
@@ -190,6 +195,18 @@ mod tests {
         s.calls.get_or_create(&labels("10-a", "CreateContainer", "changed")).inc();
         s.record("10-a", "CreateContainer", "changed", None);
         assert_eq!(s.calls.get_or_create(&labels("10-a", "CreateContainer", "changed")).get(), 4);
+    }
+
+    #[test]
+    fn a_policy_that_never_ran_has_no_time_or_fuel_series() {
+        let s = series();
+        s.record("40-d", "CreateContainer", "not-loaded", None);
+        s.record("40-d", "CreateContainer", "skipped", None);
+        let label = PolicyLabel { policy: "40-d".into() };
+        assert!(s.fuel.get(&label).is_none(), "a fuel series for a policy that never ran");
+        assert!(s.duration.get(&label).is_none(), "a time series for a policy that never ran");
+        s.record("40-d", "CreateContainer", "ok", Some((Duration::from_micros(5), 3)));
+        assert_eq!(s.fuel.get(&label).map(|c| c.get()), Some(3));
     }
 
     #[test]

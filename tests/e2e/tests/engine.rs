@@ -72,6 +72,25 @@ fn compiled_components_are_cached_and_reused() {
     loader_with(&settings).load(&s, &f).unwrap();
 }
 
+/// Loads `n` policies of the realistic guest at once through `loader`.
+fn load_together(loader: &Arc<PolicyLoader>, n: usize) -> Vec<Result<nri_wasm::policy::CompiledPolicy, LoadError>> {
+    let f = facts();
+    loader.engine().clone().block_on(async {
+        let loads: Vec<_> = (0..n)
+            .map(|i| {
+                let (loader, f) = (loader.clone(), f.clone());
+                let s = spec(&format!("{}-realistic", 10 + i), guests::REALISTIC, &i.to_string(), roomy());
+                tokio::spawn(async move { loader.load_async(&s, &f).await })
+            })
+            .collect();
+        let mut loaded = Vec::new();
+        for load in loads {
+            loaded.push(load.await.expect("load task"));
+        }
+        loaded
+    })
+}
+
 /// Ten policies of one file, loaded together on a first start (nothing
 /// cached, nothing loaded yet), compile it once and run one copy of its
 /// code: each compiling on its own, as they did, took ten compiles and kept
@@ -82,28 +101,15 @@ fn policies_of_one_file_loaded_together_compile_it_once() {
         let dir = tempfile::tempdir().unwrap();
         let cache_dir = cache.then(|| dir.path().join("cache"));
         let loader = Arc::new(loader_with(&EngineSettings { cache_dir, ..EngineSettings::default() }));
-        let f = facts();
-        let engine = loader.engine().clone();
-        let loaded: Vec<_> = engine.block_on(async {
-            let loads: Vec<_> = (0..10)
-                .map(|i| {
-                    let (loader, f) = (loader.clone(), f.clone());
-                    let s = spec(&format!("{}-realistic", 10 + i), guests::REALISTIC, &i.to_string(), roomy());
-                    tokio::spawn(async move { loader.load_async(&s, &f).await })
-                })
-                .collect();
-            let mut loaded = Vec::new();
-            for load in loads {
-                loaded.push(load.await.expect("load task").expect("policy loads"));
-            }
-            loaded
-        });
-        let compiled = loaded.iter().filter(|p| !p.timings().cached).count();
-        assert_eq!(compiled, 1, "cache {cache}: one load compiles, the others take its component");
+        let loaded: Vec<_> = load_together(&loader, 10).into_iter().map(|l| l.expect("policy loads")).collect();
+        let made = loaded.iter().filter(|p| !p.timings().shared).count();
+        assert_eq!(made, 1, "cache {cache}: one load makes the component, the others take it");
+        assert!(loaded.iter().all(|p| !p.timings().cached), "cache {cache}: nothing was cached before");
         for p in &loaded[1..] {
             assert!(p.shares_code_with(&loaded[0]), "cache {cache}: {} has a copy of its own", p.name());
         }
         // Each answers.
+        let f = facts();
         for p in &loaded {
             let r =
                 loader.engine().call(p, create_event(), &CallEnv::detached(f.clone()), None, Duration::from_secs(1));
@@ -111,6 +117,42 @@ fn policies_of_one_file_loaded_together_compile_it_once() {
                 panic!("{}: {e}", p.name());
             }
         }
+    }
+}
+
+/// A compile failure the bytes decide is shared with the loads waiting for
+/// it (one compile, every policy of the file refused with its reason); a
+/// failure of the moment is not: each waiting load tries again.
+#[test]
+fn loads_waiting_for_a_compile_share_its_failure_only_if_the_bytes_decided_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("runs");
+    let compiler = |name: &str, then: &str| {
+        let exe = dir.path().join(name);
+        std::fs::write(&exe, format!("#!/bin/sh\necho run >> '{}'\n{then}\n", counter.display())).unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        exe
+    };
+    let runs = || std::fs::read_to_string(&counter).map_or(0, |t| t.lines().count());
+    // The smallest CPU budget: the wall-clock backstop is ten times it.
+    let settings = EngineSettings { cache_dir: None, compile_timeout_ms: 100, ..EngineSettings::default() };
+    let cases = [
+        // The compiler's own error: the bytes decide it.
+        (compiler("refuses", "echo 'error: this component is refused' >&2; exit 1"), 1, "this component is refused"),
+        // Stuck past the backstop: the node's moment, tried again by each.
+        (compiler("stalls", "exec sleep 30"), 3, "wall-clock time"),
+    ];
+    for (exe, expected_runs, reason) in cases {
+        let _ = std::fs::remove_file(&counter);
+        let engine = Arc::new(PolicyEngine::new(&settings).expect("engine"));
+        let compiler = nri_wasm::policy::load::compile::Compiler::Subprocess { exe: exe.clone() };
+        let loader = Arc::new(PolicyLoader::new(engine).with_compiler(compiler));
+        for (i, load) in load_together(&loader, 3).into_iter().enumerate() {
+            let err = load.err().unwrap_or_else(|| panic!("load {i} with {} succeeded", exe.display())).to_string();
+            assert!(err.contains(reason), "load {i}: {err}");
+            assert!(err.contains(&format!("{}-realistic", 10 + i)), "the error names its own policy: {err}");
+        }
+        assert_eq!(runs(), expected_runs, "{}", exe.display());
     }
 }
 

@@ -50,6 +50,9 @@ pub struct LoadTimings {
     pub compile: Duration,
     /// Whether the compiled form came from the cache.
     pub cached: bool,
+    /// Whether another load of the same file made the compiled form (or
+    /// held it already) and this one took it: `compile` is then the wait.
+    pub shared: bool,
     /// Linking it to the host's functions and checking its exports.
     pub link: Duration,
     /// Its `configure` call.

@@ -98,10 +98,14 @@ pub enum CompileError {
     /// The compiling child ran out of address space (its memory limit, in MiB).
     #[error("needed more than the {0} MiB allowed ([engine] compile-memory-mib)")]
     Memory(u64),
-    /// The compiler reported an error, panicked, could not be started, or
-    /// gave an oversized artifact; the text says which.
+    /// The compiler reported an error, panicked, or gave an oversized
+    /// artifact; the text says which.
     #[error("failed: {0}")]
     Failed(String),
+    /// The compiling child could not be started, fed or waited for: the
+    /// node's failure at the moment, not the component's.
+    #[error("could not be run: {0}")]
+    Unavailable(String),
 }
 
 impl CompileBounds {
@@ -230,7 +234,7 @@ async fn in_child(
     cpu_seconds: u64,
     max_output: usize,
 ) -> Result<Vec<u8>, CompileError> {
-    let failed = |what: &str, e: std::io::Error| CompileError::Failed(format!("{what}: {e}"));
+    let failed = |what: &str, e: std::io::Error| CompileError::Unavailable(format!("{what}: {e}"));
     let mut command = tokio::process::Command::new(exe);
     command
         .args(args)

@@ -181,7 +181,8 @@ pub async fn load_one(
     }
     if let Ok(policy) = &result {
         // Where a slow start went, step by step (`compile_ms` is the cache's
-        // read and check when `cached`).
+        // read and check when `cached`, the wait for another load's when
+        // `shared`).
         let t = policy.timings();
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
@@ -190,6 +191,7 @@ pub async fn load_one(
             on_error = ?spec.on_error,
             mode = ?spec.mode,
             cached = t.cached,
+            shared = t.shared,
             load_ms = started.elapsed().as_millis() as u64,
             read_ms = ms(t.read),
             inspect_ms = ms(t.inspect),

@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
+use super::compile::CompileError;
 use super::loader::PolicyLoader;
 use crate::convert::event_kind;
 use crate::files::sha256_hex;
@@ -43,8 +44,47 @@ use crate::policy::spec::manifest::PolicySpec;
 use crate::wit::{wit, PolicyPre};
 
 /// One component being made for the loads that asked for it together: the
-/// component, or why it could not be compiled.
-pub(super) type Flight = tokio::sync::OnceCell<Result<Arc<Component>, String>>;
+/// component, or why its bytes could not be compiled.
+pub(super) type Flight = tokio::sync::OnceCell<Result<Flown, String>>;
+
+/// A component a flight made, and whether it came from the cache.
+#[derive(Debug)]
+pub(super) struct Flown {
+    component: Arc<Component>,
+    cached: bool,
+}
+
+/// The component a load takes: whether from the cache, and whether another
+/// load made it (or held it already).
+pub(super) struct Made {
+    pub(super) component: Arc<Component>,
+    pub(super) cached: bool,
+    pub(super) shared: bool,
+}
+
+/// Why a component could not be made.
+#[derive(Debug, thiserror::Error)]
+enum ComponentFailure {
+    /// Compiling it failed, or could not be done.
+    #[error(transparent)]
+    Compile(CompileError),
+    /// The compiler's artifact could not be loaded.
+    #[error("produced an unusable artifact: {0}")]
+    Unusable(String),
+}
+
+impl ComponentFailure {
+    /// Whether the bytes decided it, so that a second try would fail the
+    /// same way: not the wall-clock backstop (a busy node), not a compiler
+    /// that could not be run.
+    fn of_the_bytes(&self) -> bool {
+        match self {
+            Self::Compile(CompileError::Cpu { .. } | CompileError::Memory(_) | CompileError::Failed(_)) => true,
+            Self::Compile(CompileError::Timeout(_) | CompileError::Unavailable(_)) => false,
+            Self::Unusable(_) => true,
+        }
+    }
+}
 
 /// What a policy may use: its spec's grant and its declaration. A
 /// declaration the grant does not cover loads (its output that needs the
@@ -193,9 +233,10 @@ impl PolicyLoader {
         // entry is used only if it was compiled from exactly these bytes.
         let binding = Binding::new(self.engine().engine(), &binary);
         let cache_key = binding.key();
-        let (component, cached) = self.component_shared(name, &binding, binary.clone()).await?;
+        let Made { component, cached, shared } = self.component_shared(name, &binding, binary.clone()).await?;
         timings.compile = step.elapsed();
         timings.cached = cached;
+        timings.shared = shared;
 
         let step = Instant::now();
         let Linked { instance_pre, handle, configure } = self.link(&component).map_err(|failure| match failure {
@@ -302,19 +343,25 @@ impl PolicyLoader {
     /// through ten times the code (half as much CPU again per container on
     /// containerd as after a restart, which found the one cached copy). The
     /// first load makes the component; the others wait for it and share
-    /// it, or its error. A load that is cancelled while making it hands the
-    /// work to the next one waiting.
-    async fn component_shared(
+    /// it, or the failure its bytes decide (over the compile's CPU or
+    /// memory, the compiler's own error: the next would fail the same way).
+    /// A failure of the moment (the wall-clock backstop on a busy node, a
+    /// compiler that could not be run) is that load's alone: the next load
+    /// waiting tries again, as does one whose leader was cancelled.
+    /// (Pre-initialised policies share their instrumented component this
+    /// way, but run a snapshot of their own, compiled for each,
+    /// `snapshot.rs`.)
+    pub(super) async fn component_shared(
         &self,
         policy: &str,
         binding: &Binding,
         binary: Arc<[u8]>,
-    ) -> Result<(Arc<Component>, bool), LoadError> {
+    ) -> Result<Made, LoadError> {
         let key = binding.key();
         let in_use =
             |loader: &Self| loader.in_use.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(|w| w.upgrade());
         if let Some(component) = in_use(self) {
-            return Ok((component, true));
+            return Ok(Made { component, cached: true, shared: true });
         }
         let flight = {
             let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -328,31 +375,36 @@ impl PolicyLoader {
                 }
             }
         };
-        // Whether this load made it, and from the cache; `None` if it took
-        // another load's.
-        let mut made = None;
-        let shared = flight
-            .get_or_init(|| async {
+        // Set when this load made it (and whether from the cache).
+        let mut made_here = None;
+        let outcome = flight
+            .get_or_try_init(|| async {
                 if let Some(component) = in_use(self) {
-                    made = Some(true);
-                    return Ok(component);
+                    return Ok(Ok(Flown { component, cached: true }));
                 }
-                let (component, cached) = match self.component(policy, binding, binary, true).await {
-                    Ok(made) => made,
-                    Err(LoadError::Compile { reason, .. }) => return Err(reason),
-                    Err(other) => return Err(other.to_string()),
-                };
-                made = Some(cached);
-                let component = Arc::new(component);
-                let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
-                map.retain(|_, w| w.strong_count() > 0);
-                map.insert(key.clone(), Arc::downgrade(&component));
-                Ok(component)
+                match self.component_made(policy, binding, binary, true).await {
+                    Ok((component, cached)) => {
+                        made_here = Some(cached);
+                        let component = Arc::new(component);
+                        let mut map = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+                        map.retain(|_, w| w.strong_count() > 0);
+                        map.insert(key.clone(), Arc::downgrade(&component));
+                        Ok(Ok(Flown { component, cached }))
+                    }
+                    Err(failure) if failure.of_the_bytes() => Ok(Err(failure.to_string())),
+                    Err(failure) => Err(failure.to_string()),
+                }
             })
             .await;
-        match shared {
-            Ok(component) => Ok((component.clone(), made.unwrap_or(true))),
-            Err(reason) => Err(LoadError::Compile { policy: policy.into(), reason: reason.clone() }),
+        let compile_err = |reason: String| LoadError::Compile { policy: policy.into(), reason };
+        match outcome {
+            Ok(Ok(flown)) => Ok(Made {
+                component: flown.component.clone(),
+                cached: made_here.unwrap_or(flown.cached),
+                shared: made_here.is_none(),
+            }),
+            Ok(Err(reason)) => Err(compile_err(reason.clone())),
+            Err(reason) => Err(compile_err(reason)),
         }
     }
 
@@ -365,7 +417,20 @@ impl PolicyLoader {
         binary: Arc<[u8]>,
         keep: bool,
     ) -> Result<(Component, bool), LoadError> {
-        let compile_err = |reason: String| LoadError::Compile { policy: policy.into(), reason };
+        self.component_made(policy, binding, binary, keep)
+            .await
+            .map_err(|failure| LoadError::Compile { policy: policy.into(), reason: failure.to_string() })
+    }
+
+    /// [`Self::component`], failing with what went wrong rather than the
+    /// policy's load error.
+    async fn component_made(
+        &self,
+        policy: &str,
+        binding: &Binding,
+        binary: Arc<[u8]>,
+        keep: bool,
+    ) -> Result<(Component, bool), ComponentFailure> {
         if let Some(cache) = self.cache().filter(|_| keep) {
             if let Some(entry) = cache.get(policy, binding) {
                 // SAFETY: `get` returns only an entry whose MAC under the
@@ -390,7 +455,7 @@ impl PolicyLoader {
                 }
             }
         }
-        let artifact = self.compile(binary).await.map_err(|e| compile_err(e.to_string()))?;
+        let artifact = self.compile(binary).await.map_err(ComponentFailure::Compile)?;
         if let Some(cache) = self.cache().filter(|_| keep) {
             if let Err(e) = cache.put(binding, &artifact) {
                 tracing::warn!(policy, dir = %cache.dir().display(), error = %e, "cannot cache a compiled component");
@@ -400,7 +465,7 @@ impl PolicyLoader {
         // configuration, in this process or in a child process of this
         // binary that exited cleanly.
         let component = unsafe { Component::deserialize(self.engine().engine(), &artifact) }
-            .map_err(|e| compile_err(format!("produced an unusable artifact: {}", crate::text::one_line(&e))))?;
+            .map_err(|e| ComponentFailure::Unusable(crate::text::one_line(&e)))?;
         Ok((component, false))
     }
 

@@ -193,13 +193,15 @@ impl PolicyLoader {
         let what = "instrumented component";
         let binding = Binding::new(self.engine().engine(), &instrumented);
         let instrumented_key = binding.key();
-        let (component, _) = self
-            .component(name, &binding, instrumented.into(), true)
+        // The same for every policy of one file: compiled once for those
+        // pre-initialised together (`prepare.rs`, `component_shared`).
+        let component = self
+            .component_shared(name, &binding, instrumented.into())
             .await
-            .map_err(|e| SnapshotError::Compile { what, reason: e.to_string() })?;
+            .map_err(|e| SnapshotError::Compile { what, reason: e.to_string() })?
+            .component;
         let Linked { instance_pre, handle, configure } = self.linked(&component, what)?;
-        let instrumented =
-            CompiledPolicy { instance_pre, handle, configure, _component: Arc::new(component), ..policy.clone() };
+        let instrumented = CompiledPolicy { instance_pre, handle, configure, _component: component, ..policy.clone() };
 
         let fuel = policy.profile.limits.fuel;
         let (second, state) = self
