@@ -41,6 +41,18 @@ pub struct Pruned {
     pub records: usize,
 }
 
+/// One component being made for the loads that asked for it together: the
+/// component, or why its bytes could not be compiled (`prepare.rs`,
+/// `component_shared`).
+pub(super) type Flight = tokio::sync::OnceCell<Result<Flown, String>>;
+
+/// A component a flight made, and whether it came from the cache.
+#[derive(Debug)]
+pub(super) struct Flown {
+    pub(super) component: Arc<Component>,
+    pub(super) cached: bool,
+}
+
 /// Loads policies for one engine: reads, checks, compiles (or takes from
 /// the cache), links and configures them (`prepare.rs`).
 pub struct PolicyLoader {
@@ -56,7 +68,7 @@ pub struct PolicyLoader {
     /// Components being compiled (or read from the cache), by cache key:
     /// the loads of one file that start together wait for one compile and
     /// share its result (`prepare.rs`, `component_shared`).
-    pub(super) in_flight: Mutex<HashMap<String, Weak<super::prepare::Flight>>>,
+    pub(super) in_flight: Mutex<HashMap<String, Weak<Flight>>>,
     /// The subscription record (`known.rs`) of each policy's version this
     /// host last loaded, refused or found at start, by policy name: what
     /// [`Self::prune_cache`] keeps.

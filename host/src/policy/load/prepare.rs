@@ -25,7 +25,7 @@ use std::time::Instant;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 
 use super::compile::CompileError;
-use super::loader::PolicyLoader;
+use super::loader::{Flight, Flown, PolicyLoader};
 use crate::convert::event_kind;
 use crate::files::sha256_hex;
 use crate::nri::version::EventMask;
@@ -42,17 +42,6 @@ use crate::policy::spec::declared::answer_name;
 use crate::policy::spec::inspection::Inspection;
 use crate::policy::spec::manifest::PolicySpec;
 use crate::wit::{wit, PolicyPre};
-
-/// One component being made for the loads that asked for it together: the
-/// component, or why its bytes could not be compiled.
-pub(super) type Flight = tokio::sync::OnceCell<Result<Flown, String>>;
-
-/// A component a flight made, and whether it came from the cache.
-#[derive(Debug)]
-pub(super) struct Flown {
-    component: Arc<Component>,
-    cached: bool,
-}
 
 /// The component a load takes: whether from the cache, and whether another
 /// load made it (or held it already).
