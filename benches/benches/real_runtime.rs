@@ -1,7 +1,7 @@
 //! CRI CreateContainer on a real runtime: what NRI plugins add to it.
 //!
 //! One node of the runtime `NRI_WASM_RUNTIME` names (containerd 2.3.4 by
-//! default; see tests/runtimes), six set-ups measured in rounds, their order
+//! default; see tests/runtimes), eight set-ups measured in rounds, their order
 //! rotating from round to round:
 //! - `none`: no plugin;
 //! - `native-1`, `native-10`: one and ten native Go plugins
@@ -18,23 +18,26 @@
 //!   ten fresh instances per event.
 //!
 //! Each set-up's plugins are started, registered and warmed up, then
-//! containers are created one after the other with crictl; the latency of
-//! each CreateContainer is read from the runtime's own log (the time between
-//! its "CreateContainer within sandbox" line and its "returns container id"
-//! line), so crictl's start-up is not in it. Per round: the median of each
-//! set-up, and its difference from `none` in the same round ("added"),
-//! and the plugin processes' CPU time (all their threads, from
-//! `/proc/PID/task/*/schedstat`) per container, over the measured creates
-//! and the removal of those containers, with how many times one of their
-//! threads was put on a CPU (each a wake-up or a preemption).
-//! Reported: the median over rounds of each, and the ratios the project
-//! targets: added(host-10) / added(native-1) <= 1.0 and
-//! added(host-0) / added(native-1) <= 0.2.
+//! containers are created one after the other by cri-timer
+//! (tests/runtimes/cri-timer), a CRI client that keeps one connection and
+//! times each CreateContainer call around the call alone (crictl's start-up
+//! per create and the runtime's millisecond log stamps hid differences under
+//! a millisecond), and removes each before making the next (a pod's
+//! creates slow down as its containers pile up). Per round: the median of each set-up, and its difference
+//! from `none` in the same round ("added"), and the plugin processes' CPU
+//! time (all their threads, from `/proc/PID/task/*/schedstat`) per
+//! container, over the measured creates and the removal of those
+//! containers, with how many times one of their threads was put on a CPU
+//! (each a wake-up or a preemption).
+//! Reported: the median over rounds of each; the ratios to native-1's added
+//! latency; and each set-up paired with native-1 round by round: the median
+//! and the range over rounds of the difference of their medians, and of
+//! the margin to issue #35's target, added(host-10) <= 1.5 x added(native-1).
 //!
 //! `cargo bench -p nri-wasm-benches --bench real_runtime` (after
 //! tests/runtimes/install.sh); `cargo test --benches` runs one short round.
 //! Rounds and creates per round: `NRI_WASM_BENCH_ROUNDS` (7),
-//! `NRI_WASM_BENCH_CREATES` (100). `NRI_WASM_BENCH_SETUPS=host-10,native-1`
+//! `NRI_WASM_BENCH_CREATES` (200). `NRI_WASM_BENCH_SETUPS=host-10,native-1`
 //! measures only the set-ups named (and `none`, which every "added" needs);
 //! `NRI_WASM_BENCH_PERF=DIR` records each plugin set-up's measured creates
 //! and removals with `perf record` into `DIR/r<round>-<set-up>.data`, to see
@@ -44,6 +47,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use nri_wasm_benches::{cpu_ns, runs_on_cpu};
+use nri_wasm_runtimes::cri_timer::{Created, CriTimer};
 use nri_wasm_runtimes::crictl::{Container, Pod, PodSandbox};
 use nri_wasm_runtimes::host::{Host, HostConfig};
 use nri_wasm_runtimes::native::{self, Adjustments, NativePlugin};
@@ -97,6 +101,25 @@ enum Plugins {
 }
 
 impl Plugins {
+    /// The host's total time answering CreateContainer and in the chain for
+    /// it (s), and how many it answered, from its metrics; `None` for
+    /// native plugins.
+    fn host_times(&self) -> Option<HostTimes> {
+        let Plugins::Host(h) = self else { return None };
+        let text = h.metrics().unwrap_or_else(|| panic!("the host's /metrics did not answer"));
+        let value = |name: &str| -> f64 {
+            let key = format!("{name}{{event=\"CreateContainer\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(key.as_str()))
+                .map_or(0.0, |v| v.trim().parse().unwrap_or_else(|_| panic!("{name} in /metrics: {v:?}")))
+        };
+        Some(HostTimes {
+            answer: value("nri_wasm_answer_duration_seconds_sum"),
+            chain: value("nri_wasm_chain_duration_seconds_sum"),
+            count: value("nri_wasm_answer_duration_seconds_count"),
+        })
+    }
+
     /// The plugin processes' pids.
     fn pids(&self) -> Vec<u32> {
         match self {
@@ -104,6 +127,24 @@ impl Plugins {
             Plugins::Native(v) => v.iter().filter_map(NativePlugin::pid).collect(),
             Plugins::Host(h) => h.pid().into_iter().collect(),
         }
+    }
+}
+
+/// The host's own account of its CreateContainer answers, cumulative.
+#[derive(Debug, Clone, Copy)]
+struct HostTimes {
+    answer: f64,
+    chain: f64,
+    count: f64,
+}
+
+impl HostTimes {
+    /// Mean answer and chain time (µs) of the answers between `self` and
+    /// `later`; `None` if there were none (a host with no policy is not
+    /// called).
+    fn means_since(self, later: HostTimes) -> Option<(f64, f64)> {
+        let n = later.count - self.count;
+        (n > 0.0).then(|| ((later.answer - self.answer) / n * 1e6, (later.chain - self.chain) / n * 1e6))
     }
 }
 
@@ -173,38 +214,6 @@ fn host_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_nri-wasm-host"))
 }
 
-/// Seconds since midnight of a containerd log line's `time="...T12:34:56.123456789Z"`.
-fn line_time(line: &str) -> Option<f64> {
-    let t = line.split("time=\"").nth(1)?.split('"').next()?;
-    let clock = t.split('T').nth(1)?.trim_end_matches('Z');
-    let clock = clock.split(['+', '-']).next()?;
-    let mut parts = clock.split(':');
-    let h: f64 = parts.next()?.parse().ok()?;
-    let m: f64 = parts.next()?.parse().ok()?;
-    let s: f64 = parts.next()?.parse().ok()?;
-    Some(h * 3600.0 + m * 60.0 + s)
-}
-
-/// The runtime's CreateContainer latency (ms) for container `name`, from its log.
-fn latency_ms(log: &str, name: &str) -> Option<f64> {
-    // containerd 2.x prints the metadata as `name:\"NAME\"` (escaped in
-    // logfmt), 1.7 as `&ContainerMetadata{Name:NAME,`.
-    let tags = [format!("name:\\\"{name}\\\""), format!("&ContainerMetadata{{Name:{name},")];
-    let mut start = None;
-    let mut end = None;
-    let lines = log.lines().filter(|l| l.contains("CreateContainer within sandbox"));
-    for line in lines.filter(|l| tags.iter().any(|t| l.contains(t.as_str()))) {
-        if line.contains("returns container id") {
-            end = line_time(line);
-        } else {
-            start = line_time(line);
-        }
-    }
-    let (s, e) = (start?, end?);
-    let d = if e >= s { e - s } else { e + 86_400.0 - s };
-    Some(d * 1000.0)
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -218,65 +227,60 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Creates `warm + creates` containers; the latencies of the last `creates`,
-/// and per container over their creation and removal, the CPU time (ns)
-/// `pids` spent and the times one of their threads was put on a CPU.
+/// What one set-up's measured creates gave.
+struct Measured {
+    /// Each CreateContainer as the CRI client saw it, ms.
+    latencies: Vec<f64>,
+    /// Per container (its creation and removal): the plugins' CPU time (µs)
+    /// and the times one of their threads was put on a CPU.
+    cpu_us: f64,
+    runs: f64,
+    /// The host's mean answer and chain time per CreateContainer (µs), by
+    /// its own metrics; `None` for native plugins and a host not called.
+    host: Option<(f64, f64)>,
+}
+
+/// Creates (and removes, one by one) `warm + creates` containers through
+/// `timer` with `plugins` in place, and measures the last `creates`.
+#[allow(clippy::too_many_arguments)]
 fn measure(
     node: &Node,
+    timer: &CriTimer,
     pod: &PodSandbox,
     tag: &str,
     warm: usize,
     creates: usize,
-    pids: &[u32],
+    plugins: &Plugins,
     perf: Option<&Path>,
-) -> (Vec<f64>, f64, f64) {
-    let mut names = Vec::new();
-    let mut ids = Vec::new();
-    // Taken when the measured creates begin (never, with none).
-    let mut cpu_before = 0;
-    let mut runs_before = 0;
-    let mut recorder = None;
-    for i in 0..warm + creates {
-        if i == warm {
-            recorder = perf.filter(|_| !pids.is_empty() && creates > 0).map(|dir| Recorder::start(dir, tag, pids));
-            cpu_before = cpu_ns(pids);
-            runs_before = runs_on_cpu(pids);
+) -> Measured {
+    let pids = plugins.pids();
+    let mut c = Container::sleeper(tag);
+    c.memory_limit = Some(256 << 20);
+    // Each container removed before the next is made: every create finds
+    // the node as the first did (the removals are in the CPU window).
+    let create = |name: &str, count: usize| -> Vec<Created> {
+        if count == 0 {
+            return Vec::new();
         }
-        let name = format!("{tag}-{i}");
-        let mut c = Container::sleeper(&name);
-        c.memory_limit = Some(256 << 20);
-        let id = node.crictl.create(pod, &c).unwrap_or_else(|e| panic!("creating {name}: {e}"));
-        ids.push(id);
-        if i >= warm {
-            names.push(name);
-        }
-    }
-    let log = node.runtime_log().text();
-    let out = names
-        .iter()
-        .map(|n| {
-            latency_ms(&log, n).unwrap_or_else(|| {
-                let lines: Vec<&str> = log.lines().filter(|l| l.contains("CreateContainer")).rev().take(4).collect();
-                panic!("no CreateContainer lines for {n} in the runtime's log; its last ones: {lines:#?}")
-            })
-        })
-        .collect();
-    // The measured containers first, inside the CPU window; the warm-up's after.
-    let remove = |ids: &[String]| {
-        if !ids.is_empty() {
-            let mut args = vec!["rm"];
-            args.extend(ids.iter().map(String::as_str));
-            node.crictl.run(&args).unwrap_or_else(|e| panic!("removing the containers: {e}"));
-        }
+        timer.create(&node.crictl, pod, &c, name, count, true).unwrap_or_else(|e| panic!("creating {name}-*: {e}"))
     };
-    let (warmed, measured) = ids.split_at(warm);
-    remove(measured);
-    let spent = cpu_ns(pids).saturating_sub(cpu_before);
-    let runs = runs_on_cpu(pids).saturating_sub(runs_before);
+    create(&format!("{tag}-warm"), warm);
+    let recorder = perf.filter(|_| !pids.is_empty() && creates > 0).map(|dir| Recorder::start(dir, tag, &pids));
+    let host_before = plugins.host_times();
+    let cpu_before = cpu_ns(&pids);
+    let runs_before = runs_on_cpu(&pids);
+    let measured = create(tag, creates);
+    let spent = cpu_ns(&pids).saturating_sub(cpu_before);
+    let runs = runs_on_cpu(&pids).saturating_sub(runs_before);
+    let host = host_before.zip(plugins.host_times()).and_then(|(before, after)| before.means_since(after));
     drop(recorder);
-    remove(warmed);
     let per = |n: u64| if creates == 0 { 0.0 } else { n as f64 / creates as f64 };
-    (out, per(spent), per(runs))
+    Measured {
+        latencies: measured.iter().map(|c| c.took.as_secs_f64() * 1e3).collect(),
+        cpu_us: per(spent) / 1e3,
+        runs: per(runs),
+        host,
+    }
 }
 
 /// `perf record` attached to the plugin processes until dropped.
@@ -318,13 +322,14 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
     let (rounds, creates) =
-        if full { (env_usize("NRI_WASM_BENCH_ROUNDS", 7), env_usize("NRI_WASM_BENCH_CREATES", 100)) } else { (1, 5) };
+        if full { (env_usize("NRI_WASM_BENCH_ROUNDS", 7), env_usize("NRI_WASM_BENCH_CREATES", 200)) } else { (1, 5) };
     let warm = if full { 10 } else { 2 };
     let wanted: Option<Vec<String>> =
         std::env::var("NRI_WASM_BENCH_SETUPS").ok().map(|v| v.split(',').map(str::to_string).collect());
     let perf = std::env::var_os("NRI_WASM_BENCH_PERF").map(std::path::PathBuf::from);
 
     let node = Node::start().unwrap_or_else(|e| panic!("starting the runtime: {e}"));
+    let timer = CriTimer::new(&nri_wasm_runtimes::runtimes_dir(), &node.crictl).unwrap_or_else(|e| panic!("{e}"));
     let pod = node
         .crictl
         .run_pod(&Pod::new("bench").label("app", "bench").annotation("example.com/note-9", "a note"))
@@ -340,6 +345,9 @@ fn main() {
     let mut medians = vec![Vec::new(); Setup::ALL.len()];
     let mut cpu = vec![Vec::new(); Setup::ALL.len()];
     let mut on_cpu = vec![Vec::new(); Setup::ALL.len()];
+    // The host's mean answer and chain time per CreateContainer (µs).
+    let mut answer = vec![Vec::new(); Setup::ALL.len()];
+    let mut chain = vec![Vec::new(); Setup::ALL.len()];
     for round in 0..rounds {
         for k in 0..Setup::ALL.len() {
             let setup = Setup::ALL[(k + round) % Setup::ALL.len()];
@@ -347,23 +355,28 @@ fn main() {
                 continue;
             }
             let plugins = start(setup, &node, round);
-            let pids = plugins.pids();
             let tag = format!("r{round}-{}", setup.name());
-            let (mut lat, ns, runs) = measure(&node, &pod, &tag, warm, creates, &pids, perf.as_deref());
+            let mut got = measure(&node, &timer, &pod, &tag, warm, creates, &plugins, perf.as_deref());
             drop(plugins);
             // The runtime drops a closed plugin at its next event: one
             // create, not measured, so the next set-up starts clean.
-            measure(&node, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0, &[], None);
+            measure(&node, &timer, &pod, &format!("r{round}-{}-flush", setup.name()), 1, 0, &Plugins::None, None);
             let i = Setup::ALL.iter().position(|s| *s == setup).expect("setup");
-            let m = median(&mut lat);
+            let m = median(&mut got.latencies);
+            let host = got.host.map_or(String::new(), |(a, c)| format!(", host answer {a:6.1} µs (chain {c:6.1})"));
             eprintln!(
-                "  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs, {runs:5.1} runs on a CPU per container",
+                "  round {round} {:<12} p50 {m:7.3} ms, plugin CPU {:7.1} µs, {:5.1} runs on a CPU per container{host}",
                 setup.name(),
-                ns / 1e3
+                got.cpu_us,
+                got.runs,
             );
             medians[i].push(m);
-            cpu[i].push(ns / 1e3);
-            on_cpu[i].push(runs);
+            cpu[i].push(got.cpu_us);
+            on_cpu[i].push(got.runs);
+            if let Some((a, c)) = got.host {
+                answer[i].push(a);
+                chain[i].push(c);
+            }
         }
     }
 
@@ -390,10 +403,46 @@ fn main() {
             median(&mut r)
         );
     }
+    // What the host says it took: the rest of what it added is the
+    // runtime's side (the socket, the wake-ups, applying the adjustments).
+    eprintln!("\nthe host's own account per CreateContainer (µs; medians over rounds of its means):");
+    eprintln!("{:<12} {:>10} {:>10} {:>16}", "set-up", "answer", "chain", "added - answer");
+    for (i, s) in Setup::ALL.iter().enumerate() {
+        if answer[i].is_empty() {
+            continue;
+        }
+        let (a, c) = (median(&mut answer[i].clone()), median(&mut chain[i].clone()));
+        eprintln!("{:<12} {a:>10.1} {c:>10.1} {:>16.1}", s.name(), added(i) * 1e3 - a);
+    }
     let native1 = added(1);
     eprintln!("\nratios to native-1's added latency ({native1:.3} ms):");
     for (i, s) in Setup::ALL.iter().enumerate().skip(2) {
         eprintln!("  {:<12} {:>6.2}", s.name(), added(i) / native1);
     }
+    // Paired by round: each set-up against native-1 measured in the same
+    // round, so that what moves the runtime from round to round cancels.
+    let native = &medians[1];
+    if native.len() == rounds {
+        eprintln!(
+            "\npaired with native-1 round by round (ms; median [min, max] over {rounds} rounds):\n{:<12} {:>30} {:>34}",
+            "set-up", "p50 - native-1's p50", "added - 1.5 x native-1's added"
+        );
+        for (i, s) in Setup::ALL.iter().enumerate().skip(2) {
+            if medians[i].len() != rounds {
+                continue;
+            }
+            let diff: Vec<f64> = medians[i].iter().zip(native).map(|(m, n)| m - n).collect();
+            let margin: Vec<f64> =
+                medians[i].iter().zip(native).zip(none).map(|((m, n), z)| (m - z) - 1.5 * (n - z)).collect();
+            eprintln!("{:<12} {:>30} {:>34}", s.name(), spread(diff), spread(margin));
+        }
+        eprintln!("target (issue #35): host-10's margin <= 0, its median and most of its spread");
+    }
     eprintln!("targets: host-10 <= 1.0, host-0 <= 0.2");
+}
+
+/// "median [min, max]" of `v`, in ms to the µs.
+fn spread(mut v: Vec<f64>) -> String {
+    let m = median(&mut v);
+    format!("{m:.3} [{:.3}, {:.3}]", v.first().copied().unwrap_or(f64::NAN), v.last().copied().unwrap_or(f64::NAN))
 }

@@ -7,7 +7,8 @@
 # and version, so a second run does nothing.
 #
 #   tests/runtimes/install.sh                  what .ci/run needs: containerd 2.3.4, crictl,
-#                                              runc, the images, the native plugin (NRI 0.12)
+#                                              runc, the images, the native plugin (NRI 0.12),
+#                                              the benchmark's CRI client (cri-timer)
 #   tests/runtimes/install.sh --containerd-1.7 also containerd 1.7.34 (and its native plugin)
 #   tests/runtimes/install.sh --crio           also CRI-O (tests/runtimes/install-crio.sh)
 #   tests/runtimes/install.sh --all            everything
@@ -35,7 +36,7 @@ for arg in "$@"; do
         --crio) want_crio=true ;;
         --all) want_17=true want_crio=true ;;
         -h | --help)
-            sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -137,6 +138,19 @@ native() { # nri-version
 native "$NRI_FOR_CONTAINERD_2"
 if $want_17; then
     native "$NRI_FOR_CONTAINERD_17"
+fi
+
+# The CRI client that times creates for the real-runtime benchmark
+# (tests/runtimes/cri-timer), from the modules crictl's build fetched.
+timer=$dest/cri-timer/cri-timer
+if [ ! -x "$timer" ] || [ "$here/cri-timer/main.go" -nt "$timer" ] || [ "$here/cri-timer/go.mod" -nt "$timer" ]; then
+    begin "cri-timer -> $timer"
+    mkdir -p "$dest/cri-timer"
+    # -mod=readonly: the module file and go.sum are used as committed.
+    (cd "$here/cri-timer" && GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 \
+        go build -trimpath -o "$timer.tmp" .)
+    mv "$timer.tmp" "$timer"
+    done_step
 fi
 
 if $want_crio; then

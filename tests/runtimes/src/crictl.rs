@@ -201,8 +201,20 @@ impl Crictl {
         Ok(PodSandbox { id, config: path })
     }
 
+    /// The runtime's CRI endpoint (`unix:///...`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     /// Creates a container in `pod` (not started); its id.
     pub fn create(&self, pod: &PodSandbox, c: &Container) -> Result<String, Error> {
+        let path = self.container_config(c)?;
+        let (cp, pp) = (path.to_string_lossy().into_owned(), pod.config.to_string_lossy().into_owned());
+        self.run(&["create", "--no-pull", &pod.id, &cp, &pp])
+    }
+
+    /// Writes the CRI config of `c` to the node's directory; its path.
+    pub fn container_config(&self, c: &Container) -> Result<PathBuf, Error> {
         let mut resources = serde_json::Map::new();
         if let Some((period, quota)) = c.cpu {
             resources.insert("cpu_period".into(), json!(period));
@@ -234,9 +246,7 @@ impl Crictl {
         if let Some(obj) = config.as_object_mut() {
             obj.extend(c.extra.clone());
         }
-        let path = self.write_json("container", &config)?;
-        let (cp, pp) = (path.to_string_lossy().into_owned(), pod.config.to_string_lossy().into_owned());
-        self.run(&["create", "--no-pull", &pod.id, &cp, &pp])
+        self.write_json("container", &config)
     }
 
     pub fn start(&self, id: &str) -> Result<(), Error> {

@@ -111,6 +111,11 @@ impl Host {
         serde_json::from_str(&body).ok()
     }
 
+    /// `/metrics` (Prometheus text), if the endpoint answers.
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.metrics, "/metrics")
+    }
+
     /// Whether `/status` says it is registered with the runtime.
     pub fn registered(&self) -> bool {
         self.status().and_then(|s| s.get("registered")?.as_bool()).unwrap_or(false)

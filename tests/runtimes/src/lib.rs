@@ -22,6 +22,7 @@
 //! - [`process`]: a child process stopped by its pid when dropped.
 
 pub mod containerd;
+pub mod cri_timer;
 pub mod crictl;
 pub mod crio;
 pub mod host;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nri_wasm_runtimes::containerd;
+use nri_wasm_runtimes::cri_timer::CriTimer;
 use nri_wasm_runtimes::crictl::{env_value, spec_annotation, spec_env, Container, Pod, PodSandbox};
 use nri_wasm_runtimes::host::{with_custom_section, Host, HostConfig};
 use nri_wasm_runtimes::log::CLOSING_PLUGIN;
@@ -133,6 +134,39 @@ fn adjustments_reach_the_spec_and_the_running_container() {
     for (name, value) in [("APP_NAME", "billing"), ("POD_TIER", "backend"), ("TEAM", "team-payments")] {
         assert_eq!(env_value(&env, name).as_deref(), Some(value), "{name} in the container's environment:\n{env}");
     }
+    no_plugin_dropped(&node);
+}
+
+/// The real-runtime benchmark's CRI client (tests/runtimes/cri-timer): its
+/// creates go through the runtime and its plugins like the kubelet's, each
+/// with its own name and a time, and `remove` leaves nothing behind.
+#[test]
+fn the_benchmarks_cri_client_creates_through_the_plugins_and_removes_what_it_made() {
+    let node = node();
+    let _host = host_with(&node, &[pod_metadata_env()]);
+    let pod = node.crictl.run_pod(&billing_pod("timed")).unwrap();
+    let timer = CriTimer::new(&nri_wasm_runtimes::runtimes_dir(), &node.crictl).unwrap();
+
+    let kept = timer.create(&node.crictl, &pod, &Container::sleeper("kept"), "kept", 3, false).unwrap();
+    assert_eq!(kept.len(), 3);
+    for (i, c) in kept.iter().enumerate() {
+        assert!(c.took > Duration::ZERO, "{c:?}");
+        let inspect = node.crictl.inspect(&c.id).unwrap();
+        assert_eq!(inspect["status"]["metadata"]["name"], format!("kept-{i}"), "{inspect:#}");
+        assert!(has_app_name(&node, &c.id), "container {i} was made without the host's policy");
+    }
+
+    let gone = timer.create(&node.crictl, &pod, &Container::sleeper("gone"), "gone", 3, true).unwrap();
+    assert_eq!(gone.len(), 3);
+    for c in &gone {
+        assert!(node.crictl.inspect(&c.id).is_err(), "container {} is still there", c.id);
+    }
+    let left = node.crictl.run(&["ps", "-a", "-q", "--pod", &pod.id]).unwrap();
+    let mut left: Vec<&str> = left.lines().collect();
+    left.sort_unstable();
+    let mut kept_ids: Vec<&str> = kept.iter().map(|c| c.id.as_str()).collect();
+    kept_ids.sort_unstable();
+    assert_eq!(left, kept_ids, "the pod's containers after the removing run");
     no_plugin_dropped(&node);
 }
 
