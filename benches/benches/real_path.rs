@@ -46,7 +46,9 @@
 //! the table above is the call's first request, not its last.
 //!
 //! `cargo bench -p nri-wasm-benches --bench real_path`; `cargo test
-//! --benches` runs one short round.
+//! --benches` runs one short round. `NRI_WASM_REAL_PATH_GAP_US` and
+//! `NRI_WASM_REAL_PATH_SWEEP_KIB` play a real runtime's time between two
+//! containers (idle, and memory written): what a chain costs found cold.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -295,6 +297,31 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
 /// in the plugin, the plugin's CPU time per container, each CreateContainer
 /// the plugin was sent at both ends of the socket, and every event it was
 /// sent (CreateContainer, PostCreateContainer, StartContainer, ...) there.
+/// What a real runtime does between two containers, played when asked:
+/// `NRI_WASM_REAL_PATH_GAP_US` idles that long (the plugin sleeps between
+/// events, as it does on a real node), `NRI_WASM_REAL_PATH_SWEEP_KIB` writes
+/// that much memory (as the runtime, runc and the kernel do, evicting the
+/// plugin's code and data from the caches). Neither by default: the events
+/// then come back to back, with the plugin's caches warm.
+fn between_containers() {
+    static PLAY: std::sync::OnceLock<(Duration, Mutex<Vec<u8>>)> = std::sync::OnceLock::new();
+    let (gap, sweep) = PLAY.get_or_init(|| {
+        let var =
+            |name: &str| std::env::var(name).ok().map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name}={v:?}")));
+        let gap = Duration::from_micros(var("NRI_WASM_REAL_PATH_GAP_US").unwrap_or(0));
+        let kib = var("NRI_WASM_REAL_PATH_SWEEP_KIB").unwrap_or(0) as usize;
+        (gap, Mutex::new(vec![0u8; kib * 1024]))
+    });
+    let mut sweep = sweep.lock().unwrap();
+    for (i, line) in sweep.chunks_mut(64).enumerate() {
+        line[0] = line[0].wrapping_add(i as u8);
+    }
+    std::hint::black_box(&mut *sweep);
+    if !gap.is_zero() {
+        std::thread::sleep(*gap);
+    }
+}
+
 async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, Vec<Split>, Vec<EventTime>) {
     let pod = nri_sim::workload::pod(3);
     p.runtime.run_pod(&pod).await.expect("run pod");
@@ -332,6 +359,7 @@ async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, 
         p.runtime.remove(&created.id).await.expect("remove");
         times[3].push(t.elapsed());
         trips.extend(stats.take_round_trips());
+        between_containers();
     }
     let cpu = cpu_ns(&[p.child.id()]).saturating_sub(cpu_before) as f64 / n as f64;
     p.runtime.remove_pod(&pod.id).await.expect("remove pod");
