@@ -293,16 +293,13 @@ async fn start(setup: Setup, cache: &Path) -> Plugin {
     Plugin { setup, child, log, runtime, _sim: sim, _dir: dir }
 }
 
-/// One round: `n` containers through their life; per CRI call the time spent
-/// in the plugin, the plugin's CPU time per container, each CreateContainer
-/// the plugin was sent at both ends of the socket, and every event it was
-/// sent (CreateContainer, PostCreateContainer, StartContainer, ...) there.
 /// What a real runtime does between two containers, played when asked:
 /// `NRI_WASM_REAL_PATH_GAP_US` idles that long (the plugin sleeps between
 /// events, as it does on a real node), `NRI_WASM_REAL_PATH_SWEEP_KIB` writes
-/// that much memory (as the runtime, runc and the kernel do, evicting the
-/// plugin's code and data from the caches). Neither by default: the events
-/// then come back to back, with the plugin's caches warm.
+/// that much memory on the simulated runtime's thread (as the runtime, runc
+/// and the kernel do; it evicts what the caches the two threads share hold
+/// of the plugin, not what the plugin's own CPU keeps). Neither by default:
+/// the events then come back to back, with the plugin's caches warm.
 fn between_containers() {
     static PLAY: std::sync::OnceLock<(Duration, Mutex<Vec<u8>>)> = std::sync::OnceLock::new();
     let (gap, sweep) = PLAY.get_or_init(|| {
@@ -322,6 +319,10 @@ fn between_containers() {
     }
 }
 
+/// One round: `n` containers through their life; per CRI call the time spent
+/// in the plugin, the plugin's CPU time per container, each CreateContainer
+/// the plugin was sent at both ends of the socket, and every event it was
+/// sent (CreateContainer, PostCreateContainer, StartContainer, ...) there.
 async fn round(p: &Plugin, n: usize, round: usize) -> ([Vec<Duration>; 4], f64, Vec<Split>, Vec<EventTime>) {
     let pod = nri_sim::workload::pod(3);
     p.runtime.run_pod(&pod).await.expect("run pod");

@@ -107,6 +107,13 @@ impl Plugins {
     fn host_times(&self) -> Option<HostTimes> {
         let Plugins::Host(h) = self else { return None };
         let text = h.metrics().unwrap_or_else(|| panic!("the host's /metrics did not answer"));
+        // A series is there once an event was answered; the families always.
+        for family in ["nri_wasm_answer_duration_seconds", "nri_wasm_chain_duration_seconds"] {
+            assert!(
+                text.contains(&format!("# TYPE {family} histogram")),
+                "the host's /metrics has no histogram {family}:\n{text}"
+            );
+        }
         let value = |name: &str| -> f64 {
             let key = format!("{name}{{event=\"CreateContainer\"}} ");
             text.lines()
@@ -390,7 +397,11 @@ fn main() {
         "{:<12} {:>9} {:>13} {:>24} {:>18}",
         "set-up", "p50 ms", "added ms", "plugin CPU µs/container", "runs on a CPU/c."
     );
+    // Set-ups left out by NRI_WASM_BENCH_SETUPS have no rows.
     for (i, s) in Setup::ALL.iter().enumerate() {
+        if medians[i].is_empty() {
+            continue;
+        }
         let mut m = medians[i].clone();
         let mut c = cpu[i].clone();
         let mut r = on_cpu[i].clone();
@@ -417,7 +428,9 @@ fn main() {
     let native1 = added(1);
     eprintln!("\nratios to native-1's added latency ({native1:.3} ms):");
     for (i, s) in Setup::ALL.iter().enumerate().skip(2) {
-        eprintln!("  {:<12} {:>6.2}", s.name(), added(i) / native1);
+        if !medians[i].is_empty() {
+            eprintln!("  {:<12} {:>6.2}", s.name(), added(i) / native1);
+        }
     }
     // Paired by round: each set-up against native-1 measured in the same
     // round, so that what moves the runtime from round to round cancels.
@@ -443,6 +456,7 @@ fn main() {
 
 /// "median [min, max]" of `v`, in ms to the µs.
 fn spread(mut v: Vec<f64>) -> String {
+    // `median` sorts `v`: its ends are then the range.
     let m = median(&mut v);
     format!("{m:.3} [{:.3}, {:.3}]", v.first().copied().unwrap_or(f64::NAN), v.last().copied().unwrap_or(f64::NAN))
 }

@@ -141,9 +141,10 @@ if $want_17; then
 fi
 
 # The CRI client that times creates for the real-runtime benchmark
-# (tests/runtimes/cri-timer), from the modules crictl's build fetched.
+# (tests/runtimes/cri-timer), from its committed module files.
 timer=$dest/cri-timer/cri-timer
-if [ ! -x "$timer" ] || [ "$here/cri-timer/main.go" -nt "$timer" ] || [ "$here/cri-timer/go.mod" -nt "$timer" ]; then
+if [ ! -x "$timer" ] || [ "$here/cri-timer/main.go" -nt "$timer" ] || [ "$here/cri-timer/go.mod" -nt "$timer" ] ||
+    [ "$here/cri-timer/go.sum" -nt "$timer" ]; then
     begin "cri-timer -> $timer"
     mkdir -p "$dest/cri-timer"
     # -mod=readonly: the module file and go.sum are used as committed.

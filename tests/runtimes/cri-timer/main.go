@@ -10,12 +10,14 @@
 //	    -container-config container.json -name bench-r0 -count 200 [-remove]
 //
 // The container's config is read as crictl reads it (protobuf JSON, field
-// names as in the CRI's proto file); each container gets the name
-// "<name>-<i>" in its metadata, in the io.kubernetes.container.name label
-// and in its log path. With -remove, each container is removed (untimed)
-// before the next is created, so that every create finds the node as the
-// first did: a runtime's creates slow down as a pod's containers pile up.
-// Output: one line per container, "<id> <ns>".
+// names as in the CRI's proto file, unknown ones skipped); each container
+// gets the name "<name>-<i>" in its metadata, in the
+// io.kubernetes.container.name label and in its log path. With -remove,
+// each container is removed (untimed) before the next is created, so that
+// every create finds the node as the first did: a runtime's creates slow
+// down as a pod's containers pile up.
+// Output: one line per container made, "<id> <ns>", also when a later
+// call failed (the error then goes to stderr and the exit status is 1).
 package main
 
 import (
@@ -57,7 +59,8 @@ func readJSON(path string, m proto.Message) error {
 	if err != nil {
 		return err
 	}
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(data, m); err != nil {
+	// Fields this CRI version does not know are skipped, as crictl does.
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
@@ -88,7 +91,14 @@ func run(endpoint, pod, podConfig, containerConfig, name string, count int, time
 		return fmt.Errorf("Version: %w", err)
 	}
 
+	// Printed when the run ends, failed or not: nothing written while the
+	// creates are timed, and every container made is named.
 	out := make([]string, 0, count)
+	defer func() {
+		for _, line := range out {
+			os.Stdout.WriteString(line)
+		}
+	}()
 	for i := 0; i < count; i++ {
 		config := proto.Clone(&template).(*runtime.ContainerConfig)
 		n := fmt.Sprintf("%s-%d", name, i)
@@ -118,12 +128,6 @@ func run(endpoint, pod, podConfig, containerConfig, name string, count int, time
 			if err != nil {
 				return fmt.Errorf("RemoveContainer %s (%s): %w", resp.ContainerId, n, err)
 			}
-		}
-	}
-	// Printed at the end: nothing written while the creates are timed.
-	for _, line := range out {
-		if _, err := os.Stdout.WriteString(line); err != nil {
-			return err
 		}
 	}
 	return nil

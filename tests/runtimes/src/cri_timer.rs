@@ -63,14 +63,20 @@ impl CriTimer {
             .stdin(Stdio::null())
             .output()
             .map_err(|e| Error::io("running cri-timer", e))?;
+        let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
+            // The containers made before the failure, for whoever cleans up.
+            let made: Vec<String> = text.lines().filter_map(parse).map(|c| c.id).collect();
             return Err(Error::Command {
                 command,
                 status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                stderr: format!(
+                    "{} (containers made before it: {})",
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    if made.is_empty() { "none".to_string() } else { made.join(", ") }
+                ),
             });
         }
-        let text = String::from_utf8_lossy(&out.stdout);
         let created = text.lines().map(|line| {
             parse(line).ok_or_else(|| Error::Parse {
                 what: command.clone(),
