@@ -23,12 +23,13 @@
 //! times each CreateContainer call around the call alone (crictl's start-up
 //! per create and the runtime's millisecond log stamps hid differences under
 //! a millisecond), and removes each before making the next (a pod's
-//! creates slow down as its containers pile up). Per round: the median of each set-up, and its difference
-//! from `none` in the same round ("added"), and the plugin processes' CPU
-//! time (all their threads, from `/proc/PID/task/*/schedstat`) per
-//! container, over the measured creates and the removal of those
-//! containers, with how many times one of their threads was put on a CPU
-//! (each a wake-up or a preemption).
+//! creates slow down as its containers pile up). Per round: the median of
+//! each set-up, and its difference from `none` in the same round ("added"),
+//! and the plugin processes' CPU time (all their threads, from
+//! `/proc/PID/task/*/schedstat`) per container, over the measured creates
+//! and the removal of those containers, with how many times one of their
+//! threads was put on a CPU (each a wake-up or a preemption), and the
+//! host's own mean answer and chain time per CreateContainer (its metrics).
 //! Reported: the median over rounds of each; the ratios to native-1's added
 //! latency; and each set-up paired with native-1 round by round: the median
 //! and the range over rounds of the difference of their medians, and of
