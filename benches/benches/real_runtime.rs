@@ -50,7 +50,7 @@ use std::time::Duration;
 use nri_wasm_benches::{cpu_ns, runs_on_cpu};
 use nri_wasm_runtimes::cri_timer::{Created, CriTimer};
 use nri_wasm_runtimes::crictl::{Container, Pod, PodSandbox};
-use nri_wasm_runtimes::host::{Host, HostConfig};
+use nri_wasm_runtimes::host::{Answers, Host, HostConfig};
 use nri_wasm_runtimes::native::{self, Adjustments, NativePlugin};
 use nri_wasm_runtimes::runtime::Node;
 use nri_wasm_test_support::guests;
@@ -102,30 +102,12 @@ enum Plugins {
 }
 
 impl Plugins {
-    /// The host's total time answering CreateContainer and in the chain for
-    /// it (s), and how many it answered, from its metrics; `None` for
-    /// native plugins.
-    fn host_times(&self) -> Option<HostTimes> {
+    /// The host's account of its CreateContainer answers so far; `None`
+    /// for native plugins.
+    fn host_answers(&self) -> Option<Answers> {
         let Plugins::Host(h) = self else { return None };
-        let text = h.metrics().unwrap_or_else(|| panic!("the host's /metrics did not answer"));
-        // A series is there once an event was answered; the families always.
-        for family in ["nri_wasm_answer_duration_seconds", "nri_wasm_chain_duration_seconds"] {
-            assert!(
-                text.contains(&format!("# TYPE {family} histogram")),
-                "the host's /metrics has no histogram {family}:\n{text}"
-            );
-        }
-        let value = |name: &str| -> f64 {
-            let key = format!("{name}{{event=\"CreateContainer\"}} ");
-            text.lines()
-                .find_map(|l| l.strip_prefix(key.as_str()))
-                .map_or(0.0, |v| v.trim().parse().unwrap_or_else(|_| panic!("{name} in /metrics: {v:?}")))
-        };
-        Some(HostTimes {
-            answer: value("nri_wasm_answer_duration_seconds_sum"),
-            chain: value("nri_wasm_chain_duration_seconds_sum"),
-            count: value("nri_wasm_answer_duration_seconds_count"),
-        })
+        let answers = h.create_answers().unwrap_or_else(|| panic!("the host's /metrics did not answer"));
+        Some(answers.unwrap_or_else(|e| panic!("{e}")))
     }
 
     /// The plugin processes' pids.
@@ -138,22 +120,12 @@ impl Plugins {
     }
 }
 
-/// The host's own account of its CreateContainer answers, cumulative.
-#[derive(Debug, Clone, Copy)]
-struct HostTimes {
-    answer: f64,
-    chain: f64,
-    count: f64,
-}
-
-impl HostTimes {
-    /// Mean answer and chain time (µs) of the answers between `self` and
-    /// `later`; `None` if there were none (a host with no policy is not
-    /// called).
-    fn means_since(self, later: HostTimes) -> Option<(f64, f64)> {
-        let n = later.count - self.count;
-        (n > 0.0).then(|| ((later.answer - self.answer) / n * 1e6, (later.chain - self.chain) / n * 1e6))
-    }
+/// Mean answer and chain time (µs) of the host's answers between `before`
+/// and `after`; `None` if there were none (a host with no policy is not
+/// called).
+fn means_between(before: Answers, after: Answers) -> Option<(f64, f64)> {
+    let n = after.count - before.count;
+    (n > 0.0).then(|| ((after.answer_s - before.answer_s) / n * 1e6, (after.chain_s - before.chain_s) / n * 1e6))
 }
 
 fn start(setup: Setup, node: &Node, round: usize) -> Plugins {
@@ -274,13 +246,13 @@ fn measure(
     };
     create(&format!("{tag}-warm"), warm);
     let recorder = perf.filter(|_| !pids.is_empty() && creates > 0).map(|dir| Recorder::start(dir, tag, &pids));
-    let host_before = plugins.host_times();
+    let host_before = plugins.host_answers();
     let cpu_before = cpu_ns(&pids);
     let runs_before = runs_on_cpu(&pids);
     let measured = create(tag, creates);
     let spent = cpu_ns(&pids).saturating_sub(cpu_before);
     let runs = runs_on_cpu(&pids).saturating_sub(runs_before);
-    let host = host_before.zip(plugins.host_times()).and_then(|(before, after)| before.means_since(after));
+    let host = host_before.zip(plugins.host_answers()).and_then(|(before, after)| means_between(before, after));
     drop(recorder);
     let per = |n: u64| if creates == 0 { 0.0 } else { n as f64 / creates as f64 };
     Measured {

@@ -55,6 +55,15 @@ impl HostConfig {
     }
 }
 
+/// The host's CreateContainer answers, cumulative: their total time and the
+/// chain's part of it (seconds), and how many.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answers {
+    pub answer_s: f64,
+    pub chain_s: f64,
+    pub count: f64,
+}
+
 /// A running host.
 #[derive(Debug)]
 pub struct Host {
@@ -114,6 +123,34 @@ impl Host {
     /// `/metrics` (Prometheus text), if the endpoint answers.
     pub fn metrics(&self) -> Option<String> {
         http_get(self.metrics, "/metrics")
+    }
+
+    /// The host's account of its CreateContainer answers so far, from
+    /// `/metrics`: `None` if the endpoint does not answer; an error if its
+    /// answer lacks the answer and chain histograms (renamed, say).
+    pub fn create_answers(&self) -> Option<Result<Answers, Error>> {
+        let text = self.metrics()?;
+        let parse = |detail: String| Error::Parse { what: "the host's /metrics".into(), detail };
+        for family in ["nri_wasm_answer_duration_seconds", "nri_wasm_chain_duration_seconds"] {
+            if !text.contains(&format!("# TYPE {family} histogram")) {
+                return Some(Err(parse(format!("no histogram {family}"))));
+            }
+        }
+        // A series appears with the first event answered.
+        let value = |name: &str| -> Result<f64, Error> {
+            let key = format!("{name}{{event=\"CreateContainer\"}} ");
+            match text.lines().find_map(|l| l.strip_prefix(key.as_str())) {
+                None => Ok(0.0),
+                Some(v) => v.trim().parse().map_err(|_| parse(format!("{name}: {v:?}"))),
+            }
+        };
+        Some((|| {
+            Ok(Answers {
+                answer_s: value("nri_wasm_answer_duration_seconds_sum")?,
+                chain_s: value("nri_wasm_chain_duration_seconds_sum")?,
+                count: value("nri_wasm_answer_duration_seconds_count")?,
+            })
+        })())
     }
 
     /// Whether `/status` says it is registered with the runtime.

@@ -164,12 +164,9 @@ fn the_benchmarks_cri_client_creates_through_the_plugins_and_removes_what_it_mad
     kept_ids.sort_unstable();
     assert_eq!(left, kept_ids, "the pod's containers after the removing run");
     // The host answered every create, in the series the benchmark reads.
-    let metrics = host.metrics().unwrap();
-    let answered = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("nri_wasm_answer_duration_seconds_count{event=\"CreateContainer\"} "))
-        .and_then(|n| n.trim().parse::<u64>().ok());
-    assert!(answered.is_some_and(|n| n >= 6), "CreateContainer answers in /metrics: {answered:?}");
+    let answers = host.create_answers().expect("the host's /metrics answers").unwrap();
+    assert!(answers.count >= 6.0, "{answers:?}");
+    assert!(answers.answer_s >= answers.chain_s && answers.chain_s > 0.0, "{answers:?}");
     no_plugin_dropped(&node);
 }
 
