@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use nri_wasm_runtimes::process::{self, Process};
 
-use crate::kubectl::{condition, Kubectl};
+use crate::kubectl::{clip, condition, Kubectl};
 use crate::ns::{Namespaces, NODE_IP};
 use crate::pki::Pki;
 use crate::{etcd_bin, kube_bin, wait_for, Error};
@@ -130,7 +130,19 @@ impl Cluster {
         cluster.write_cni()?;
         cluster.start_containerd()?;
         cluster.start_kubelet()?;
-        cluster.wait_node_ready()?;
+        if let Err(first) = cluster.wait_node_ready() {
+            // Nothing of the project's runs yet: a node that does not come
+            // up is the harness's or Kubernetes' failure, not the plugin's.
+            // Said on stderr (with the kubelet's stacks) and tried once more.
+            eprintln!("cluster: starting the node again: {first}");
+            cluster.stop_kubelet();
+            cluster.stop_containerd();
+            cluster.start_containerd()?;
+            cluster.start_kubelet()?;
+            cluster
+                .wait_node_ready()
+                .map_err(|second| Error::Parse { what: format!("{second}"), detail: format!("first try: {first}") })?;
+        }
         // Pods are refused until the service-account controller made the
         // namespace's default account.
         cluster.kubectl.wait_object("the default service account", &["serviceaccount", "default"], 120, |_| true)?;
@@ -539,13 +551,77 @@ imageGCLowThresholdPercent: 99
         self.kubelet.as_mut().is_some_and(Process::running) && self.containerd.as_mut().is_some_and(Process::running)
     }
 
-    /// Waits until the node reports Ready (backstop 120 s).
+    /// Waits until the node reports Ready (backstop 120 s; a node is Ready
+    /// about 2 s after its kubelet starts). Fails at once if the kubelet or
+    /// containerd exits meanwhile; either way the error carries what the
+    /// node said last: the node object, and the kubelet's and containerd's
+    /// logs as they are when the wait gives up.
     pub fn wait_node_ready(&mut self) -> Result<(), Error> {
-        let log = self.log_tail("kubelet", 20);
-        self.kubectl
-            .wait_object("the node Ready", &["node", NODE], 120, |n| condition(n, "Ready"))
-            .map(drop)
-            .map_err(|e| Error::Parse { what: e.to_string(), detail: log })
+        const BACKSTOP: Duration = Duration::from_secs(120);
+        let start = std::time::Instant::now();
+        let mut last = String::new();
+        let gave_up = loop {
+            if let Some(name) = self.node_process_exited() {
+                break format!("{name} exited while the node was not Ready");
+            }
+            match self.kubectl.get(&["node", NODE]) {
+                Ok(node) if condition(&node, "Ready") => return Ok(()),
+                Ok(node) => last = clip(&node["status"]["conditions"].to_string(), 2000),
+                Err(e) => last = e.to_string(),
+            }
+            if start.elapsed() > BACKSTOP {
+                break format!("the node was not Ready within {} s", BACKSTOP.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let logs = format!(
+            "--- kubelet's log (last 40 lines):\n{}\n--- containerd's log (last 15 lines):\n{}",
+            self.log_tail("kubelet", 40),
+            self.log_tail("containerd", 15)
+        );
+        let stacks = self.kubelet_stacks();
+        Err(Error::Parse { what: gave_up, detail: format!("last seen: {last}\n{logs}{stacks}") })
+    }
+
+    /// Where a running kubelet stands in registering the node: SIGQUIT makes
+    /// it write every goroutine's stack to its log and exit; the stacks of
+    /// its main goroutine and of those that register the node and report
+    /// its status are returned (nothing if it had exited).
+    fn kubelet_stacks(&mut self) -> String {
+        let Some(mut kubelet) = self.kubelet.take() else { return String::new() };
+        let Some(pid) = kubelet.pid().filter(|_| kubelet.running()) else { return String::new() };
+        let before = self.log_text("kubelet").len();
+        process::signal(pid, libc::SIGQUIT);
+        let _ = wait_for("the kubelet's stacks", Duration::from_secs(10), || (!kubelet.running()).then_some(()));
+        kubelet.stop(Duration::from_secs(5));
+        let log = self.log_text("kubelet");
+        let dump = log.get(before..).unwrap_or_default();
+        let wanted: Vec<&str> = dump
+            .split("\n\n")
+            .filter(|g| {
+                g.starts_with("goroutine 1 ")
+                    || (g.starts_with("goroutine ")
+                        && ["NodeStatus", "registerWithAPIServer", "fastStatusUpdateOnce"]
+                            .iter()
+                            .any(|f| g.contains(f)))
+            })
+            .collect();
+        format!(
+            "\n--- the kubelet's main and node-status goroutines (of its SIGQUIT dump):\n{}",
+            clip(&wanted.join("\n\n"), 6000)
+        )
+    }
+
+    /// The node's process (kubelet or containerd) that was started and has
+    /// exited since.
+    fn node_process_exited(&mut self) -> Option<&'static str> {
+        if self.kubelet.as_mut().is_some_and(|p| !p.running()) {
+            return Some("the kubelet");
+        }
+        if self.containerd.as_mut().is_some_and(|p| !p.running()) {
+            return Some("containerd");
+        }
+        None
     }
 
     /// The containers of the node's pods, as containerd has them (id to
