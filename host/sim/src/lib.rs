@@ -15,7 +15,15 @@
 //!   `StateChange`; from v0.12 it calls the dedicated RPCs and falls back to
 //!   `StateChange` when the plugin answers `Unimplemented`;
 //! - a plugin that does not answer within the request timeout is dropped
-//!   (the connection is closed), as a runtime does.
+//!   (the connection is closed), as a runtime does, and so is one whose
+//!   Synchronize fails (NRI closes a plugin it could not synchronise);
+//! - it holds one lock ([`RuntimeLock`]) across every event and the whole
+//!   Synchronize, and a plugin's `UpdateContainers` takes it too, as the
+//!   runtimes' NRI glue does (containerd's and CRI-O's `internal/nri/nri.go`:
+//!   `l.Lock()` in every event, in `syncPlugin` and in `updateFromPlugin`;
+//!   NRI up to v0.12.0 also takes the adaptation's lock in
+//!   `updateContainers`). An update the plugin sends while an event is
+//!   under way is applied, and answered, only once that event is over.
 //!
 //! [`plugins::Plugins`] is the runtime around several such connections: its
 //! list of plugins, called in order under one lock, a closed plugin skipped
@@ -231,6 +239,11 @@ impl Simulator {
     }
 }
 
+/// The runtime's lock over its plugins: held across every event (all the
+/// plugins it calls for it) and a Synchronize, and taken by a plugin's
+/// UpdateContainers. Configure is sent without it.
+pub type RuntimeLock = Arc<tokio::sync::Mutex<()>>;
+
 /// What the Runtime service recorded.
 #[derive(Debug, Default)]
 struct RuntimeRecord {
@@ -246,6 +259,7 @@ struct RuntimeService {
     record: Arc<RuntimeRecord>,
     updates: mpsc::UnboundedSender<pb::UpdateContainersRequest>,
     refuse_registration: Option<String>,
+    lock: RuntimeLock,
 }
 
 #[async_trait]
@@ -273,6 +287,8 @@ impl services::Runtime for RuntimeService {
         _ctx: &TtrpcContext,
         req: pb::UpdateContainersRequest,
     ) -> ttrpc::Result<pb::UpdateContainersResponse> {
+        // Not while an event is under way (see the module documentation).
+        let _runtime = self.lock.lock().await;
         let fail = self.record.fail_updates.lock().expect("fail list lock").clone();
         let (refused, accepted): (Vec<_>, Vec<_>) =
             req.update.iter().cloned().partition(|u| fail.contains(&u.container_id));
@@ -303,6 +319,12 @@ pub struct PluginConn {
     server: Mutex<ttrpc::r#async::Server>,
     updates: mpsc::UnboundedReceiver<pb::UpdateContainersRequest>,
     fallbacks: AtomicU64,
+    /// The runtime's lock ([`RuntimeLock`]).
+    lock: RuntimeLock,
+    /// Whether this connection's events take [`Self::lock`] themselves
+    /// (false when a runtime around several connections holds it across
+    /// each of its events, [`plugins::Plugins`]).
+    locks_events: bool,
 }
 
 impl std::fmt::Debug for PluginConn {
@@ -317,7 +339,28 @@ impl std::fmt::Debug for PluginConn {
 
 impl PluginConn {
     /// Sets up the wire on an accepted socket and waits for RegisterPlugin.
+    /// The connection's events take a runtime lock of its own.
     pub async fn establish(socket: tokio::net::UnixStream, profile: RuntimeProfile) -> Result<Self, SimError> {
+        Self::establish_with(socket, profile, RuntimeLock::default(), true).await
+    }
+
+    /// [`Self::establish`] for a runtime around several connections, which
+    /// holds `lock` across each of its events: this connection's events do
+    /// not take it, its UpdateContainers do.
+    pub async fn establish_under(
+        socket: tokio::net::UnixStream,
+        profile: RuntimeProfile,
+        lock: RuntimeLock,
+    ) -> Result<Self, SimError> {
+        Self::establish_with(socket, profile, lock, false).await
+    }
+
+    async fn establish_with(
+        socket: tokio::net::UnixStream,
+        profile: RuntimeProfile,
+        lock: RuntimeLock,
+        locks_events: bool,
+    ) -> Result<Self, SimError> {
         let stats = Arc::new(WireStats::default());
         let closed = CancellationToken::new();
         let conns = wire::start(socket, stats.clone(), closed.clone());
@@ -328,6 +371,7 @@ impl PluginConn {
             record: record.clone(),
             updates: updates_tx,
             refuse_registration: profile.refuse_registration.clone(),
+            lock: lock.clone(),
         };
         let runtime_conn = conns.runtime;
         let incoming = futures::stream::once(async move { Ok(runtime_conn) }).chain(futures::stream::pending());
@@ -365,7 +409,18 @@ impl PluginConn {
             server: Mutex::new(server),
             updates,
             fallbacks: AtomicU64::new(0),
+            lock,
+            locks_events,
         })
+    }
+
+    /// Holds the runtime's lock for one event, unless a runtime around
+    /// this connection holds it already.
+    async fn event_lock(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.locks_events {
+            true => Some(self.lock.lock().await),
+            false => None,
+        }
     }
 
     pub fn registration(&self) -> &pb::RegisterPluginRequest {
@@ -432,8 +487,20 @@ impl PluginConn {
         ttrpc::context::with_timeout(self.profile.request_timeout.as_nanos() as i64)
     }
 
-    /// Runs one call with the runtime's failure semantics.
+    /// Runs one event's call under the runtime's lock, with the runtime's
+    /// failure semantics.
     async fn call<T>(
+        &self,
+        event: &'static str,
+        fut: impl std::future::Future<Output = ttrpc::Result<T>>,
+    ) -> Result<T, SimError> {
+        let _runtime = self.event_lock().await;
+        self.call_unlocked(event, fut).await
+    }
+
+    /// Runs one call with the runtime's failure semantics (the caller holds
+    /// the runtime's lock if the call needs it).
+    async fn call_unlocked<T>(
         &self,
         event: &'static str,
         fut: impl std::future::Future<Output = ttrpc::Result<T>>,
@@ -513,7 +580,8 @@ impl PluginConn {
             NRI_version: p.announced_nri_version.clone(),
             ..Default::default()
         };
-        let resp = self.call("Configure", self.client.configure(self.ctx(), &req)).await?;
+        // Outside the runtime's lock, as NRI configures a plugin.
+        let resp = self.call_unlocked("Configure", self.client.configure(self.ctx(), &req)).await?;
         if resp.events & !self.profile.valid_mask() != 0 {
             // A real runtime refuses the plugin and closes the connection.
             self.closed.cancel();
@@ -523,7 +591,9 @@ impl PluginConn {
         Ok(resp)
     }
 
-    /// Sends Synchronize, split in chunks of `chunk` containers (0: whole).
+    /// Sends Synchronize, split in chunks of `chunk` containers (0: whole),
+    /// under the runtime's lock. A failed chunk closes the connection, as NRI
+    /// closes a plugin it could not synchronise.
     pub async fn synchronize(
         &self,
         pods: &[pb::PodSandbox],
@@ -553,9 +623,16 @@ impl PluginConn {
             }
         }
         let last = requests.len() - 1;
+        let _runtime = self.event_lock().await;
         for (i, req) in requests.into_iter().enumerate() {
             let more = req.more;
-            let resp = self.call("Synchronize", self.client.synchronize(self.ctx(), &req)).await?;
+            let resp = match self.call_unlocked("Synchronize", self.client.synchronize(self.ctx(), &req)).await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    self.closed.cancel();
+                    return Err(e);
+                }
+            };
             if more && (!resp.more || !resp.update.is_empty()) {
                 return Err(SimError::Protocol(format!(
                     "Synchronize chunk {i} of {}: reply must be more=true without updates, got more={} with {} updates",
@@ -589,8 +666,9 @@ impl PluginConn {
     {
         self.require(event)?;
         let name = event_name(event);
+        let _runtime = self.event_lock().await;
         if self.profile.dedicated_rpcs() {
-            match self.call(name, dedicated()).await {
+            match self.call_unlocked(name, dedicated()).await {
                 Err(SimError::Failed { status, .. }) if status.code() == ttrpc::Code::UNIMPLEMENTED => {
                     self.fallbacks.fetch_add(1, Ordering::Relaxed);
                 }
@@ -603,7 +681,7 @@ impl PluginConn {
             container: container.cloned().into(),
             ..Default::default()
         };
-        self.call(name, self.client.state_change(self.ctx(), &req)).await.map(|_| ())
+        self.call_unlocked(name, self.client.state_change(self.ctx(), &req)).await.map(|_| ())
     }
 
     pub async fn run_pod_sandbox(&self, pod: &pb::PodSandbox) -> Result<(), SimError> {

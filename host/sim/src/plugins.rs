@@ -14,8 +14,10 @@
 //!   Plugins of one index stay in the order they joined ([`Ties::Joined`],
 //!   what Go's sort does for a list of up to 12), or the newest goes first
 //!   ([`Ties::NewestFirst`], what it may do beyond);
-//! - one event at a time, under one lock: each plugin subscribed to the
-//!   event is called in turn, a container event with the container as the
+//! - one event at a time, under one lock (the [`RuntimeLock`] a plugin's
+//!   UpdateContainers takes too, so an update sent during an event is
+//!   applied after it): each plugin subscribed to the event is called in
+//!   turn, a container event with the container as the
 //!   plugins before it left it, and the replies are folded with the
 //!   reference merge (`reference.rs`), so two plugins (or two connections
 //!   of one) setting the same field fail the event with a conflict;
@@ -38,7 +40,7 @@ use tokio::sync::watch;
 
 use crate::node::NodeModel;
 use crate::reference::{CreateResult, RefError, ReferenceRuntime};
-use crate::{PluginConn, RuntimeProfile, SimError, Simulator};
+use crate::{PluginConn, RuntimeLock, RuntimeProfile, SimError, Simulator};
 
 /// Where a plugin joining the list goes among those of its own index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,6 +149,9 @@ struct Inner {
     /// The events' lock, held across every plugin of an event and across a
     /// joining plugin's Synchronize.
     list: tokio::sync::Mutex<Vec<Entry>>,
+    /// The runtime's lock, held with `list` by every event and a joining
+    /// plugin's Synchronize, and taken by every plugin's UpdateContainers.
+    runtime: RuntimeLock,
     model: Mutex<NodeModel>,
     journal: Mutex<Journal>,
     /// Connections that joined so far.
@@ -180,6 +185,7 @@ impl Plugins {
             sim,
             ties,
             list: tokio::sync::Mutex::new(Vec::new()),
+            runtime: RuntimeLock::default(),
             model: Mutex::default(),
             journal: Mutex::default(),
             joins: watch::Sender::new(0),
@@ -239,6 +245,7 @@ impl Plugins {
     /// whatever they answer.
     pub async fn run_pod_sandbox(&self, pod: &pb::PodSandbox) -> Result<(), EventError> {
         let mut list = self.inner.list.lock().await;
+        let _runtime = self.inner.runtime.lock().await;
         let event = self.inner.start_event();
         self.inner.model.lock().expect("model lock").pods.insert(pod.id.clone(), pod.clone());
         let mut result = Ok(());
@@ -265,6 +272,7 @@ impl Plugins {
         container: &pb::Container,
     ) -> Result<CreateResult, EventError> {
         let mut list = self.inner.list.lock().await;
+        let _runtime = self.inner.runtime.lock().await;
         let event = self.inner.start_event();
         let req = pb::CreateContainerRequest {
             pod: MessageField::some(pod.clone()),
@@ -308,6 +316,7 @@ impl Plugins {
     /// subscribed; it runs whatever they answer, unless one fails it.
     pub async fn start_container(&self, id: &str) -> Result<(), EventError> {
         let mut list = self.inner.list.lock().await;
+        let _runtime = self.inner.runtime.lock().await;
         let event = self.inner.start_event();
         let (pod, ctr) = self.inner.container(id);
         let mut result = Ok(());
@@ -425,10 +434,11 @@ async fn join(
     socket: tokio::net::UnixStream,
     profile: RuntimeProfile,
 ) -> Result<(), SimError> {
-    let mut plugin = PluginConn::establish(socket, profile).await?;
+    let mut plugin = PluginConn::establish_under(socket, profile, inner.runtime.clone()).await?;
     plugin.configure().await?;
     let reg = plugin.registration().clone();
     let mut list = inner.list.lock().await;
+    let runtime = inner.runtime.lock().await;
     let (pods, containers) = {
         let model = inner.model.lock().expect("model lock");
         (model.pods.values().cloned().collect::<Vec<_>>(), model.containers.values().cloned().collect::<Vec<_>>())
@@ -455,7 +465,7 @@ async fn join(
     let after_event = journal.events;
     journal.joined.push(Joined { conn, plugin: name, events, after_event });
     drop(journal);
-    drop(list);
+    drop((runtime, list));
     inner.joins.send_modify(|n| *n += 1);
     Ok(())
 }

@@ -15,12 +15,14 @@
 //! - the server runs on a thread of its own (a current-thread runtime):
 //!   policies loading or compiling on the policy runtime cannot delay it,
 //!   and it cannot delay them. `/metrics` and `/status`, whose encoding
-//!   grows with the number of policies, are encoded on two threads beside
-//!   it, so a flood of them does not queue a probe behind them;
+//!   grows with the number of policies, are encoded beside it, so a flood
+//!   of them does not queue a probe behind them, and each by one job at a
+//!   time that every request waiting shares ([`super::encode`]), so a flood
+//!   cannot queue work either;
 //! - the whole request head (at most 8 KiB) must arrive within 1 s of the
-//!   connection being accepted (a probe sends it at once), and the response
-//!   must be taken within 2 s; a connection therefore lives at most about
-//!   3 s;
+//!   connection being accepted (a probe sends it at once), a body must be
+//!   encoded within 5 s (else 503), and the response must be taken within
+//!   2 s; a connection therefore lives at most about 8 s;
 //! - at most [`MAX_CONNECTIONS`] connections are held. A new one past the
 //!   cap is never refused: the oldest connection still waiting for its head
 //!   is shed instead (idle and slow connections are old by the time the cap
@@ -48,6 +50,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::encode::Encoder;
 use super::Metrics;
 
 /// Largest request head.
@@ -58,8 +61,10 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(1);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections held at once; past it the oldest idle one is shed.
 const MAX_CONNECTIONS: usize = 256;
-/// Threads that encode `/metrics` and `/status`.
+/// Threads that encode `/metrics` and `/status` (one job each at most).
 const ENCODING_THREADS: usize = 2;
+/// A request's body must be encoded within this.
+const ENCODE_WAIT: Duration = Duration::from_secs(5);
 /// The kernel's queue of connections not yet accepted.
 const BACKLOG: u32 = 1024;
 /// Back-off after an accept error: first and longest.
@@ -180,8 +185,25 @@ impl Quiet {
     }
 }
 
+/// The encoders of the bodies that grow with the number of policies.
+#[derive(Debug)]
+struct Bodies {
+    metrics: Encoder,
+    status: Encoder,
+}
+
 async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
     let table = Arc::new(Mutex::new(Table::default()));
+    let bodies = Arc::new(Bodies {
+        metrics: Encoder::start({
+            let metrics = metrics.clone();
+            move || metrics.encode().into_bytes()
+        }),
+        status: Encoder::start({
+            let metrics = metrics.clone();
+            move || serde_json::to_vec_pretty(&metrics.status()).unwrap_or_default()
+        }),
+    });
     let mut backoff = BACKOFF_MIN;
     let mut shed = Quiet::new("connections past the cap shed (the oldest idle ones)");
     let mut failed = Quiet::new("accepting connections failed (idle ones are shed, or it backs off)");
@@ -230,11 +252,11 @@ async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, stop: Cancell
             (id, token, answering)
         };
         let leave = Leave { table: table.clone(), id };
-        let metrics = metrics.clone();
+        let (metrics, bodies) = (metrics.clone(), bodies.clone());
         tokio::spawn(async move {
             let _leave = leave;
             tokio::select! {
-                _ = answer(stream, &metrics, &answering) => {}
+                _ = answer(stream, &metrics, &bodies, &answering) => {}
                 // Shed: dropping the stream closes it.
                 () = token.cancelled() => {}
             }
@@ -273,7 +295,12 @@ async fn read_head(stream: &mut TcpStream) -> Result<String, HeadError> {
     }
 }
 
-async fn answer(mut stream: TcpStream, metrics: &Arc<Metrics>, answering: &AtomicBool) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    bodies: &Bodies,
+    answering: &AtomicBool,
+) -> std::io::Result<()> {
     let head = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await.unwrap_or(Err(HeadError::TooSlow));
     answering.store(true, Ordering::Relaxed);
     let head = match head {
@@ -292,32 +319,28 @@ async fn answer(mut stream: TcpStream, metrics: &Arc<Metrics>, answering: &Atomi
         return respond(&mut stream, "405 Method Not Allowed", "text/plain", b"GET only\n", true).await;
     }
     let path = target.split('?').next().unwrap_or("");
-    let (status, kind, body): (&str, &str, Vec<u8>) = match path {
-        "/metrics" => match off_thread(metrics, |m| m.encode().into_bytes()).await {
+    let (status, kind, body): (&str, &str, Arc<[u8]>) = match path {
+        "/metrics" => match bodies.metrics.get(ENCODE_WAIT).await {
             Some(body) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
-            None => ("500 Internal Server Error", "text/plain", b"encoding failed\n".to_vec()),
+            None => not_encoded(),
         },
-        "/healthz" => ("200 OK", "text/plain", b"ok\n".to_vec()),
+        "/healthz" => ("200 OK", "text/plain", Arc::from(&b"ok\n"[..])),
         "/readyz" => match metrics.not_ready_because() {
-            None => ("200 OK", "text/plain", b"ready\n".to_vec()),
-            Some(why) => ("503 Service Unavailable", "text/plain", format!("not ready: {why}\n").into_bytes()),
+            None => ("200 OK", "text/plain", Arc::from(&b"ready\n"[..])),
+            Some(why) => ("503 Service Unavailable", "text/plain", Arc::from(format!("not ready: {why}\n").as_bytes())),
         },
-        "/status" => match off_thread(metrics, |m| serde_json::to_vec_pretty(&m.status()).unwrap_or_default()).await {
+        "/status" => match bodies.status.get(ENCODE_WAIT).await {
             Some(body) => ("200 OK", "application/json", body),
-            None => ("500 Internal Server Error", "text/plain", b"encoding failed\n".to_vec()),
+            None => not_encoded(),
         },
-        _ => ("404 Not Found", "text/plain", b"not found\n".to_vec()),
+        _ => ("404 Not Found", "text/plain", Arc::from(&b"not found\n"[..])),
     };
     respond(&mut stream, status, kind, &body, body_too).await
 }
 
-/// Runs `work` (encoding every series, or every policy's status: work
-/// proportional to the number of policies) on the endpoint runtime's
-/// blocking threads, so that a flood of `/metrics` never queues a health
-/// probe behind it on the thread that accepts and answers.
-async fn off_thread(metrics: &Arc<Metrics>, work: fn(&Metrics) -> Vec<u8>) -> Option<Vec<u8>> {
-    let metrics = metrics.clone();
-    tokio::task::spawn_blocking(move || work(&metrics)).await.ok()
+/// The answer when no body was encoded in time (or the encoding failed).
+fn not_encoded() -> (&'static str, &'static str, Arc<[u8]>) {
+    ("503 Service Unavailable", "text/plain", Arc::from(&b"busy: the body could not be encoded in time\n"[..]))
 }
 
 /// Writes the response, within [`WRITE_TIMEOUT`], and closes.

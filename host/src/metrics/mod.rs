@@ -16,6 +16,7 @@
 //! connection, one response per connection.
 
 mod bound;
+mod encode;
 mod http;
 
 use std::sync::atomic::{AtomicBool, Ordering};

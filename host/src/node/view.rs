@@ -71,6 +71,41 @@ pub struct ContainerEntry {
     pub resources: Option<pb::LinuxResources>,
 }
 
+/// The bytes of a map's keys and values.
+fn map_bytes(map: &BTreeMap<String, String>) -> usize {
+    map.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+impl PodEntry {
+    /// About how many bytes the pod takes copied out for a policy: its
+    /// strings, not what holding them costs.
+    pub fn bytes(&self) -> usize {
+        let Self { id, name, namespace, uid, labels, annotations, containers } = self;
+        id.len()
+            + name.len()
+            + namespace.len()
+            + uid.len()
+            + map_bytes(labels)
+            + map_bytes(annotations)
+            + containers.iter().map(String::len).sum::<usize>()
+    }
+}
+
+impl ContainerEntry {
+    /// About how many bytes the container takes copied out for a policy:
+    /// its strings and its resources as encoded.
+    pub fn bytes(&self) -> usize {
+        use protobuf::Message;
+        let Self { id, pod_id, name, state: _, labels, annotations, resources } = self;
+        id.len()
+            + pod_id.len()
+            + name.len()
+            + map_bytes(labels)
+            + map_bytes(annotations)
+            + resources.as_ref().map_or(0, |r| r.compute_size() as usize)
+    }
+}
+
 /// How many entries the view holds at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ViewLimits {

@@ -15,7 +15,9 @@
 //! ```
 //!
 //! `frame.rs` is the frame codec without I/O, `clock.rs` the timing of each
-//! answer, `mux.rs` the loops that move frames between socket and conns.
+//! answer, `answer.rs` what a dispatcher learns of the answer it serves
+//! (the transport's backstop, which its own deadline must end before),
+//! `mux.rs` the loops that move frames between socket and conns.
 //! `events.rs` is the one table of NRI events the rest is generated from.
 //! `session.rs` runs one connection (serve, register, wait for the end);
 //! `farewell.rs` leaves so that the runtime drops the plugin at once;
@@ -26,6 +28,7 @@
 //! socket either way; `version.rs` decides which events a runtime of a
 //! given NRI version accepts.
 
+pub mod answer;
 pub mod clock;
 pub mod dispatch;
 pub mod events;

@@ -18,6 +18,7 @@ use protobuf::Message;
 use tokio::sync::Notify;
 use ttrpc::r#async::TtrpcContext;
 
+use super::answer::AnswerScope;
 use super::dispatch::{DispatchError, Dispatcher, RuntimeInfo};
 use super::mux::AnswerClock;
 use super::version::{self, EventKind, EventMask};
@@ -64,6 +65,14 @@ pub fn runtime_info(req: &pb::ConfigureRequest) -> RuntimeInfo {
 pub fn answer_budget(request_timeout: Duration) -> Duration {
     let margin = (request_timeout / 10).clamp(Duration::from_millis(20), Duration::from_millis(250));
     request_timeout.saturating_sub(margin)
+}
+
+/// A dispatcher call the transport's backstop ended.
+struct Overrun {
+    /// The answer budget it had.
+    budget: Duration,
+    /// What the dispatcher said it was doing (`answer::Progress`).
+    running: String,
 }
 
 #[derive(Debug, Default)]
@@ -187,23 +196,45 @@ impl PluginService {
         event: &'static str,
         call: impl Future<Output = Result<T, DispatchError>>,
     ) -> ttrpc::Result<T> {
+        match self.within_budget(ctx, event, call).await {
+            Ok(result) => result.map_err(|e| {
+                tracing::warn!(event, error = %e, "event failed");
+                rpc_error(&e)
+            }),
+            Err(overrun) => {
+                let e = DispatchError::DeadlineExceeded(overrun.budget);
+                tracing::warn!(event, error = %e, running = %overrun.running, "event failed: the call was dropped");
+                Err(rpc_error(&e))
+            }
+        }
+    }
+
+    /// Runs one dispatcher call until the transport's backstop: the answer
+    /// budget, counted from now. The dispatcher learns the backstop (and may
+    /// say what it is doing) through the task's answer scope (`answer.rs`),
+    /// so that its own deadline ends before it. Past the backstop the call
+    /// is dropped, and the error says what was running.
+    async fn within_budget<T>(
+        &self,
+        ctx: &TtrpcContext,
+        event: &'static str,
+        call: impl Future<Output = Result<T, DispatchError>>,
+    ) -> Result<Result<T, DispatchError>, Overrun> {
         let budget = self.state.budget();
         self.state.calls.send_modify(|(started, _)| *started += 1);
         let _call = CallGuard(&self.state.calls);
         self.state.clock.serving(ctx.mh.stream_id, event);
         let start = std::time::Instant::now();
-        let result = match tokio::time::timeout(budget, call).await {
-            Ok(r) => r,
+        let scope = AnswerScope::new(start + budget);
+        let result = match tokio::time::timeout_at((start + budget).into(), scope.clone().run(call)).await {
+            Ok(r) => Ok(r),
             Err(_) => {
                 self.dispatcher.answer_overrun(event, budget);
-                Err(DispatchError::DeadlineExceeded(budget))
+                Err(Overrun { budget, running: scope.describe() })
             }
         };
         self.state.clock.handled(ctx.mh.stream_id, start.elapsed());
-        result.map_err(|e| {
-            tracing::warn!(event, error = %e, "event failed");
-            rpc_error(&e)
-        })
+        result
     }
 
     /// `Configure`: the runtime's facts, then the subscription.
@@ -259,7 +290,27 @@ impl PluginService {
         let SyncChunks { pods, containers, chunks: n, .. } = std::mem::take(&mut *chunks);
         drop(chunks);
         let (np, nc) = (pods.len(), containers.len());
-        let update = self.answer(ctx, "Synchronize", self.dispatcher.synchronize(pods, containers)).await?;
+        // A runtime drops a plugin whose Synchronize fails (and sends it
+        // again when it reconnects, which can loop): past the backstop the
+        // answer is a Synchronize without updates, and the log says why.
+        let update = match self.within_budget(ctx, "Synchronize", self.dispatcher.synchronize(pods, containers)).await {
+            Ok(r) => r.map_err(|e| {
+                tracing::warn!(event = "Synchronize", error = %e, "event failed");
+                rpc_error(&e)
+            })?,
+            Err(overrun) => {
+                tracing::error!(
+                    event = "Synchronize",
+                    budget_ms = overrun.budget.as_millis() as u64,
+                    running = %overrun.running,
+                    pods = np,
+                    containers = nc,
+                    "no answer within the answer budget: answering Synchronize without updates, since a failed one \
+                     would make the runtime drop the plugin"
+                );
+                Vec::new()
+            }
+        };
         tracing::info!(pods = np, containers = nc, chunks = n, updates = update.len(), "synchronized with runtime");
         self.state.synchronized.send_modify(|n| *n += 1);
         Ok(pb::SynchronizeResponse { update, more: false, ..Default::default() })

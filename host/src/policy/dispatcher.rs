@@ -10,7 +10,13 @@
 //! - **in time**: the chain gets a deadline of `budget-fraction` of the
 //!   runtime's request timeout (from Configure); every policy call gets at
 //!   most its share of what is left, and ends at its deadline whatever the
-//!   guest does. An async-side timeout backs this up.
+//!   guest does. An async-side timeout ([`GRACE`] past the deadline) backs
+//!   this up. The deadline, grace included, always ends before the
+//!   transport's backstop (the answer budget, counted from when the
+//!   transport started the answer, `nri/answer.rs`): at most the backstop
+//!   less [`BACKSTOP_RESERVE`], whatever the fraction, so that a late chain
+//!   is this module's failure to report (on Synchronize: without updates,
+//!   never an error), not a late answer the runtime drops the plugin for.
 //! - **inline, bounded**: the chain runs in the task that received the
 //!   event. The runtime sends one event at a time and waits for the answer,
 //!   so there is nothing to run beside it, and handing the chain to another
@@ -89,13 +95,15 @@ use nri_wasm_api::api as pb;
 use tokio::sync::{watch, Semaphore};
 
 use crate::node::view::NodeView;
+use crate::nri::answer;
 use crate::nri::service::DEFAULT_REQUEST_TIMEOUT;
 use crate::nri::version::{EventKind, EventMask};
 use crate::nri::{DispatchError, Dispatcher, RuntimeInfo, RuntimeLink};
 use crate::policy::call::event::CallEvent;
 use crate::policy::call::state::StateStore;
 use crate::policy::chain::{
-    container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer, Waits,
+    container_target, pod_target, Chain, ChainError, Effects, EvalContext, Evaluated, Observer, Step, Waits,
+    BACKSTOP_RESERVE,
 };
 use crate::policy::engine::{CallEnv, Facts, PolicyEngine};
 use crate::policy::tally::{Tally, Uncounted};
@@ -103,9 +111,9 @@ use crate::wit::wit;
 
 /// Extra time the answer waits for a chain past its deadline, in case the
 /// chain waits in something async past it (its calls end by the deadline).
+/// Part of what the chain leaves before the transport's backstop.
 const GRACE: Duration = Duration::from_millis(20);
-/// Longest an event waits for the updates of earlier events to be answered.
-const OUTBOX_WAIT: Duration = Duration::from_millis(250);
+const _: () = assert!(GRACE.as_millis() < BACKSTOP_RESERVE.as_millis());
 /// An event waits for policies that are not ready yet at most this share
 /// of the chain's budget (1/2): the rest is left for the policies.
 const READY_WAIT_DIVISOR: u32 = 2;
@@ -142,26 +150,32 @@ fn change(view: &SharedView, f: impl FnOnce(&mut NodeView)) {
     f(Arc::make_mut(&mut view));
 }
 
-/// The outbox's sender: one batch at a time, in order.
+/// The outbox's sender: one batch at a time, in order. A batch leaves the
+/// unanswered ones only once the view has what the runtime took of it, so
+/// that an evaluation always sees it in one or the other.
 async fn deliver(
     mut queue: tokio::sync::mpsc::UnboundedReceiver<Outgoing>,
     link: RuntimeLink,
     view: SharedView,
+    unanswered: Unanswered,
     done: Arc<watch::Sender<u64>>,
 ) {
     while let Some(Outgoing { seq, event, update, evict, timeout }) = queue.recv().await {
-        let sent = update.clone();
-        match link.update_containers(update, evict, timeout).await {
+        match link.update_containers((*update).clone(), evict, timeout).await {
             Ok(failed) => {
                 for f in &failed {
                     tracing::warn!(event, container = f.container_id, "runtime could not apply an update");
                 }
-                let ok: Vec<_> =
-                    sent.into_iter().filter(|u| !failed.iter().any(|f| f.container_id == u.container_id)).collect();
+                let ok: Vec<_> = update
+                    .iter()
+                    .filter(|u| !failed.iter().any(|f| f.container_id == u.container_id))
+                    .cloned()
+                    .collect();
                 change(&view, |v| v.apply_updates(&ok));
             }
             Err(e) => tracing::error!(event, error = %e, "updates of policies not delivered"),
         }
+        unanswered.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _)| *s != seq);
         done.send_replace(seq);
     }
 }
@@ -197,19 +211,137 @@ pub struct PolicyDispatcher {
 struct Outgoing {
     seq: u64,
     event: &'static str,
-    update: Vec<pb::ContainerUpdate>,
+    update: Arc<Vec<pb::ContainerUpdate>>,
     evict: Vec<pb::ContainerEviction>,
     timeout: Duration,
 }
 
-/// Sends UpdateContainers in event order, one batch at a time, so that what
-/// one event decided reaches the runtime before the next event is
-/// evaluated (the next event waits for it, within limits).
+/// The updates of the batches queued and not answered yet, in order.
+type Unanswered = Arc<Mutex<std::collections::VecDeque<(u64, Arc<Vec<pb::ContainerUpdate>>)>>>;
+
+/// Sends UpdateContainers after the answer, in event order, one batch at a
+/// time.
+///
+/// No event waits for them. The runtime holds one lock across every event
+/// it sends a plugin and takes it for a plugin's UpdateContainers too
+/// (containerd's and CRI-O's NRI glue, `internal/nri/nri.go`: `l.Lock()`
+/// in each event and in `updateFromPlugin`; NRI up to v0.12.0 also takes
+/// the adaptation's lock in `updateContainers`). So while the host is
+/// answering an event, no update of an earlier one can be applied: one
+/// sent already, or about to be, is applied after this event, and waiting
+/// for it only burned the event's time. What the wait was for, that one
+/// event's decisions are in place before the next is decided, holds by
+/// other means: the batches reach the runtime in event order, and an
+/// evaluation sees the node view with the updates of every unanswered
+/// batch applied (`evaluation_view`), as the runtime will have them once it
+/// applies them. The view itself (what [`PolicyDispatcher::view`] shows)
+/// keeps only what the runtime took.
 #[derive(Default)]
 struct Outbox {
     queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Outgoing>>,
     queued: std::sync::atomic::AtomicU64,
+    unanswered: Unanswered,
     done: Arc<watch::Sender<u64>>,
+}
+
+impl Outbox {
+    /// Whether some batch is queued and not answered yet (two atomic reads).
+    fn pending(&self) -> bool {
+        *self.done.borrow() < self.queued.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// What an evaluation is doing, for the transport's answer scope
+/// (`nri/answer.rs`): described only if the backstop ends the answer. It
+/// is the evaluation's observer too: it notes which policy took a step
+/// last, and passes every step on.
+struct EvalProgress {
+    kind: &'static str,
+    inner: Arc<dyn Observer>,
+    /// [`EvalProgress::LOADING`], [`EvalProgress::SLOT`] or
+    /// [`EvalProgress::RUNNING`].
+    phase: std::sync::atomic::AtomicU8,
+    chain: std::sync::OnceLock<Arc<Chain>>,
+    /// The chain entry that took the last step (`usize::MAX`: none yet).
+    last: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for EvalProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvalProgress").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl EvalProgress {
+    const LOADING: u8 = 0;
+    const SLOT: u8 = 1;
+    const RUNNING: u8 = 2;
+
+    fn new(kind: &'static str, inner: Arc<dyn Observer>) -> Self {
+        Self { kind, inner, phase: Self::LOADING.into(), chain: std::sync::OnceLock::new(), last: usize::MAX.into() }
+    }
+
+    /// The policies it waited for are ready (or waited for in vain): the
+    /// chain it runs is `chain`.
+    fn chain_ready(&self, chain: Arc<Chain>) {
+        let _ = self.chain.set(chain);
+    }
+
+    fn waiting_for_slot(&self) {
+        self.phase.store(Self::SLOT, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn running(&self) {
+        self.phase.store(Self::RUNNING, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the policy of `entry` sees this event.
+    fn sees(&self, entry: &crate::policy::chain::ChainEntry) -> bool {
+        let events = entry.policy.events();
+        match EventKind::ALL.iter().find(|k| k.name() == self.kind) {
+            Some(&kind) => {
+                events.contains(kind)
+                    || kind == EventKind::CreateContainer && events.contains(EventKind::ValidateContainerAdjustment)
+            }
+            None => entry.policy.wants_synchronize(),
+        }
+    }
+}
+
+impl Observer for EvalProgress {
+    fn step(&self, event: &str, target: &str, step: &Step) {
+        if let Some(i) = self.chain.get().and_then(|c| c.entries().iter().position(|e| e.policy.name() == step.policy))
+        {
+            self.last.store(i, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.step(event, target, step);
+    }
+}
+
+impl answer::Progress for EvalProgress {
+    fn describe(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let kind = self.kind;
+        let chain = match (self.phase.load(Relaxed), self.chain.get()) {
+            (Self::LOADING, _) => return format!("{kind}: waiting for policies still loading"),
+            (Self::SLOT, _) => return format!("{kind}: waiting for a call slot (max-concurrent-calls)"),
+            (_, None) => return format!("{kind}: its policies"),
+            (_, Some(chain)) => chain,
+        };
+        let entries = chain.entries();
+        let seeing: Vec<&str> = entries.iter().filter(|e| self.sees(e)).map(|e| e.policy.name()).collect();
+        let last = self.last.load(Relaxed);
+        let next = entries.iter().enumerate().skip(last.wrapping_add(1)).find(|(_, e)| self.sees(e));
+        let of = seeing.join(", ");
+        match (entries.get(last), next) {
+            (None, Some((_, e))) => format!("{kind}: policy {}, the first of {of}", e.policy.name()),
+            (Some(done), Some((_, e))) => {
+                format!("{kind}: policy {}, after {} (of {of})", e.policy.name(), done.policy.name())
+            }
+            (Some(done), None) => format!("{kind}: the host's work after policy {} (of {of})", done.policy.name()),
+            (None, None) => format!("{kind}: the host's work (no policy sees it)"),
+        }
+    }
 }
 
 impl std::fmt::Debug for PolicyDispatcher {
@@ -473,30 +605,50 @@ impl PolicyDispatcher {
         F: FnOnce(Arc<Chain>, EvalContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Evaluated<T>, ChainError>> + Send + 'static,
     {
-        let budget = self.budget();
         let start = Instant::now();
-        let deadline = start + budget;
-        // What earlier events decided reaches the runtime first.
-        self.outbox_flushed((budget / 4).min(OUTBOX_WAIT)).await;
-        let flushed = Instant::now();
+        let deadline = self.deadline(start);
+        let budget = deadline - start;
+        // Said to the transport, so that a backstop that ends the answer
+        // anyway says what was running; only inside a transport's answer.
+        let progress = answer::backstop().map(|_| Arc::new(EvalProgress::new(kind, self.observer.clone())));
+        if let Some(p) = &progress {
+            answer::report(|| p.clone());
+        }
         let chain = self.ready_chain(kind, start + budget / READY_WAIT_DIVISOR).await;
         let ready = Instant::now();
-        let env = CallEnv { facts: self.facts(), view: self.view(), states: self.states.clone() };
+        let env = CallEnv { facts: self.facts(), view: self.evaluation_view(&chain), states: self.states.clone() };
+        let observer: Arc<dyn Observer> = match &progress {
+            Some(p) => p.clone(),
+            None => self.observer.clone(),
+        };
         // The view is complete (and may refuse updates of unknown
         // containers) only when the host subscribes to what keeps it so.
-        let mut cx = EvalContext::new(self.engine.clone(), env, deadline).observed_by(self.observer.clone());
+        let mut cx = EvalContext::new(self.engine.clone(), env, deadline).observed_by(observer);
         cx.explain = self.explain;
         let mut cx = if chain.reads_node() { cx.knowing_view() } else { cx };
+        if let Some(p) = &progress {
+            p.chain_ready(chain.clone());
+        }
         if !wants {
+            if let Some(p) = &progress {
+                p.running();
+            }
             // No policy runs: only conversion and merge, cheap enough inline.
             let done = f(chain, cx).await.map_err(DispatchError::from)?;
             return Ok(self.finish(kind, done));
+        }
+        if let Some(p) = &progress {
+            p.waiting_for_slot();
         }
         // Waiting for a permit counts against the deadline. Without one in
         // time the chain still runs: every call finds no time left and is
         // skipped, so each policy's on-error decides, without running wasm.
         let permit = tokio::time::timeout_at(deadline.into(), self.permits.clone().acquire_owned()).await.ok();
-        cx.waits = Waits { outbox: flushed - start, loading: ready - flushed, slot: ready.elapsed() };
+        if let Some(p) = &progress {
+            p.running();
+        }
+        // No event waits for earlier updates (see `Outbox`).
+        cx.waits = Waits { outbox: Duration::ZERO, loading: ready - start, slot: ready.elapsed() };
         // Inline (see the module's documentation); a panic of the host's
         // own code fails the event, not the connection.
         let task = std::panic::AssertUnwindSafe(async move {
@@ -509,6 +661,40 @@ impl PolicyDispatcher {
             Ok(Err(_)) => Err(DispatchError::Internal(format!("{kind}: policy evaluation panicked"))),
             Err(_) => Err(DispatchError::DeadlineExceeded(budget)),
         }
+    }
+
+    /// The chain's deadline for an evaluation that starts at `start`: its
+    /// budget from then, but ending, with the [`GRACE`] the answer waits past
+    /// it, before the transport's backstop when a transport serves the
+    /// event. The budget itself is cut to fit the answer budget
+    /// ([`ChainSettings::budget`](crate::policy::chain::ChainSettings::budget));
+    /// the backstop counts from when the transport started the answer,
+    /// which is earlier (a Synchronize rebuilds the view in between).
+    fn deadline(&self, start: Instant) -> Instant {
+        let deadline = start + self.budget();
+        match answer::backstop() {
+            Some(backstop) => deadline.min(backstop.checked_sub(BACKSTOP_RESERVE).unwrap_or(start).max(start)),
+            None => deadline,
+        }
+    }
+
+    /// The node view an evaluation sees: the view, with the updates the
+    /// runtime has not answered yet applied, as it will have them (see
+    /// [`Outbox`]). The copy shares every entry the updates do not change.
+    fn evaluation_view(&self, chain: &Chain) -> Arc<NodeView> {
+        let view = self.view();
+        if !self.outbox.pending() || !chain.keeps_view() {
+            return view;
+        }
+        let unanswered = self.outbox.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        if unanswered.is_empty() {
+            return view;
+        }
+        let mut ahead = (*view).clone();
+        for (_, update) in unanswered.iter() {
+            ahead.apply_updates(update);
+        }
+        Arc::new(ahead)
     }
 
     /// The event succeeded: log the steps, commit state, send updates.
@@ -547,18 +733,27 @@ impl PolicyDispatcher {
         use std::sync::atomic::Ordering;
         let queue = self.outbox.queue.get_or_init(|| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(deliver(rx, self.link.clone(), self.view.clone(), self.outbox.done.clone()));
+            let (link, view, unanswered) = (self.link.clone(), self.view.clone(), self.outbox.unanswered.clone());
+            tokio::spawn(deliver(rx, link, view, unanswered, self.outbox.done.clone()));
             tx
         });
+        let update = Arc::new(update);
+        // Among the unanswered before it counts as queued: an evaluation
+        // that finds a batch pending finds its updates.
+        let mut unanswered = self.outbox.unanswered.lock().unwrap_or_else(|p| p.into_inner());
         let seq = self.outbox.queued.fetch_add(1, Ordering::SeqCst) + 1;
+        unanswered.push_back((seq, update.clone()));
+        drop(unanswered);
         let timeout = self.request_timeout();
         if queue.send(Outgoing { seq, event, update, evict, timeout }).is_err() {
+            self.outbox.unanswered.lock().unwrap_or_else(|p| p.into_inner()).retain(|(s, _)| *s != seq);
             tracing::error!(event, "updates of policies not delivered: the sender is gone");
         }
     }
 
     /// Waits (at most `limit`) until every batch of UpdateContainers queued
-    /// so far was answered.
+    /// so far was answered. No event waits for this (see [`Outbox`]): it is
+    /// for a test or the demo, which know the runtime is between events.
     pub async fn outbox_flushed(&self, limit: Duration) {
         let queued = self.outbox.queued.load(std::sync::atomic::Ordering::SeqCst);
         // The common case, nothing outstanding, costs two atomic reads.
@@ -778,7 +973,9 @@ impl PolicyDispatcher {
     /// timeout changes the budget. Policies load after the runtime first
     /// configures the host, so warning only then would miss them.
     fn warn_about_time(&self) {
-        let warnings = self.chain().time_warnings(self.budget());
+        let chain = self.chain();
+        let mut warnings = chain.time_warnings(self.budget());
+        warnings.extend(chain.settings().budget_cut(self.request_timeout()));
         let mut last = self.time_warnings.lock().unwrap_or_else(|p| p.into_inner());
         if *last == warnings {
             return;
@@ -1123,6 +1320,45 @@ mod tests {
         d.replace_chain(Chain::new(Vec::new(), crate::policy::chain::ChainSettings::default()));
         waiting.await.unwrap().expect("answered once the policy left the pending set");
         assert!(pending.awaited(), "the wait ended with the load, not in vain");
+    }
+
+    /// Inside a transport's answer, the chain's deadline ends before the
+    /// backstop with the reserve to spare, even when its budget would
+    /// cross it; the answer learns what the evaluation was doing. Outside
+    /// one, the budget alone sets the deadline.
+    #[tokio::test]
+    async fn the_deadline_ends_before_the_transport_backstop() {
+        use crate::nri::answer::AnswerScope;
+        let d = dispatcher_of(Vec::new());
+        d.configured(&runtime(Duration::from_secs(2)));
+        let start = Instant::now();
+        assert_eq!(d.deadline(start), start + d.budget(), "no transport: the budget");
+        // A backstop 300 ms from now: the 1 s budget would cross it.
+        let scope = AnswerScope::new(start + Duration::from_millis(300));
+        let deadline = scope.clone().run(async { d.deadline(start) }).await;
+        assert_eq!(deadline, start + Duration::from_millis(300) - BACKSTOP_RESERVE);
+        assert!(deadline + GRACE < start + Duration::from_millis(300));
+        // A backstop already past: no time at all.
+        let past = AnswerScope::new(start);
+        assert_eq!(past.run(async { d.deadline(start) }).await, start);
+        // What the answer learns: an evaluation with no policy for it.
+        let reported = AnswerScope::new(start + Duration::from_secs(1));
+        reported.clone().run(d.create_container(create())).await.expect("no policy: answered");
+        assert_eq!(reported.describe(), "CreateContainer: the host's work (no policy sees it)");
+    }
+
+    /// What an evaluation says it was doing, phase by phase.
+    #[test]
+    fn an_evaluation_says_what_it_was_doing() {
+        use crate::nri::answer::Progress as _;
+        let p = EvalProgress::new("Synchronize", Arc::new(Uncounted));
+        assert_eq!(p.describe(), "Synchronize: waiting for policies still loading");
+        p.chain_ready(Arc::new(Chain::new(Vec::new(), crate::policy::chain::ChainSettings::default())));
+        assert_eq!(p.describe(), "Synchronize: waiting for policies still loading", "until it waits for a slot");
+        p.waiting_for_slot();
+        assert_eq!(p.describe(), "Synchronize: waiting for a call slot (max-concurrent-calls)");
+        p.running();
+        assert_eq!(p.describe(), "Synchronize: the host's work (no policy sees it)");
     }
 
     #[test]

@@ -8,6 +8,14 @@
 //! either the old file or the new one, never a part. Nothing read back is
 //! trusted: a blob is returned only if its content has the digest it is
 //! named by; a reference's record only points at blobs, which are checked.
+//!
+//! The directory and its two subdirectories must be directories (not links
+//! to one elsewhere) owned by the host's user and writable by no one else,
+//! as the compile cache's: the cache writes, renames and removes files in
+//! them, which through a link would be files outside the host's
+//! directories, and a reference's record, which whoever can write `refs/`
+//! could point at an older signed manifest, is only as good as the
+//! directory's owner.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -53,6 +61,23 @@ pub enum CacheError {
         /// The record's file.
         path: PathBuf,
     },
+    /// The directory, or one of its subdirectories, is not a directory
+    /// (a link to one is not).
+    #[error("{}: is {kind}, not a directory", dir.display())]
+    NotADirectory {
+        /// The path.
+        dir: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// The directory, or one of its subdirectories, is not the host's own.
+    #[error("{}: {why}: the registry cache must be the host's own", dir.display())]
+    Untrusted {
+        /// The directory.
+        dir: PathBuf,
+        /// Whose it is, or who else may write it.
+        why: crate::files::Distrust,
+    },
 }
 
 impl CacheError {
@@ -81,15 +106,22 @@ pub struct RefRecord {
 }
 
 impl BlobCache {
-    /// Opens (creating it, mode 0700) the cache in `dir`.
+    /// Opens (creating it, mode 0700) the cache in `dir`, which must be
+    /// the host's own, as must `blobs/` and `refs/` in it.
     pub fn open(dir: &Path) -> Result<Self, CacheError> {
-        for sub in ["blobs", "refs"] {
-            let path = dir.join(sub);
+        let uid = crate::files::Trust::effective_uid();
+        for path in [dir.to_path_buf(), dir.join("blobs"), dir.join("refs")] {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&path)
-                .map_err(|source| FileError::Create { path, source })?;
+                .map_err(|source| FileError::Create { path: path.clone(), source })?;
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|source| FileError::Read { path: path.clone(), source })?;
+            if !meta.is_dir() {
+                return Err(CacheError::NotADirectory { dir: path, kind: crate::files::kind_of(meta.file_type()) });
+            }
+            crate::files::Trust::host(uid).check(&meta).map_err(|why| CacheError::Untrusted { dir: path, why })?;
         }
         // A download cut off by its deadline or a stop leaves its temporary
         // file. Those older than any download may take go; a younger one
@@ -228,6 +260,36 @@ mod tests {
         assert!(cache.get(&hex, 100).unwrap_err().is_absent());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("c/blobs")).unwrap().collect();
         assert!(leftovers.is_empty(), "no temporary file is left: {leftovers:?}");
+    }
+
+    /// The cache's directories must be the host's own and real
+    /// directories: a `blobs` link to another directory would have the
+    /// cache write, rename and remove files there.
+    #[test]
+    fn a_cache_whose_directories_are_links_or_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let stale = elsewhere.join(".tmp-old");
+        std::fs::write(&stale, b"not the cache's").unwrap();
+        let old = std::time::SystemTime::now() - 2 * STALE_DOWNLOAD;
+        std::fs::File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
+        let c = dir.path().join("c");
+        std::fs::create_dir_all(c.join("refs")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, c.join("blobs")).unwrap();
+        let e = BlobCache::open(&c).unwrap_err();
+        assert!(matches!(&e, CacheError::NotADirectory { kind: "a symbolic link", .. }), "{e:?}");
+        assert!(e.to_string().contains("blobs: is a symbolic link, not a directory"), "{e}");
+        assert!(stale.exists(), "nothing behind the link was touched");
+
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = BlobCache::open(&shared).unwrap_err();
+        assert!(matches!(&e, CacheError::Untrusted { .. }), "{e:?}");
+        assert!(e.to_string().contains("writable by group or others (mode 777)"), "{e}");
+        assert!(!shared.join("blobs").exists(), "nothing is made in a directory that is not the host's");
     }
 
     #[test]

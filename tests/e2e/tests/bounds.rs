@@ -5,12 +5,15 @@
 //! invalid output naming the field and the capability that covers it; with
 //! that capability granted it goes through to the runtime. Values just
 //! inside every bound go through under the default grant, and names that are
-//! no cgroup file are refused whatever is granted.
+//! no cgroup file are refused whatever is granted. An update of another
+//! container needs `updates` and is held to the same bounds, measured
+//! against that container as the node view has it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, Evaluated, Outcome};
+use nri_wasm::node::view::{NodeView, ViewLimits};
+use nri_wasm::policy::chain::{Chain, ChainError, ChainSettings, EvalContext, Evaluated, Outcome};
 use nri_wasm::policy::engine::CompiledPolicy;
 use nri_wasm::policy::spec::caps::{CapSet, Capability};
 use nri_wasm::policy::spec::manifest::{OnError, PolicySpec};
@@ -43,8 +46,42 @@ fn request() -> pb::CreateContainerRequest {
 }
 
 fn create(policy: CompiledPolicy) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
+    create_in(policy, nri_wasm_e2e::eval_cx(BUDGET))
+}
+
+fn create_in(policy: CompiledPolicy, cx: EvalContext) -> Result<Evaluated<pb::CreateContainerResponse>, ChainError> {
     let chain = Chain::new(vec![policy], ChainSettings::default());
-    nri_wasm_e2e::block_on(chain.create_container(&nri_wasm_e2e::eval_cx(BUDGET), &request()))
+    nri_wasm_e2e::block_on(chain.create_container(&cx, &request()))
+}
+
+/// A context whose node view (synchronized, so the host knows every
+/// container) has `c-other`, on the cpuset `2-3`.
+fn with_c_other() -> EvalContext {
+    let mut other = pb::Container { id: "c-other".into(), pod_sandbox_id: "pod-other".into(), ..Default::default() };
+    let resources = other.linux.mut_or_insert_default().resources.mut_or_insert_default();
+    resources.cpu.mut_or_insert_default().cpus = "2-3".into();
+    let mut view = NodeView::new(ViewLimits::default());
+    view.synchronize(&[], &[other]);
+    let view = Arc::new(view);
+    let mut cx = nri_wasm_e2e::eval_cx(BUDGET);
+    let known: nri_wasm::merge::Known = view.clone();
+    cx.env.view = view;
+    cx.known = known;
+    cx
+}
+
+/// The refusal of `mode` under `grant`: the policy's invalid output, naming
+/// it, the event, each of `says` and the capability.
+fn refused(mode: &str, grant: CapSet, cx: EvalContext, capability: &str, says: &[&str]) {
+    let err = create_in(load(mode, OnError::Fail, grant), cx).unwrap_err();
+    let ChainError::Failed { failure, .. } = &err else { panic!("{mode}: {err:?}") };
+    let message = failure.to_string();
+    assert_eq!(failure.kind(), "invalid", "{mode}: {message}");
+    assert!(message.contains("20-bounds") && message.contains("CreateContainer"), "{mode}: {message}");
+    assert!(message.contains(&format!("capability `{capability}`")), "{mode}: {message}");
+    for s in says {
+        assert!(message.contains(s), "{mode}: the refusal says {s:?}: {message}");
+    }
 }
 
 /// Each mode of the guest past a bound: the capability that covers it, and
@@ -175,4 +212,45 @@ fn names_that_are_no_cgroup_file_are_refused_whatever_is_granted() {
         assert_eq!(failure.kind(), "invalid", "{mode}: {message}");
         assert!(message.contains("is not a cgroup interface file name"), "{mode}: {message}");
     }
+}
+
+/// `updates` lets a policy reach other containers, not past the bounds of
+/// what it writes there: `cgroup.procs` in another container's cgroup
+/// needs `cgroup-files` as in its own, and goes through once granted.
+#[test]
+fn an_update_of_another_container_needs_the_capabilities_of_its_fields() {
+    let updates = with("updates");
+    let says = ["update[0].resources.unified", "\"cgroup.procs\" is not one of the resource-control files"];
+    refused("update-other-procs", updates, nri_wasm_e2e::eval_cx(BUDGET), "cgroup-files", &says);
+    refused("update-other-procs", updates, with_c_other(), "cgroup-files", &says);
+    // Without `updates`, that is what it lacks first.
+    refused("update-other-procs", with("cgroup-files"), with_c_other(), "updates", &[]);
+
+    let both = updates.union(with("cgroup-files"));
+    for cx in [nri_wasm_e2e::eval_cx(BUDGET), with_c_other()] {
+        let Evaluated { value, .. } =
+            create_in(load("update-other-procs", OnError::Fail, both), cx).unwrap_or_else(|e| panic!("{e}"));
+        let [update] = &value.update[..] else { panic!("one update: {value:?}") };
+        assert_eq!(update.container_id, "c-other");
+        let unified = update.linux.as_ref().and_then(|l| l.resources.as_ref()).map(|r| &r.unified);
+        assert!(unified.is_some_and(|u| u.get("cgroup.procs").map(String::as_str) == Some("1")), "{value:?}");
+    }
+}
+
+/// Another container's cpuset is its own in the node view: within it,
+/// `updates` is enough; outside it, or for a container the host has no
+/// record of, the update needs `cpuset-any`.
+#[test]
+fn another_containers_cpuset_is_measured_against_its_own() {
+    let updates = with("updates");
+    let Evaluated { value, .. } = create_in(load("update-other-cpus:3", OnError::Fail, updates), with_c_other())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cpus = value.update.first().and_then(|u| u.linux.as_ref()).and_then(|l| l.resources.as_ref());
+    assert_eq!(cpus.and_then(|r| r.cpu.as_ref()).map(|c| c.cpus.as_str()), Some("3"), "{value:?}");
+    let outside = ["update[0].resources.cpu.cpus: \"0-3\" is outside the container's own \"2-3\""];
+    refused("update-other-cpus:0-3", updates, with_c_other(), "cpuset-any", &outside);
+    let unknown = ["update[0].resources.cpu.cpus: \"3\" for a container the host has no record of"];
+    refused("update-other-cpus:3", updates, nri_wasm_e2e::eval_cx(BUDGET), "cpuset-any", &unknown);
+    let granted = updates.union(with("cpuset-any"));
+    create_in(load("update-other-cpus:0-3", OnError::Fail, granted), with_c_other()).unwrap_or_else(|e| panic!("{e}"));
 }

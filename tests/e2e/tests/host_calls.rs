@@ -274,6 +274,57 @@ async fn a_timeout_inside_a_host_call_names_the_function_to_the_runtime() {
     node_.h.shutdown().await;
 }
 
+/// A node whose containers carry a megabyte of annotations each, as a
+/// policy's default grant may add to every container it sees created:
+/// twenty of them are more than one transfer carries. Copying them out for
+/// `node.containers` would cost the host 20 MiB per call, outside every
+/// limit of the policy's, before the guest's memory limit could refuse
+/// them: the host stops copying at the transfer limit and the call fails
+/// naming the function and the limit. (`node.pods` counts the same way;
+/// pods cannot be grown past it here, since a Synchronize sends them all
+/// in its first message, which the runtime keeps under 4 MiB.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answer_over_the_transfer_limit_is_refused_not_copied() {
+    const BIG: usize = 1 << 20;
+    let _serial = SERIAL.lock().await;
+    let mut w = Workload::generate(20, 1);
+    for c in &mut w.containers {
+        c.labels.insert("app".into(), "web".into());
+        c.annotations.insert("example.com/big".into(), "c".repeat(BIG));
+    }
+    let chain = |case: &str, on_error| chain_of(vec![attacker(case, on_error), after()]);
+    let dispatcher =
+        Arc::new(PolicyDispatcher::new(engine(), chain("containers-labels", OnError::Fail), test_facts(), 1));
+    let h = Harness::start_policies(RuntimeProfile::v0_12().with_request_timeout(REQUEST_TIMEOUT), dispatcher.clone())
+        .await;
+    let conn = h.connect().await;
+    // Two containers a message: each under the runtime's 4 MiB.
+    conn.synchronize(&w.pods, &w.containers, 2).await.expect("synchronize");
+    assert_eq!(dispatcher.view().len(), (20, 20), "the host knows the whole node");
+    let mut ctr = w.containers[0].clone();
+    ctr.id = "new-container".into();
+    ctr.name = "new".into();
+    ctr.annotations.clear();
+    for on_error in [OnError::Ignore, OnError::Fail] {
+        assert!(!dispatcher.replace_chain(chain("containers-labels", on_error)), "the same subscription");
+        match (on_error, conn.create_container(&w.pods[0], &ctr).await) {
+            (OnError::Ignore, Ok(reply)) => assert_eq!(annotation(&reply, "example.com/after"), Some("new")),
+            (OnError::Fail, Err(SimError::Failed { status, .. })) => {
+                let message = status.message();
+                let expected =
+                    "asked host call node.containers for more than the 16777216 bytes one transfer may carry";
+                for part in ["20-hostile", "CreateContainer", expected] {
+                    assert!(message.contains(part), "{part:?} missing from {message:?}");
+                }
+            }
+            (_, other) => panic!("{on_error:?}: the runtime got {other:?}"),
+        }
+        assert!(!conn.is_closed(), "the runtime dropped the plugin");
+    }
+    conn.close().await;
+    h.shutdown().await;
+}
+
 // ---------------------------------------------------------------- time plan
 
 /// A first policy that loops with a time limit five times the chain's budget

@@ -129,6 +129,15 @@ pub enum CallErrorKind {
         /// The error it returned, made safe to show.
         reason: String,
     },
+    /// The policy asked a host function for an answer larger than a
+    /// transfer may carry (the whole node view, grown large).
+    #[error("asked host call {function} for more than the {limit} bytes one transfer may carry")]
+    Answer {
+        /// The host function (`node.containers`).
+        function: &'static str,
+        /// The most bytes one transfer may carry.
+        limit: usize,
+    },
     /// The policy called a host function it has no capability for.
     #[error("called {function} without capability `{capability}` (not granted in its settings file, or not declared by the policy)")]
     Ungranted {
@@ -182,7 +191,7 @@ impl CallErrorKind {
             Self::MemoryLimit { .. } => Some(LimitKind::Memory),
             Self::TableLimit { .. } => Some(LimitKind::Table),
             Self::StackOverflow => Some(LimitKind::Stack),
-            Self::Transfer { .. } => Some(LimitKind::Transfer),
+            Self::Transfer { .. } | Self::Answer { .. } => Some(LimitKind::Transfer),
             Self::Handles { .. } => Some(LimitKind::Handles),
             Self::Exit { .. } | Self::Trap { .. } | Self::Init { .. } | Self::Ungranted { .. } => None,
         }
@@ -195,7 +204,7 @@ impl CallErrorKind {
             Self::Timeout { .. } => "timeout",
             Self::MemoryLimit { .. } | Self::TableLimit { .. } => "memory",
             Self::StackOverflow | Self::Exit { .. } | Self::Trap { .. } => "trap",
-            Self::Transfer { .. } | Self::Handles { .. } => "invalid",
+            Self::Transfer { .. } | Self::Answer { .. } | Self::Handles { .. } => "invalid",
             Self::Init { .. } | Self::Ungranted { .. } => "invalid",
         }
     }

@@ -96,6 +96,8 @@ pub(crate) struct CallState {
     node_allowed: bool,
     /// The first `node` function called without the capability.
     refused_in: std::cell::Cell<Option<&'static str>>,
+    /// The first host function whose answer was over the transfer limit.
+    oversized_in: std::cell::Cell<Option<&'static str>>,
     pub(crate) logs: LogBudget,
 }
 
@@ -169,6 +171,30 @@ impl CallState {
     /// The `node` function called without the capability, if one was.
     pub(crate) fn refused_in(&self) -> Option<&'static str> {
         self.refused_in.get()
+    }
+
+    /// A host function's answer would have carried more than a transfer
+    /// may (its copy in the host's memory is where the limit bites, before
+    /// the guest's memory limit could): records `function`, and the call
+    /// ends the moment the guest runs again, failing with an error that
+    /// names the function and the limit.
+    pub(crate) fn answer_too_large(&self, function: &'static str) {
+        if self.oversized_in.get().is_none() {
+            self.oversized_in.set(Some(function));
+        }
+        tracing::warn!(
+            policy = &*self.policy,
+            event = self.event.as_ref().map_or("configure", CallEvent::name),
+            function,
+            limit = TRANSFER_LIMIT,
+            "host call's answer over the transfer limit: the call ends"
+        );
+        self.engine.increment_epoch();
+    }
+
+    /// The host function whose answer was over the transfer limit, if one was.
+    pub(crate) fn oversized_in(&self) -> Option<&'static str> {
+        self.oversized_in.get()
     }
 
     /// The host function that stopped at the call's deadline, if one did:
@@ -297,6 +323,7 @@ pub(crate) fn new_store(
         stopped_in: std::cell::Cell::new(None),
         node_allowed: policy.node_allowed,
         refused_in: std::cell::Cell::new(None),
+        oversized_in: std::cell::Cell::new(None),
         logs: LogBudget::default(),
     };
     let mut store = Store::new(engine, data);
@@ -311,6 +338,9 @@ pub(crate) fn new_store(
     // a registered instant until the instant is withdrawn, `watchdog.rs`.)
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut cx| match cx.data().time.verdict() {
+        // A host function refused an answer over the transfer limit: the
+        // call ends here, failing for that.
+        _ if cx.data().oversized_in.get().is_some() => Err(Trap::Interrupt.into()),
         Verdict::Over(_) => Err(Trap::Interrupt.into()),
         Verdict::Within { check_at } => {
             let data = cx.data_mut();

@@ -92,11 +92,46 @@ impl ChainSettings {
         Ok(())
     }
 
-    /// The chain's time budget for a runtime request timeout.
+    /// The chain's time budget for a runtime request timeout:
+    /// `budget-fraction` of it, but never more than the transport's answer
+    /// budget leaves once [`BACKSTOP_RESERVE`] is set aside, so that the
+    /// chain (with the dispatcher's grace past its deadline) has ended
+    /// before the transport's backstop turns a late answer into an error.
+    /// Only a fraction near 0.9, or a request timeout under 250 ms, is cut.
     pub fn budget(&self, request_timeout: Duration) -> Duration {
-        request_timeout.mul_f64(self.budget_fraction)
+        let most = crate::nri::service::answer_budget(request_timeout).saturating_sub(BACKSTOP_RESERVE);
+        request_timeout.mul_f64(self.budget_fraction).min(most)
+    }
+
+    /// When [`Self::budget`] is cut to fit before the transport's backstop,
+    /// the warning that says so, naming the setting.
+    pub fn budget_cut(&self, request_timeout: Duration) -> Option<String> {
+        let asked = request_timeout.mul_f64(self.budget_fraction);
+        let got = self.budget(request_timeout);
+        (got < asked).then(|| {
+            format!(
+                "[chain] budget-fraction = {} of the runtime's request timeout of {} ms would give the chain {} ms; \
+                 it gets {} ms, so that it answers before the transport gives up on the answer ({} ms, less {} ms \
+                 for the answer to leave)",
+                self.budget_fraction,
+                request_timeout.as_millis(),
+                asked.as_millis(),
+                got.as_millis(),
+                crate::nri::service::answer_budget(request_timeout).as_millis(),
+                BACKSTOP_RESERVE.as_millis()
+            )
+        })
     }
 }
+
+/// What the chain leaves of the transport's answer budget
+/// (`nri::service::answer_budget`, counted from when the transport started
+/// the answer): the dispatcher's grace past the chain's deadline, for a
+/// chain that waits in something async past it (20 ms), and room to hand
+/// the answer back. Whatever `budget-fraction` and the runtime's request
+/// timeout, the chain ends before the transport's backstop, which would
+/// make the answer an error (on Synchronize, the runtime drops the plugin).
+pub const BACKSTOP_RESERVE: Duration = Duration::from_millis(30);
 
 /// Why a policy produced no usable output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -907,13 +942,20 @@ impl Chain {
             || self.pending.iter().any(|p| p.subscription().is_some_and(|e| e.node))
     }
 
-    /// Whether the node view must be kept: some policy reads it, or a
-    /// policy still loading, of which nothing is known (no declaration, no
-    /// record), may read it once ready. A first start can register before
-    /// such a policy is loaded; the view built from that Synchronize is
-    /// what it sees.
+    /// Whether the node view must be kept: some policy reads it, or may
+    /// update other containers (an update of another container is held to
+    /// that container's cpuset and swap as the view has them; unknown, it
+    /// needs `cpuset-any` or `swap-raise`), or a policy still loading, of
+    /// which nothing is known (no declaration, no record), may read it once
+    /// ready. A first start can register before such a policy is loaded;
+    /// the view built from that Synchronize is what it sees.
     pub fn keeps_view(&self) -> bool {
-        self.reads_node() || self.pending.iter().any(|p| p.subscription().is_none())
+        self.reads_node()
+            || self
+                .entries
+                .iter()
+                .any(|e| e.policy.allowed().effective().contains(crate::policy::spec::caps::Capability::Updates))
+            || self.pending.iter().any(|p| p.subscription().is_none())
     }
 
     fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {
@@ -971,4 +1013,48 @@ fn audited(entry: &ChainEntry) -> bool {
 /// Whether a policy's failures are ignored (`on-error = "ignore"`, or audit).
 fn ignores_failures(entry: &ChainEntry) -> bool {
     entry.policy.spec.on_error == OnError::Ignore || audited(entry)
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use crate::nri::service::answer_budget;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// The chain's budget, grace included, ends before the transport's
+    /// backstop at every allowed fraction and any request timeout; only
+    /// what would cross it is cut, and the cut is said once, naming the
+    /// setting.
+    #[test]
+    fn the_chain_budget_always_ends_before_the_transport_backstop() {
+        for fraction in [0.1, 0.5, 0.8, 0.85, 0.9] {
+            let settings = ChainSettings { budget_fraction: fraction, ..ChainSettings::default() };
+            settings.validate().unwrap();
+            for t in [10, 50, 100, 150, 200, 250, 500, 1000, 2000, 2500, 4000, 10_000, 60_000] {
+                let budget = settings.budget(ms(t));
+                assert!(
+                    budget + BACKSTOP_RESERVE <= answer_budget(ms(t)) || budget.is_zero(),
+                    "fraction {fraction}, timeout {t} ms: budget {budget:?}"
+                );
+                assert!(budget <= ms(t).mul_f64(fraction));
+                assert_eq!(settings.budget_cut(ms(t)).is_some(), budget < ms(t).mul_f64(fraction));
+            }
+        }
+        let default = ChainSettings::default();
+        assert_eq!(default.budget(ms(2000)), ms(1000), "the default is not cut");
+        assert_eq!(default.budget_cut(ms(2000)), None);
+        let most = ChainSettings { budget_fraction: 0.9, ..ChainSettings::default() };
+        // 2 s: the transport answers within 1,800 ms; the chain gets 1,770.
+        assert_eq!(most.budget(ms(2000)), ms(1770));
+        let said = most.budget_cut(ms(2000)).unwrap();
+        assert!(
+            said.contains("budget-fraction = 0.9") && said.contains("1800 ms") && said.contains("1770 ms"),
+            "{said}"
+        );
+        // 10 s: far from the backstop, as asked.
+        assert_eq!(most.budget(ms(10_000)), ms(9000));
+    }
 }

@@ -2,9 +2,9 @@
 //! allowance, refuse what it has no capability for (`caps.rs`), then
 //! convert its reply, bound it, validate and merge it, and
 //! tell a conflict with an earlier policy apart from the policy's own
-//! failure. The host's work on a reply (its CPU time) counts against the
-//! policy's time limit, so a reply built to make the host work is that
-//! policy's failure.
+//! failure. The host's work on a reply (its CPU time, the capability check
+//! included) counts against the policy's time limit, so a reply built to
+//! make the host work is that policy's failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use super::{
     audited, ignores_failures, Chain, ChainEntry, ChainError, Change, Effects, EvalContext, Evaluated, Observer,
     Outcome, PolicyFailure, Step, MAX_REPLY_BYTES, MAX_TOTAL_REPLY_BYTES,
 };
-use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge};
+use crate::merge::{CreateMerge, MergeError, StopMerge, UpdateMerge, UpdatesMerge, MAX_UPDATES};
 use crate::node::view::ContainerEntry;
 use crate::policy::call::event::CallEvent;
 use crate::policy::call::meter::cpu_time;
@@ -238,6 +238,17 @@ impl<'t> Run<'t> {
     }
 }
 
+/// More updates or evictions than the output checks take (`MAX_UPDATES`,
+/// the same refusal): said before the capability check, which would
+/// otherwise go through every one of them.
+fn too_many(reply: &wit::Reply) -> Option<String> {
+    let wit::Reply { adjust: _, update, evict } = reply;
+    [("update", "updates", update.len()), ("evict", "evictions", evict.len())]
+        .into_iter()
+        .find(|(_, _, n)| *n > MAX_UPDATES)
+        .map(|(field, what, n)| format!("{field}: {n} {what}; at most {MAX_UPDATES} per reply"))
+}
+
 /// Output that needs a capability the policy does not have.
 fn ungranted(policy: &str, event: &str, refusal: caps::Refusal) -> PolicyFailure {
     invalid(policy, event, refusal)
@@ -281,8 +292,9 @@ impl Chain {
             let failure = PolicyFailure::Skipped { policy: policy.into(), event: name.into(), reason };
             return self.on_failure(entry, failure, Duration::ZERO, 0, run).map(|()| false);
         }
-        // The event's own container: updating it needs only the capability
-        // of the resources changed; updating any other needs `updates`.
+        // The event's own container: the bounds of its adjustment and of
+        // its updates are measured against it; updating any other needs
+        // `updates`, and is measured against that one in the node view.
         // Both are let go once the reply is checked, before it is merged
         // (`Sink::exclusive`).
         let own_container = event.container_shared();
@@ -306,21 +318,27 @@ impl Chain {
                 self.succeeded(entry);
                 return self.deny(entry, denial.0, elapsed, fuel, run).map(|()| false);
             }
-            Ok(Ok(reply)) => match caps::missing(
-                &reply,
-                caps::Baseline { own: own_container.as_deref(), requested: requested.as_deref() },
-                may,
-            ) {
-                Some(refusal) => {
-                    let failure = self.failed(entry, ungranted(policy, name, refusal));
-                    return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
-                }
-                None => reply,
-            },
+            Ok(Ok(reply)) => reply,
         };
-        drop((own_container, requested));
+        // The capability check is the host's work on the reply too, timed
+        // with the rest: a reply built to make it work overruns the policy.
         let host_started = Instant::now();
-        let (taken, host) = cpu_time(|| take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain));
+        let (taken, host) = cpu_time(|| {
+            let base = caps::Baseline {
+                own: own_container.as_deref(),
+                requested: requested.as_deref(),
+                others: Some(&cx.env.view),
+            };
+            let refused = match too_many(&reply) {
+                Some(reason) => Some(invalid(policy, name, reason)),
+                None => caps::missing(&reply, base, may).map(|refusal| ungranted(policy, name, refusal)),
+            };
+            drop((own_container, requested));
+            match refused {
+                Some(failure) => Err(failure),
+                None => take(sink, policy, name, reply, audit, &mut run.total, audit || cx.explain),
+            }
+        });
         let elapsed = elapsed + host_started.elapsed();
         let taken = match taken {
             Ok(t) if report.charged + host > report.limit => {

@@ -500,6 +500,9 @@ impl PolicyEngine {
             host_call: store.data().stopped_in(),
         };
         match result {
+            // A host function refused an answer over the transfer limit and
+            // ended the call (or the guest returned first): that is why.
+            _ if store.data().oversized_in().is_some() => Err(answer_too_large(&attempt, store.data())),
             // A host function stopped at the deadline: whatever the guest
             // made of its empty answer is not used.
             Ok(_) if attempt.host_call.is_some() => Err(timeout(&attempt)),
@@ -561,6 +564,9 @@ impl PolicyEngine {
             host_call: store.data().stopped_in(),
         };
         let outcome = match result {
+            // A host function refused an answer over the transfer limit and
+            // ended the call (or the guest returned first): that is why.
+            _ if store.data().oversized_in().is_some() => Err(answer_too_large(&attempt, store.data())),
             // A host function stopped at the deadline and answered empty:
             // a reply built on that answer is not used, even if the guest
             // returned before the epoch reached it.
@@ -601,6 +607,18 @@ impl PolicyEngine {
         let time = CallTime::new(policy.profile.limits.timeout(), wall);
         self.block_on(self.call_async(policy, event, env, current, time))
     }
+}
+
+/// The call asked a host function for more than a transfer may carry.
+fn answer_too_large(a: &Attempt<'_>, state: &CallState) -> CallError {
+    CallError::new(
+        a.policy,
+        a.event,
+        CallErrorKind::Answer {
+            function: state.oversized_in().unwrap_or("node"),
+            limit: crate::policy::call::store::TRANSFER_LIMIT,
+        },
+    )
 }
 
 /// The call read the node view without the capability.

@@ -2,7 +2,7 @@
 //! the `node` capability; every loop charges the call's work clock.
 
 use crate::node::view::{ContainerQuery, Expired, WorkClock, COPY_UNITS};
-use crate::policy::call::store::CallState;
+use crate::policy::call::store::{CallState, TRANSFER_LIMIT};
 use crate::wit::{node, wit};
 
 /// A WIT filter compiled for a query, charging `clock` for its elements.
@@ -20,6 +20,28 @@ fn query<'f>(filter: &'f node::ContainerFilter, clock: &mut WorkClock) -> Result
 /// Ids are 64 hex digits; a policy's own ids may be longer or shorter.
 const ID_BYTES: usize = 64;
 
+/// Bytes copied out per unit of work, besides [`COPY_UNITS`] an entry: a
+/// large entry (a container with a megabyte of annotations) costs its size.
+const BYTES_PER_UNIT: usize = 64;
+
+/// The bytes an answer has copied out of the view so far: past the
+/// transfer limit, the host stops copying (the answer would be refused on
+/// its way into the guest anyway, after costing the host its memory).
+#[derive(Debug, Default)]
+struct Copied {
+    bytes: usize,
+    over: bool,
+}
+
+impl Copied {
+    /// Counts an entry of `bytes`: whether to copy it, and its units.
+    fn take(&mut self, bytes: usize) -> (bool, u64) {
+        self.bytes = self.bytes.saturating_add(bytes);
+        self.over |= self.bytes > TRANSFER_LIMIT;
+        (!self.over, COPY_UNITS + (bytes / BYTES_PER_UNIT) as u64)
+    }
+}
+
 impl node::Host for CallState {
     fn pods(&mut self) -> Vec<node::PodInfo> {
         if !self.may_read_node("node.pods") {
@@ -27,11 +49,19 @@ impl node::Host for CallState {
         }
         let mut clock = self.clock();
         let mut pods = Vec::with_capacity(self.view().len().0);
+        let mut copied = Copied::default();
         let done = self.view().each_pod(&mut clock, |p| {
-            pods.push(node::PodInfo::from(p));
-            COPY_UNITS + p.containers.len() as u64
+            let (copy, units) = copied.take(p.bytes());
+            if copy {
+                pods.push(node::PodInfo::from(p));
+            }
+            units + p.containers.len() as u64
         });
         match done {
+            Ok(()) if copied.over => {
+                self.answer_too_large("node.pods");
+                Vec::new()
+            }
             Ok(()) => pods,
             Err(e) => {
                 self.gave_up("node.pods", e);
@@ -53,13 +83,21 @@ impl node::Host for CallState {
         }
         let mut clock = self.clock();
         let mut found = Vec::new();
+        let mut copied = Copied::default();
         let done = query(&filter, &mut clock).and_then(|q| {
             self.view().query(&q, self.current.as_deref(), &mut clock, |c| {
-                found.push(node::ContainerInfo::from(c));
-                COPY_UNITS
+                let (copy, units) = copied.take(c.bytes());
+                if copy {
+                    found.push(node::ContainerInfo::from(c));
+                }
+                units
             })
         });
         match done {
+            Ok(()) if copied.over => {
+                self.answer_too_large("node.containers");
+                Vec::new()
+            }
             Ok(()) => found,
             Err(e) => {
                 self.gave_up("node.containers", e);

@@ -24,14 +24,18 @@
 //!   outside Kubernetes' own domains.
 //!
 //! Going past these bounds needs a capability of its own, off by default
-//! ([`Capability::dangerous`]). Each check here looks only at the policy's
-//! reply and the container as the runtime sent it, in time linear in the
-//! reply.
+//! ([`Capability::dangerous`]). An update of another container is held to
+//! the same bounds, measured against that container ([`Current`]), and
+//! needs `updates` besides. Each check here looks only at the policy's
+//! reply and the container as the runtime sent it (for another container,
+//! the host's record of it: the node view), in time linear in the reply: a
+//! cpuset list is compared only up to [`MAX_CPUSET_BYTES`].
 
 use nri_wasm_api::api as pb;
 
 use super::capability::Capability;
 use crate::merge::is_cgroup_file;
+use crate::node::view::NodeView;
 use crate::wit::wit;
 
 /// The cgroup v2 files a `unified` key may name under the default grant:
@@ -66,41 +70,98 @@ pub(crate) const RESOURCE_FILES: &[&str] = &[
 /// does, and the field with why.
 pub(crate) type Beyond = (Capability, String);
 
+/// The longest cpuset list (`cpus`, `mems`) the bounds compare: far more
+/// than a kubelet writes (it writes ranges: `0-3,64-67`), little enough that
+/// parsing it is no work. A longer list, in the reply or in the container's
+/// record, is not compared: past the container's own cpuset it needs
+/// `cpuset-any` (the output checks bound its numbers, not its length).
+pub(crate) const MAX_CPUSET_BYTES: usize = 4096;
+
 /// What the bounds are measured against: the event's container as the
 /// runtime sent it and, on UpdateContainer, the resources the runtime asks
 /// for it now (the kubelet's newest word on its CPUs and memory, which
-/// replaces the container's own).
+/// replaces the container's own); for an update of another container, the
+/// host's record of that one (`others`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Baseline<'a> {
     /// The event's container.
     pub own: Option<&'a pb::Container>,
     /// On UpdateContainer, the resources asked for.
     pub requested: Option<&'a pb::LinuxResources>,
+    /// The node view as of before the event, where the host keeps one:
+    /// the other containers' resources.
+    pub others: Option<&'a NodeView>,
 }
 
 impl<'a> Baseline<'a> {
-    /// The container's resources: those asked for first, then its own.
-    fn resources(self) -> impl Iterator<Item = &'a pb::LinuxResources> {
-        let own = self.own.and_then(|c| c.linux.as_ref()).and_then(|l| l.resources.as_ref());
-        self.requested.into_iter().chain(own)
+    /// The event's own container, to measure its adjustment or update
+    /// against: the resources asked for first, then its own. Unknown when
+    /// the event has no container.
+    pub(crate) fn own_current(self) -> Current<'a> {
+        match self.own {
+            Some(c) => {
+                Current::Known { requested: self.requested, own: c.linux.as_ref().and_then(|l| l.resources.as_ref()) }
+            }
+            None => Current::Unknown,
+        }
+    }
+
+    /// The container `id` (not the event's own), as the node view has it;
+    /// unknown when the view does not have it, has it without resources
+    /// (a runtime's report that left them out says nothing of its cpuset),
+    /// or the host keeps none.
+    pub(crate) fn other(self, id: &str) -> Current<'a> {
+        match self.others.and_then(|v| v.container(id)).and_then(|c| c.resources.as_ref()) {
+            Some(resources) => Current::Known { requested: None, own: Some(resources) },
+            None => Current::Unknown,
+        }
+    }
+}
+
+/// The container a field of the reply changes, as far as the host knows
+/// it: what the bounds that depend on it (cpuset, swap) measure against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Current<'a> {
+    /// The host's record of the container: on UpdateContainer the
+    /// resources asked for, then its own. A record without a cpuset or a
+    /// swap limit is a container that has every CPU, or all the swap it
+    /// wants (no bound).
+    Known {
+        /// On UpdateContainer, the resources asked for the event's container.
+        requested: Option<&'a pb::LinuxResources>,
+        /// The container's own resources.
+        own: Option<&'a pb::LinuxResources>,
+    },
+    /// A container the host has no record of (not in the node view, or no
+    /// view kept): a bound that needs a record is past the default grant,
+    /// never within it.
+    Unknown,
+}
+
+impl<'a> Current<'a> {
+    /// The container's resources, the ones asked for first; `None` when
+    /// the container is unknown.
+    fn resources(self) -> Option<impl Iterator<Item = &'a pb::LinuxResources>> {
+        match self {
+            Current::Known { requested, own } => Some(requested.into_iter().chain(own)),
+            Current::Unknown => None,
+        }
     }
 
     /// The container's cpuset list (`pick` chooses cpus or mems): the one
-    /// asked for if any, else its own; empty if it has none.
-    fn cpuset(self, pick: fn(&pb::LinuxCPU) -> &str) -> &'a str {
-        self.resources().filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty()).unwrap_or("")
+    /// asked for if any, else its own; empty if it has none, `None` if the
+    /// container is unknown.
+    fn cpuset(self, pick: fn(&pb::LinuxCPU) -> &str) -> Option<&'a str> {
+        Some(self.resources()?.filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty()).unwrap_or(""))
     }
 
-    /// The container's memory-and-swap total: the one asked for if any,
-    /// else its own.
-    fn swap_total(self) -> Option<i64> {
-        self.resources().filter_map(|r| r.memory.as_ref()).find_map(|m| m.swap.as_ref()).map(|s| s.value)
-    }
-
-    /// The container's memory limit: the one asked for if any, else its
-    /// own.
-    fn memory_limit(self) -> Option<i64> {
-        self.resources().filter_map(|r| r.memory.as_ref()).find_map(|m| m.limit.as_ref()).map(|l| l.value)
+    /// The container's memory-and-swap total (the one asked for if any,
+    /// else its own) and memory limit (likewise); `None` if the container
+    /// is unknown.
+    fn memory(self) -> Option<(Option<i64>, Option<i64>)> {
+        let total = self.resources()?.filter_map(|r| r.memory.as_ref()).find_map(|m| m.swap.as_ref());
+        let limit = self.resources()?.filter_map(|r| r.memory.as_ref()).find_map(|m| m.limit.as_ref());
+        Some((total.map(|t| t.value), limit.map(|l| l.value)))
     }
 }
 
@@ -210,24 +271,42 @@ pub(crate) fn cpu_realtime(field: &str, c: &wit::LinuxCpu) -> Option<Beyond> {
 }
 
 /// CPUs or memory nodes outside the container's own cpuset (on
-/// UpdateContainer, the one asked for), when it has one: which CPUs a container runs on is the kubelet's choice (another
-/// pod may hold some exclusively), so the default only narrows it. An
-/// unreadable list is left to the output checks, which refuse it.
-pub(crate) fn cpuset(field: &str, base: Baseline<'_>, c: &wit::LinuxCpu) -> Option<Beyond> {
-    for (what, new, current) in [
-        ("cpus", c.cpus.as_str(), base.cpuset(|o| o.cpus.as_str())),
-        ("mems", c.mems.as_str(), base.cpuset(|o| o.mems.as_str())),
+/// UpdateContainer, the one asked for), when it has one: which CPUs a
+/// container runs on is the kubelet's choice (another pod may hold some
+/// exclusively), so the default only narrows it. Any list for a container
+/// the host has no record of is past it, and so is a list (the reply's or
+/// the container's) longer than [`MAX_CPUSET_BYTES`], which is not
+/// compared. An unreadable list is left to the output checks, which refuse
+/// it.
+pub(crate) fn cpuset(field: &str, current: Current<'_>, c: &wit::LinuxCpu) -> Option<Beyond> {
+    for (what, new, own) in [
+        ("cpus", c.cpus.as_str(), current.cpuset(|o| o.cpus.as_str())),
+        ("mems", c.mems.as_str(), current.cpuset(|o| o.mems.as_str())),
     ] {
-        if new.is_empty() || current.is_empty() {
+        if new.is_empty() {
             continue;
         }
-        let (Some(new_set), Some(own_set)) = (parse_set(new), parse_set(current)) else { continue };
-        if !is_subset(&new_set, &own_set) {
-            return Some((
-                Capability::CpusetAny,
-                format!("{field}.cpu.{what}: {:?} is outside the container's own {:?}", clip(new), clip(current)),
-            ));
-        }
+        let why = match own {
+            None => format!("{:?} for a container the host has no record of (no cpuset to measure it against)", clip(new)),
+            Some("") => continue,
+            Some(_) if new.len() > MAX_CPUSET_BYTES => {
+                format!("a list of {} bytes, longer than the {MAX_CPUSET_BYTES} the host compares", new.len())
+            }
+            Some(own) if own.len() > MAX_CPUSET_BYTES => format!(
+                "{:?} against the container's own list of {} bytes, longer than the {MAX_CPUSET_BYTES} the host compares",
+                clip(new),
+                own.len()
+            ),
+            Some(own) => match (parse_set(new), parse_set(own)) {
+                (None, _) => continue,
+                (Some(new_set), Some(own_set)) if is_subset(&new_set, &own_set) => continue,
+                (Some(_), Some(_)) => format!("{:?} is outside the container's own {:?}", clip(new), clip(own)),
+                (Some(_), None) => {
+                    format!("{:?} against the container's own {:?}, which does not read", clip(new), clip(own))
+                }
+            },
+        };
+        return Some((Capability::CpusetAny, format!("{field}.cpu.{what}: {why}")));
     }
     None
 }
@@ -236,23 +315,41 @@ pub(crate) fn cpuset(field: &str, base: Baseline<'_>, c: &wit::LinuxCpu) -> Opti
 /// memory-and-swap limit less its memory limit; with no swap limit of its
 /// own (or -1) it already has as much as it wants. A reply that lowers the
 /// memory limit and leaves the total as it was gives the difference to
-/// swap, so the total it keeps is checked as if it had set it.
-pub(crate) fn swap(field: &str, base: Baseline<'_>, m: &wit::LinuxMemory) -> Option<Beyond> {
-    // A limit of 0 or -1 is no limit to measure swap under (runc reads 0
-    // as unset; -1 with a total is refused by the runtime itself).
+/// swap, so the total it keeps is checked as if it had set it. For a
+/// container the host has no record of, only a total equal to (or below)
+/// the memory limit set with it, which leaves no swap at all, is within the
+/// default.
+pub(crate) fn swap(field: &str, current: Current<'_>, m: &wit::LinuxMemory) -> Option<Beyond> {
+    // A limit or total of 0 is unset to runc (the total it keeps); a limit
+    // of -1 is no limit to measure swap under (-1 with a total is refused
+    // by the runtime itself).
     let new_limit = m.limit.filter(|l| *l > 0);
-    if m.swap.is_none() && new_limit.is_none() {
+    let new_total = m.swap.filter(|t| *t != 0);
+    if new_total.is_none() && new_limit.is_none() {
         return None;
     }
-    let own_total = match base.swap_total() {
+    let kept = "memory.limit (under the total it keeps)";
+    let Some((own_total, own_limit)) = current.memory() else {
+        let (what, value) = match (new_total, new_limit) {
+            (Some(total), Some(limit)) if (1..=limit).contains(&total) => return None,
+            (Some(total), _) => ("memory.swap", total),
+            (None, limit) => (kept, limit.unwrap_or_default()),
+        };
+        return Some((
+            Capability::SwapRaise,
+            format!(
+                "{field}.{what}: {value} for a container the host has no record of (no swap to measure it against)"
+            ),
+        ));
+    };
+    let own_total = match own_total {
         None | Some(-1) => return None,
         Some(t) => t,
     };
-    let own_limit = base.memory_limit();
     let own_swap = own_total.saturating_sub(own_limit.unwrap_or(0)).max(0);
-    let (what, new_total) = match m.swap {
+    let (what, new_total) = match new_total {
         Some(total) => ("memory.swap", total),
-        None => ("memory.limit (under the total it keeps)", own_total),
+        None => (kept, own_total),
     };
     let why = if new_total == -1 {
         "-1 (unlimited)".to_string()
@@ -281,9 +378,10 @@ fn parse_set(list: &str) -> Option<Vec<(u32, u32)>> {
     Some(out)
 }
 
-/// Whether every range of `a` lies within the union of `b` (both sorted).
+/// Whether every range of `a` lies within the union of `b` (both sorted),
+/// in time `O((a + b) log b)`.
 fn is_subset(a: &[(u32, u32)], b: &[(u32, u32)]) -> bool {
-    // Merge b into disjoint ranges, then check each range of a against them.
+    // Merge b into disjoint ranges, then find each range of a among them.
     let mut merged: Vec<(u32, u32)> = Vec::with_capacity(b.len());
     for &(lo, hi) in b {
         match merged.last_mut() {
@@ -291,7 +389,12 @@ fn is_subset(a: &[(u32, u32)], b: &[(u32, u32)]) -> bool {
             _ => merged.push((lo, hi)),
         }
     }
-    a.iter().all(|&(lo, hi)| merged.iter().any(|&(mlo, mhi)| lo >= mlo && hi <= mhi))
+    a.iter().all(|&(lo, hi)| {
+        // The first merged range that ends at or after `lo`: the only one
+        // that can hold it.
+        let at = merged.partition_point(|&(_, mhi)| mhi < lo);
+        merged.get(at).is_some_and(|&(mlo, mhi)| lo >= mlo && hi <= mhi)
+    })
 }
 
 fn clip(s: &str) -> String {
@@ -383,8 +486,8 @@ mod tests {
         c
     }
 
-    fn base(c: &pb::Container) -> Baseline<'_> {
-        Baseline { own: Some(c), requested: None }
+    fn base(c: &pb::Container) -> Current<'_> {
+        Baseline { own: Some(c), ..Baseline::default() }.own_current()
     }
 
     #[test]
@@ -392,7 +495,7 @@ mod tests {
         let shared = container(None, &[], "0-3", Some((100, 100)));
         let mut requested = pb::LinuxResources::new();
         requested.cpu.mut_or_insert_default().cpus = "4-7".into();
-        let asked = Baseline { own: Some(&shared), requested: Some(&requested) };
+        let asked = Baseline { own: Some(&shared), requested: Some(&requested), others: None }.own_current();
         let cpu = |cpus: &str| wit::LinuxCpu {
             shares: None,
             quota: None,
@@ -460,9 +563,23 @@ mod tests {
         assert!(cpuset("f", base(&shared), &cpu("3,0,6")).is_none());
         assert_eq!(cpuset("f", base(&shared), &cpu("4")).map(|b| b.0), Some(Capability::CpusetAny));
         assert!(cpuset("f", base(&shared), &cpu("3-6")).is_some());
+        assert!(cpuset("f", base(&shared), &cpu("6")).is_none());
+        assert!(cpuset("f", base(&shared), &cpu("5")).is_some(), "between two ranges of its own");
+        assert!(cpuset("f", base(&shared), &cpu("7")).is_some(), "past its last range");
+        let overlapping = container(None, &[], "4-5,0-2,1-3,8", None);
+        assert!(cpuset("f", base(&overlapping), &cpu("0-5,8")).is_none(), "its ranges merged");
+        assert!(cpuset("f", base(&overlapping), &cpu("2-8")).is_some());
         // No cpuset of its own: every CPU is its own.
         let unset = container(None, &[], "", None);
         assert!(cpuset("f", base(&unset), &cpu("7")).is_none());
+        // Unknown: no cpuset to keep within, whatever the list.
+        let (c, why) = cpuset("f", Current::Unknown, &cpu("0")).unwrap();
+        assert_eq!(c, Capability::CpusetAny);
+        assert!(why.contains("no record"), "{why}");
+        // Too long to compare, the reply's list or the container's own.
+        assert!(cpuset("f", base(&shared), &cpu(&"1,".repeat(MAX_CPUSET_BYTES))).is_some());
+        let long = container(None, &[], &"1,".repeat(MAX_CPUSET_BYTES), None);
+        assert!(cpuset("f", base(&long), &cpu("1")).is_some());
         assert!(cpu_realtime("f", &wit::LinuxCpu { realtime_runtime: Some(1000), ..cpu("") }).is_some());
     }
 
@@ -504,11 +621,21 @@ mod tests {
         let mut requested = pb::LinuxResources::new();
         requested.memory.mut_or_insert_default().limit =
             Some(pb::OptionalInt64 { value: 50, ..Default::default() }).into();
-        let asked = Baseline { own: Some(&no_swap), requested: Some(&requested) };
+        let asked = Baseline { own: Some(&no_swap), requested: Some(&requested), others: None }.own_current();
         assert!(swap("f", asked, &mem(Some(50), None)).is_none(), "the kubelet's own limit");
         assert!(swap("f", asked, &mem(Some(40), None)).is_some(), "lower still: 60 of swap against 50");
         let unlimited = container(None, &[], "", Some((100, -1)));
         assert!(swap("f", base(&unlimited), &mem(None, Some(-1))).is_none());
+        // A total of 0 is unset to runc: the total the container keeps.
+        assert!(swap("f", base(&no_swap), &mem(Some(40), Some(0))).is_some(), "60 of swap, as without a total");
+        assert!(swap("f", base(&no_swap), &mem(None, Some(0))).is_none());
+        // Unknown: only a total at the limit set with it (no swap) is within.
+        for (limit, total) in [(None, Some(-1)), (None, Some(100)), (Some(100), None), (Some(100), Some(0))] {
+            let beyond = swap("f", Current::Unknown, &mem(limit, total));
+            assert_eq!(beyond.map(|b| b.0), Some(Capability::SwapRaise), "{limit:?} {total:?}");
+        }
+        assert!(swap("f", Current::Unknown, &mem(Some(100), Some(100))).is_none());
+        assert!(swap("f", Current::Unknown, &mem(None, None)).is_none());
     }
 
     #[test]

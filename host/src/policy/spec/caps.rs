@@ -30,6 +30,16 @@
 //! it gets the default grant unless the operator grants more, which the
 //! host then warns about at load.
 //!
+//! An update of another container needs `updates`, and its resources need
+//! what the same resources of the event's own container would: each its
+//! capability, within the bounds measured against *that* container as the
+//! host knows it (the node view), and past them the dangerous capability
+//! that covers the field. `updates` reaches other containers; it does not
+//! stand for `cgroup-files`, `realtime`, `swap-raise` or `cpuset-any`
+//! there. A container the host has no record of has no cpuset or swap to
+//! measure against: a cpuset for it needs `cpuset-any`, and a swap total
+//! or memory limit that could give it swap, `swap-raise`.
+//!
 //! [`required`] is one exhaustive match over the reply's fields: every
 //! record is destructured without `..`, so a field added to the WIT types
 //! fails to compile here until someone maps it to a capability.
@@ -37,7 +47,7 @@
 use std::fmt;
 
 pub(crate) use super::bounds::Baseline;
-use super::bounds::{self, Beyond};
+use super::bounds::{self, Beyond, Current};
 pub use super::capability::Capability;
 use super::declared::{names, DeclarationError};
 use crate::wit::wit;
@@ -245,10 +255,11 @@ impl fmt::Display for Refusal {
 }
 
 /// The capabilities a reply uses. `base.own` is the event's container, as
-/// the runtime sent it: an update of it is judged by the resources it
-/// changes (an update of any other container needs `updates`), and the
-/// default grant's bounds are measured against it (and, on UpdateContainer,
-/// against the resources asked for).
+/// the runtime sent it: the default grant's bounds are measured against it
+/// (and, on UpdateContainer, against the resources asked for). An update of
+/// any other container needs `updates`, and its resources are judged as the
+/// own container's would be, against that container as `base.others` (the
+/// node view) has it, or as unknown.
 pub(crate) fn required(reply: &wit::Reply, base: Baseline<'_>) -> Needs {
     let own = base.own;
     let mut need = Needs::default();
@@ -258,12 +269,14 @@ pub(crate) fn required(reply: &wit::Reply, base: Baseline<'_>) -> Needs {
     }
     for (i, u) in update.iter().enumerate() {
         let wit::ContainerUpdate { container_id, resources, ignore_failure: _ } = u;
-        if own.is_some_and(|c| c.id == *container_id) {
-            if let Some(r) = resources {
-                linux_resources(&format!("update[{i}].resources"), r, base, &mut need);
-            }
+        let current = if own.is_some_and(|c| c.id == *container_id) {
+            base.own_current()
         } else {
             need.add(Capability::Updates);
+            base.other(container_id)
+        };
+        if let Some(r) = resources {
+            linux_resources(&format!("update[{i}].resources"), r, current, &mut need);
         }
     }
     need.when(!evict.is_empty(), Capability::Evictions);
@@ -271,10 +284,14 @@ pub(crate) fn required(reply: &wit::Reply, base: Baseline<'_>) -> Needs {
 }
 
 /// Checks a reply against what the policy may use: the first capability
-/// it lacks, if any, with the field that needs it.
+/// it lacks, if any, with the field that needs it. A dangerous capability
+/// is named before one of the default grant (the policy lacks the latter
+/// only where its declaration or settings file leaves it out): the refusal
+/// of an update of another container says `updates` before `pids`.
 pub(crate) fn missing(reply: &wit::Reply, base: Baseline<'_>, effective: CapSet) -> Option<Refusal> {
     let need = required(reply, base);
-    let capability = need.set.minus(effective).iter().next()?;
+    let lacks = need.set.minus(effective);
+    let capability = lacks.dangerous().iter().next().or_else(|| lacks.iter().next())?;
     let field = need.beyond.into_iter().find(|(c, _)| *c == capability).map(|(_, why)| why);
     Some(Refusal { capability, field })
 }
@@ -324,7 +341,7 @@ fn linux_adjustment(l: &wit::LinuxContainerAdjustment, base: Baseline<'_>, need:
     } = l;
     need.when(!devices.is_empty(), Capability::Devices);
     if let Some(r) = resources {
-        linux_resources("adjust.linux.resources", r, base, need);
+        linux_resources("adjust.linux.resources", r, base.own_current(), need);
     }
     need.when(!cgroups_path.is_empty(), Capability::CgroupsPath);
     if let Some(v) = oom_score_adj {
@@ -347,16 +364,17 @@ fn linux_adjustment(l: &wit::LinuxContainerAdjustment, base: Baseline<'_>, need:
     need.when(memory_policy.is_some(), Capability::MemoryPolicy);
 }
 
-fn linux_resources(field: &str, r: &wit::LinuxResources, base: Baseline<'_>, need: &mut Needs) {
+/// The resources of an adjustment or update, of the container `current`.
+fn linux_resources(field: &str, r: &wit::LinuxResources, current: Current<'_>, need: &mut Needs) {
     let wit::LinuxResources { memory, cpu, hugepage_limits, blockio_class, rdt_class, unified, devices, pids } = r;
     if let Some(m) = memory {
         need.add(Capability::Memory);
-        need.beyond(bounds::swap(field, base, m));
+        need.beyond(bounds::swap(field, current, m));
     }
     if let Some(c) = cpu {
         need.add(Capability::Cpu);
         need.beyond(bounds::cpu_realtime(field, c));
-        need.beyond(bounds::cpuset(field, base, c));
+        need.beyond(bounds::cpuset(field, current, c));
     }
     need.when(!hugepage_limits.is_empty(), Capability::Hugepages);
     need.when(blockio_class.is_some(), Capability::Blockio);
@@ -374,6 +392,7 @@ mod tests {
     use nri_wasm_api::api as pb;
 
     use super::*;
+    use crate::node::view::NodeView;
 
     fn kv(k: &str) -> wit::KeyValue {
         wit::KeyValue { key: k.into(), value: "v".into() }
@@ -482,11 +501,9 @@ mod tests {
         };
         let r = wit::Reply { adjust: None, update: vec![update("me")], evict: vec![] };
         let container = |id: &str| pb::Container { id: id.into(), ..Default::default() };
-        assert_eq!(required(&r, Baseline { own: Some(&container("me")), requested: None }).set.describe(), "cpu");
-        assert_eq!(
-            required(&r, Baseline { own: Some(&container("other")), requested: None }).set.describe(),
-            "updates"
-        );
+        let (me, other) = (container("me"), container("other"));
+        assert_eq!(required(&r, Baseline { own: Some(&me), ..Baseline::default() }).set.describe(), "cpu");
+        assert_eq!(required(&r, Baseline { own: Some(&other), ..Baseline::default() }).set.describe(), "cpu, updates");
         let r = wit::Reply {
             adjust: None,
             update: vec![],
@@ -496,6 +513,174 @@ mod tests {
             missing(&r, Baseline::default(), CapSet::default_grant()).map(|m| m.capability),
             Some(Capability::Evictions)
         );
+    }
+
+    fn resources(f: impl FnOnce(&mut wit::LinuxResources)) -> wit::LinuxResources {
+        let mut r = wit::LinuxResources {
+            memory: None,
+            cpu: None,
+            hugepage_limits: vec![],
+            blockio_class: None,
+            rdt_class: None,
+            unified: vec![],
+            devices: vec![],
+            pids: None,
+        };
+        f(&mut r);
+        r
+    }
+
+    fn cpus(list: &str) -> wit::LinuxResources {
+        resources(|r| {
+            r.cpu = Some(wit::LinuxCpu {
+                shares: None,
+                quota: None,
+                period: None,
+                realtime_runtime: None,
+                realtime_period: None,
+                cpus: list.into(),
+                mems: String::new(),
+            })
+        })
+    }
+
+    fn memory(limit: Option<i64>, swap: Option<i64>) -> wit::LinuxResources {
+        resources(|r| {
+            r.memory = Some(wit::LinuxMemory {
+                limit,
+                reservation: None,
+                swap,
+                kernel: None,
+                kernel_tcp: None,
+                swappiness: None,
+                disable_oom_killer: None,
+                use_hierarchy: None,
+            })
+        })
+    }
+
+    fn update_of(id: &str, r: wit::LinuxResources) -> wit::Reply {
+        let u = wit::ContainerUpdate { container_id: id.into(), resources: Some(r), ignore_failure: false };
+        wit::Reply { adjust: None, update: vec![u], evict: vec![] }
+    }
+
+    /// A node view with `other`: the cpuset `2-3`, 64 bytes of memory and
+    /// no swap.
+    fn view() -> NodeView {
+        let mut r = pb::LinuxResources::new();
+        r.cpu.mut_or_insert_default().cpus = "2-3".into();
+        let m = r.memory.mut_or_insert_default();
+        m.limit = Some(pb::OptionalInt64 { value: 64, ..Default::default() }).into();
+        m.swap = Some(pb::OptionalInt64 { value: 64, ..Default::default() }).into();
+        let mut c = pb::Container { id: "other".into(), pod_sandbox_id: "pod".into(), ..Default::default() };
+        c.linux.mut_or_insert_default().resources = Some(r).into();
+        let mut v = NodeView::new(Default::default());
+        v.synchronize(&[], &[c]);
+        v
+    }
+
+    /// What an update of `other` needs, the event's container being `me`.
+    fn other_needs(r: wit::LinuxResources, view: Option<&NodeView>) -> Needs {
+        let me = pb::Container { id: "me".into(), ..Default::default() };
+        required(&update_of("other", r), Baseline { own: Some(&me), requested: None, others: view })
+    }
+
+    /// `updates` reaches another container; the bounds of its resources
+    /// still hold, each past them needing its own capability.
+    #[test]
+    fn an_update_of_another_container_is_held_to_the_bounds_of_its_fields() {
+        let view = view();
+        let updates = CapSet::default_grant().union(CapSet::from_iter([Capability::Updates]));
+        let me = pb::Container { id: "me".into(), ..Default::default() };
+        let base = Baseline { own: Some(&me), requested: None, others: Some(&view) };
+        let procs = update_of("other", resources(|r| r.unified = vec![kv("cgroup.procs")]));
+        assert_eq!(required(&procs, base).set.describe(), "unified, updates, cgroup-files");
+        let refusal = missing(&procs, base, updates).expect("refused");
+        assert_eq!(refusal.capability, Capability::CgroupFiles);
+        let field = refusal.field.expect("the field is named");
+        assert!(field.starts_with("update[0].resources.unified: \"cgroup.procs\" is not one of"), "{field}");
+        // Without `updates` at all, that is what is named first.
+        let refusal = missing(&procs, base, CapSet::default_grant()).expect("refused");
+        assert_eq!(refusal.capability, Capability::Updates);
+
+        let realtime =
+            resources(|r| r.cpu = Some(wit::LinuxCpu { realtime_runtime: Some(950_000), ..cpus("").cpu.unwrap() }));
+        assert_eq!(other_needs(realtime, Some(&view)).set.describe(), "cpu, updates, realtime");
+        assert_eq!(other_needs(memory(Some(32), Some(32)), Some(&view)).set.describe(), "memory, updates");
+        let pids = resources(|r| r.pids = Some(wit::LinuxPids { limit: 64 }));
+        assert_eq!(other_needs(pids, Some(&view)).set.describe(), "pids, updates");
+    }
+
+    #[test]
+    fn another_containers_cpuset_and_swap_are_measured_against_its_own() {
+        let view = view();
+        // Within its cpuset, no more swap: the resource and `updates`.
+        assert_eq!(other_needs(cpus("3"), Some(&view)).set.describe(), "cpu, updates");
+        assert_eq!(other_needs(memory(Some(128), None), Some(&view)).set.describe(), "memory, updates");
+        // Outside it (`0` is the event's container's, and free to it).
+        let me = pb::Container { id: "me".into(), ..Default::default() };
+        let base = Baseline { own: Some(&me), requested: None, others: Some(&view) };
+        let updates = CapSet::default_grant().union(CapSet::from_iter([Capability::Updates]));
+        let refusal = missing(&update_of("other", cpus("0-3")), base, updates).expect("refused");
+        assert_eq!(refusal.capability, Capability::CpusetAny);
+        let field = refusal.field.unwrap();
+        assert_eq!(field, "update[0].resources.cpu.cpus: \"0-3\" is outside the container's own \"2-3\"");
+        let refusal = missing(&update_of("other", memory(Some(32), Some(64))), base, updates).expect("refused");
+        assert_eq!(refusal.capability, Capability::SwapRaise);
+        assert!(refusal.field.unwrap().contains("32 bytes of swap, more than the container's own 0"));
+        // A lower limit alone keeps the total: 32 of swap.
+        assert!(other_needs(memory(Some(32), None), Some(&view)).set.contains(Capability::SwapRaise));
+        let swapped = other_needs(memory(Some(16), Some(0)), Some(&view));
+        assert!(swapped.set.contains(Capability::SwapRaise), "a total of 0 is unset: the total it keeps");
+    }
+
+    /// Unknown is never within a bound: a container the host has no record
+    /// of (not in the view, or no view) has no cpuset or swap to keep to.
+    #[test]
+    fn an_unknown_container_has_no_bounds_to_keep_within() {
+        let view = view();
+        for view in [None, Some(&view)] {
+            let needs = |r: wit::LinuxResources| {
+                let me = pb::Container { id: "me".into(), ..Default::default() };
+                let reply = update_of("stranger", r);
+                let base = Baseline { own: Some(&me), requested: None, others: view };
+                (
+                    required(&reply, base).set,
+                    missing(
+                        &reply,
+                        base,
+                        CapSet::all().minus(CapSet::from_iter([Capability::CpusetAny, Capability::SwapRaise])),
+                    ),
+                )
+            };
+            let (set, refusal) = needs(cpus("2"));
+            assert_eq!(set.describe(), "cpu, updates, cpuset-any");
+            let field = refusal.unwrap().field.unwrap();
+            assert!(
+                field.contains("update[0].resources.cpu.cpus: \"2\" for a container the host has no record of"),
+                "{field}"
+            );
+            assert_eq!(needs(memory(None, Some(1 << 30))).0.describe(), "memory, updates, swap-raise");
+            assert_eq!(needs(memory(Some(1 << 20), None)).0.describe(), "memory, updates, swap-raise");
+            // A total equal to the limit leaves it no swap at all.
+            assert_eq!(needs(memory(Some(1 << 20), Some(1 << 20))).0.describe(), "memory, updates");
+            assert_eq!(needs(resources(|r| r.pids = Some(wit::LinuxPids { limit: 8 }))).0.describe(), "pids, updates");
+        }
+        // The event's own container is never looked up in the view.
+        let me = pb::Container { id: "other".into(), ..Default::default() };
+        let base = Baseline { own: Some(&me), requested: None, others: None };
+        assert_eq!(required(&update_of("other", cpus("0-7")), base).set.describe(), "cpu");
+    }
+
+    /// A cpuset list too long to compare cheaply is past the bound: the
+    /// check does no work proportional to what a hostile reply makes it.
+    #[test]
+    fn a_cpuset_list_too_long_to_compare_needs_cpuset_any() {
+        let view = view();
+        let long = "2,3,".repeat(4 << 20);
+        let needs = other_needs(cpus(&long), Some(&view));
+        assert!(needs.set.contains(Capability::CpusetAny), "{:?}", needs.set);
+        assert!(needs.beyond[0].1.contains("longer than the 4096"), "{}", needs.beyond[0].1);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! host must refuse the reply naming the capability that covers it, and
 //! accept it once that capability is granted (`tests/e2e/tests/bounds.rs`).
 //! The test's container has an OOM score of 500, `RLIMIT_NOFILE` 1024, the
-//! cpuset `0-1` on memory node 0, and 32 MiB of memory with no swap.
+//! cpuset `0-1` on memory node 0, and 32 MiB of memory with no swap. The
+//! `update-other-` modes update another container, `c-other`, which needs
+//! `updates` and is held to the same bounds, measured against that one.
 use nri_wasm_sdk::*;
 
 nri_wasm_sdk::capabilities!(
@@ -34,6 +36,7 @@ nri_wasm_sdk::capabilities!(
     "resctrl",
     "swap-raise",
     "cpuset-any",
+    "updates",
 );
 
 struct Bounds;
@@ -49,6 +52,14 @@ fn swap(limit: Option<i64>, swap: i64) -> LinuxMemory {
 /// The reply for `mode`, built on an adjustment that sets one env var.
 fn reply(mode: &str, own: &str) -> Result<Reply, String> {
     let mut a = ContainerAdjustment::new().set_env("BOUNDS", mode);
+    // Another container's cpuset, as the mode names it.
+    if let Some(cpus) = mode.strip_prefix("update-other-cpus:") {
+        let r = LinuxResources {
+            cpu: Some(LinuxCpu { cpus: cpus.into(), ..LinuxCpu::default() }),
+            ..LinuxResources::default()
+        };
+        return Ok(Reply::adjust(a).with_update(ContainerUpdate::new("c-other", r)));
+    }
     match mode {
         // Past the default grant: each needs a capability of its own.
         "unified-procs" => a = a.set_unified("cgroup.procs", "1"),
@@ -100,6 +111,15 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
                 ..LinuxResources::default()
             };
             return Ok(Reply::adjust(a).with_update(ContainerUpdate::new(own, r)));
+        }
+        // An update of another container: `updates` does not stand for
+        // `cgroup-files`.
+        "update-other-procs" => {
+            let r = LinuxResources {
+                unified: vec![KeyValue { key: "cgroup.procs".into(), value: "1".into() }],
+                ..LinuxResources::default()
+            };
+            return Ok(Reply::adjust(a).with_update(ContainerUpdate::new("c-other", r)));
         }
         // Never a cgroup file, whatever is granted: refused as invalid output.
         "unified-traversal" => a = a.set_unified("../../../cgroup.procs", "1"),

@@ -7,7 +7,8 @@
 //! `init-sleep` (an hour), `init-exit`.
 //!
 //! Waiting where epochs cannot reach: `sleep` (an hour in a WASI sleep),
-//! `sleep-forever` (a pollable that never fires), `stdin` (reads stdin).
+//! `sleep-forever` (a pollable that never fires), `stdin` (reads stdin);
+//! `sync-sleep` also subscribes to `synchronize` and sleeps an hour there.
 //!
 //! Host resources: `pollables` (holds ever more pollables), `random-huge`
 //! (asks for 64 MiB of random bytes, over and over), `log-flood` (a million
@@ -321,12 +322,16 @@ impl Policy for Hostile {
 
     fn events() -> Vec<EventKind> {
         match mode() {
-            "read-view" => vec![EventKind::CreateContainer, EventKind::Synchronize],
+            "read-view" | "sync-sleep" => vec![EventKind::CreateContainer, EventKind::Synchronize],
             _ => vec![EventKind::CreateContainer],
         }
     }
 
     fn synchronize() -> Result<Reply, String> {
+        if mode() == "sync-sleep" {
+            std::thread::sleep(hour());
+            return Ok(Reply::none());
+        }
         std::hint::black_box(read_view());
         Ok(Reply::none())
     }

@@ -17,6 +17,10 @@
 //!   it (always 1: every call runs in a fresh instance);
 //! - `deny`: denies the event; `trap`: traps;
 //! - `sync-trap`: also subscribes to `synchronize`, and traps there;
+//! - `start-sleep:N`: also subscribes to StartContainer, and sleeps N ms
+//!   there (a WASI sleep) before it answers with nothing;
+//! - `view-quotas`: sets `example.com/quotas` to the CPU quota the node view
+//!   shows for every container that has one (`id=quota`, by id, `,`-joined);
 //! - `event-in-configure`: reads the event in `configure`, where there is
 //!   none (the host traps the call, so the policy does not load);
 //! - `every-event` (alone): subscribes to every event and synchronize, checks
@@ -112,6 +116,11 @@ fn read_all() -> Result<String, String> {
     }
 }
 
+/// The N of a `start-sleep:N` step.
+fn start_sleep() -> Option<u64> {
+    settings().split(';').find_map(|step| step.trim().strip_prefix("start-sleep:")?.parse().ok())
+}
+
 /// Counts calls in a global: a fresh instance for every call always counts 1.
 static CALLS: AtomicU32 = AtomicU32::new(0);
 
@@ -145,10 +154,14 @@ impl Policy for Probe {
         if settings() == "every-event" {
             return ALL_EVENTS.to_vec();
         }
-        match settings().contains("sync-trap") {
-            true => vec![EventKind::CreateContainer, EventKind::Synchronize],
-            false => vec![EventKind::CreateContainer],
+        let mut events = vec![EventKind::CreateContainer];
+        if settings().contains("sync-trap") {
+            events.push(EventKind::Synchronize);
         }
+        if start_sleep().is_some() {
+            events.push(EventKind::StartContainer);
+        }
+        events
     }
 
     fn synchronize() -> Result<Reply, String> {
@@ -175,6 +188,10 @@ impl Policy for Probe {
         every_event(e)
     }
     fn start_container(e: &Event) -> Result<Reply, String> {
+        if let Some(ms) = start_sleep() {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            return Ok(Reply::none());
+        }
         every_event(e)
     }
     fn post_start_container(e: &Event) -> Result<Reply, String> {
@@ -242,7 +259,15 @@ impl Policy for Probe {
                     adjust = adjust.set_annotation("example.com/global", &n.to_string());
                 }
                 ("deny", _) => return Err("denied by the probe".into()),
-                ("sync-trap" | "event-in-configure", _) => {}
+                ("view-quotas", _) => {
+                    let mut quotas: Vec<String> = view::containers(&ContainerFilter::all())
+                        .into_iter()
+                        .filter_map(|c| Some(format!("{}={}", c.id, c.resources?.cpu?.quota?)))
+                        .collect();
+                    quotas.sort();
+                    adjust = adjust.set_annotation("example.com/quotas", &quotas.join(","));
+                }
+                ("sync-trap" | "event-in-configure" | "start-sleep", _) => {}
                 ("trap", _) => core::arch::wasm32::unreachable(),
                 (other, _) => return Err(format!("unknown probe step {other:?}")),
             }
