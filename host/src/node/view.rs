@@ -71,9 +71,13 @@ pub struct ContainerEntry {
     pub resources: Option<pb::LinuxResources>,
 }
 
-/// The bytes of a map's keys and values.
+/// What a key-value pair costs copied out besides its bytes: the record
+/// of two strings it becomes (three words each).
+const PAIR_OVERHEAD: usize = 48;
+
+/// The bytes of a map's keys and values, and of the pairs they become.
 fn map_bytes(map: &BTreeMap<String, String>) -> usize {
-    map.iter().map(|(k, v)| k.len() + v.len()).sum()
+    map.iter().map(|(k, v)| k.len() + v.len() + PAIR_OVERHEAD).sum()
 }
 
 impl PodEntry {

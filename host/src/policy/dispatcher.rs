@@ -648,7 +648,7 @@ impl PolicyDispatcher {
             p.running();
         }
         // No event waits for earlier updates (see `Outbox`).
-        cx.waits = Waits { outbox: Duration::ZERO, loading: ready - start, slot: ready.elapsed() };
+        cx.waits = Waits { loading: ready - start, slot: ready.elapsed() };
         // Inline (see the module's documentation); a panic of the host's
         // own code fails the event, not the connection.
         let task = std::panic::AssertUnwindSafe(async move {
@@ -682,11 +682,14 @@ impl PolicyDispatcher {
     /// runtime has not answered yet applied, as it will have them (see
     /// [`Outbox`]). The copy shares every entry the updates do not change.
     fn evaluation_view(&self, chain: &Chain) -> Arc<NodeView> {
-        let view = self.view();
         if !self.outbox.pending() || !chain.keeps_view() {
-            return view;
+            return self.view();
         }
+        // The list first, then the view: a batch answered meanwhile is in
+        // the view before it leaves the list (`deliver`), so it is seen in
+        // one or both (applying it twice changes nothing), never in neither.
         let unanswered = self.outbox.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        let view = self.view();
         if unanswered.is_empty() {
             return view;
         }

@@ -700,8 +700,6 @@ pub struct EvalContext {
 /// started (`dispatcher.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Waits {
-    /// For the runtime to take the updates earlier events sent.
-    pub outbox: Duration,
     /// For policies still loading.
     pub loading: Duration,
     /// For a call slot (`max-concurrent-calls`).
@@ -942,20 +940,16 @@ impl Chain {
             || self.pending.iter().any(|p| p.subscription().is_some_and(|e| e.node))
     }
 
-    /// Whether the node view must be kept: some policy reads it, or may
-    /// update other containers (an update of another container is held to
-    /// that container's cpuset and swap as the view has them; unknown, it
-    /// needs `cpuset-any` or `swap-raise`), or a policy still loading, of
-    /// which nothing is known (no declaration, no record), may read it once
-    /// ready. A first start can register before such a policy is loaded;
-    /// the view built from that Synchronize is what it sees.
+    /// Whether the node view must be kept: some policy reads it, or a
+    /// policy still loading, of which nothing is known (no declaration, no
+    /// record), may read it once ready. A first start can register before
+    /// such a policy is loaded; the view built from that Synchronize is
+    /// what it sees. (A policy that updates other containers is held to
+    /// their cpuset and swap as the view has them; in a chain that keeps
+    /// none, they are unknown, and a cpuset or a swap-raising limit of
+    /// theirs needs `cpuset-any` or `swap-raise`.)
     pub fn keeps_view(&self) -> bool {
-        self.reads_node()
-            || self
-                .entries
-                .iter()
-                .any(|e| e.policy.allowed().effective().contains(crate::policy::spec::caps::Capability::Updates))
-            || self.pending.iter().any(|p| p.subscription().is_none())
+        self.reads_node() || self.pending.iter().any(|p| p.subscription().is_none())
     }
 
     fn subscribed(&self, kind: EventKind) -> impl Iterator<Item = &ChainEntry> {

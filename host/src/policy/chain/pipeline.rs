@@ -532,11 +532,9 @@ fn no_time_left(cx: &EvalContext, run: &Run<'_>) -> String {
     };
     let own = chain.saturating_sub(took);
     format!(
-        "no time left in the chain's budget ({} ms left): before the chain started the event waited {} ms for the \
-         runtime to take earlier updates, {} ms for policies still loading and {} ms for a call slot \
-         (max-concurrent-calls); {before}, the chain's own work {} ms",
+        "no time left in the chain's budget ({} ms left): before the chain started the event waited {} ms for \
+         policies still loading and {} ms for a call slot (max-concurrent-calls); {before}, the chain's own work {} ms",
         ms(cx.deadline.saturating_duration_since(Instant::now())),
-        ms(w.outbox),
         ms(w.loading),
         ms(w.slot),
         ms(own)

@@ -112,7 +112,7 @@ impl<'a> Baseline<'a> {
     /// or the host keeps none.
     pub(crate) fn other(self, id: &str) -> Current<'a> {
         match self.others.and_then(|v| v.container(id)).and_then(|c| c.resources.as_ref()) {
-            Some(resources) => Current::Known { requested: None, own: Some(resources) },
+            Some(resources) => Current::Recorded(resources),
             None => Current::Unknown,
         }
     }
@@ -132,6 +132,12 @@ pub(crate) enum Current<'a> {
         /// The container's own resources.
         own: Option<&'a pb::LinuxResources>,
     },
+    /// Another container, as the node view records it. The view's record
+    /// may be partial (resources it learnt from a policy's update of a
+    /// container it had none for), so a part it lacks is unknown, not
+    /// unbounded: no cpuset, or no swap total, is measured as
+    /// [`Current::Unknown`] is.
+    Recorded(&'a pb::LinuxResources),
     /// A container the host has no record of (not in the node view, or no
     /// view kept): a bound that needs a record is past the default grant,
     /// never within it.
@@ -144,6 +150,7 @@ impl<'a> Current<'a> {
     fn resources(self) -> Option<impl Iterator<Item = &'a pb::LinuxResources>> {
         match self {
             Current::Known { requested, own } => Some(requested.into_iter().chain(own)),
+            Current::Recorded(own) => Some(None.into_iter().chain(Some(own))),
             Current::Unknown => None,
         }
     }
@@ -152,7 +159,11 @@ impl<'a> Current<'a> {
     /// asked for if any, else its own; empty if it has none, `None` if the
     /// container is unknown.
     fn cpuset(self, pick: fn(&pb::LinuxCPU) -> &str) -> Option<&'a str> {
-        Some(self.resources()?.filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty()).unwrap_or(""))
+        let found = self.resources()?.filter_map(|r| r.cpu.as_ref()).map(pick).find(|s| !s.is_empty());
+        match (self, found) {
+            (Current::Recorded(_), None) => None,
+            (_, found) => Some(found.unwrap_or("")),
+        }
     }
 
     /// The container's memory-and-swap total (the one asked for if any,
@@ -161,6 +172,9 @@ impl<'a> Current<'a> {
     fn memory(self) -> Option<(Option<i64>, Option<i64>)> {
         let total = self.resources()?.filter_map(|r| r.memory.as_ref()).find_map(|m| m.swap.as_ref());
         let limit = self.resources()?.filter_map(|r| r.memory.as_ref()).find_map(|m| m.limit.as_ref());
+        if matches!(self, Current::Recorded(_)) && total.is_none() {
+            return None;
+        }
         Some((total.map(|t| t.value), limit.map(|l| l.value)))
     }
 }
@@ -576,6 +590,15 @@ mod tests {
         let (c, why) = cpuset("f", Current::Unknown, &cpu("0")).unwrap();
         assert_eq!(c, Capability::CpusetAny);
         assert!(why.contains("no record"), "{why}");
+        // Another container's record without a cpuset (the view may have
+        // learnt only a policy's partial update of it): unknown, not every
+        // CPU; with one, measured against it.
+        let partial = pb::LinuxResources { pids: protobuf::MessageField::none(), ..Default::default() };
+        assert_eq!(cpuset("f", Current::Recorded(&partial), &cpu("0")).map(|b| b.0), Some(Capability::CpusetAny));
+        let mut pinned = partial.clone();
+        pinned.cpu = protobuf::MessageField::some(pb::LinuxCPU { cpus: "2-3".into(), ..Default::default() });
+        assert!(cpuset("f", Current::Recorded(&pinned), &cpu("3")).is_none());
+        assert!(cpuset("f", Current::Recorded(&pinned), &cpu("0")).is_some());
         // Too long to compare, the reply's list or the container's own.
         assert!(cpuset("f", base(&shared), &cpu(&"1,".repeat(MAX_CPUSET_BYTES))).is_some());
         let long = container(None, &[], &"1,".repeat(MAX_CPUSET_BYTES), None);
@@ -636,6 +659,10 @@ mod tests {
         }
         assert!(swap("f", Current::Unknown, &mem(Some(100), Some(100))).is_none());
         assert!(swap("f", Current::Unknown, &mem(None, None)).is_none());
+        // Another container's record without a swap total: unknown too.
+        let partial = pb::LinuxResources::default();
+        let beyond = swap("f", Current::Recorded(&partial), &mem(Some(100), None));
+        assert_eq!(beyond.map(|b| b.0), Some(Capability::SwapRaise));
     }
 
     #[test]
