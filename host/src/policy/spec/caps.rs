@@ -476,9 +476,8 @@ mod tests {
 
     #[test]
     fn updates_of_the_own_container_are_resources_and_of_others_need_updates() {
-        let cpu = wit::LinuxResources {
-            memory: None,
-            cpu: Some(wit::LinuxCpu {
+        let cpu = resources(|r| {
+            r.cpu = Some(wit::LinuxCpu {
                 shares: Some(2),
                 quota: None,
                 period: None,
@@ -486,14 +485,8 @@ mod tests {
                 realtime_period: None,
                 cpus: String::new(),
                 mems: String::new(),
-            }),
-            hugepage_limits: vec![],
-            blockio_class: None,
-            rdt_class: None,
-            unified: vec![],
-            devices: vec![],
-            pids: None,
-        };
+            })
+        });
         let update = |id: &str| wit::ContainerUpdate {
             container_id: id.into(),
             resources: Some(cpu.clone()),
