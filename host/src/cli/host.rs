@@ -77,6 +77,9 @@ pub struct HostBuilder {
     /// `eval`'s component with the settings of its command line. Each joins
     /// the chain as if its files were in the directory. Default: none.
     given: Vec<PolicySpec>,
+    /// The UID of the pod the host runs in (`--pod-uid`), whose containers
+    /// no policy may update or evict (`node::own`). Default: none.
+    own_pod: Option<String>,
 }
 
 /// What keeps a host from being built.
@@ -102,6 +105,7 @@ impl HostBuilder {
             record: None,
             states: None,
             given: Vec::new(),
+            own_pod: None,
         }
     }
 
@@ -142,6 +146,12 @@ impl HostBuilder {
         self
     }
 
+    /// The host runs in the pod whose UID is `uid` (`None`: in none).
+    pub fn own_pod(mut self, uid: Option<String>) -> Self {
+        self.own_pod = uid;
+        self
+    }
+
     /// The engine and its loader alone, as [`build`](Self::build) makes
     /// them: the configuration's `[engine]` (with its compile cache), this
     /// builder's compiler, and the registry client of `[registry]` for
@@ -156,7 +166,7 @@ impl HostBuilder {
     /// mandatory policy that is not loaded yet fails container creation
     /// until it is.
     pub fn build(self) -> Result<Host, BuildError> {
-        let HostBuilder { config, compiler, metrics, observer, record, states, given } = self;
+        let HostBuilder { config, compiler, metrics, observer, record, states, given, own_pod } = self;
         let loader = make_loader(&config, compiler)?;
         let engine = loader.engine().clone();
         if let Allocator::OnDemand(why) = engine.allocator() {
@@ -199,6 +209,7 @@ impl HostBuilder {
             config.engine.max_concurrent_calls as usize,
         )
         .with_states(states)
+        .with_own_pod(own_pod)
         .with_metrics(metrics.clone())
         .pending();
         let dispatcher = match observer {

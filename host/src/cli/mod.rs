@@ -181,6 +181,21 @@ pub struct RunArgs {
     /// starts anew; 0 never rotates.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub record_max_mib: u64,
+    /// The UID of the pod the host runs in (a DaemonSet passes
+    /// metadata.uid from the downward API): no policy may update or evict
+    /// that pod's containers.
+    #[arg(long, value_name = "UID", env = "NRI_WASM_POD_UID", value_parser = pod_uid)]
+    pub pod_uid: Option<String>,
+}
+
+/// A pod UID as the API server assigns them: a UUID, in any case.
+fn pod_uid(text: &str) -> Result<String, String> {
+    let hex = |part: &str, n: usize| part.len() == n && part.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = text.split('-').collect();
+    match parts[..] {
+        [a, b, c, d, e] if hex(a, 8) && hex(b, 4) && hex(c, 4) && hex(d, 4) && hex(e, 12) => Ok(text.to_string()),
+        _ => Err(format!("\"{}\" is not a pod UID (8-4-4-4-12 hexadecimal digits)", crate::text::guest_text(text, 64))),
+    }
 }
 
 #[cfg(feature = "demo")]
@@ -401,7 +416,10 @@ fn serve(log: &Option<String>, format: Option<LogFormat>, args: RunArgs) -> anyh
         rt.block_on(async {
             let stop = tokio_util::sync::CancellationToken::new();
             stop_on_signals(stop.clone())?;
-            HostBuilder::new(config).record(record).build()?.serve(options, stop).await
+            if let Some(uid) = &args.pod_uid {
+                tracing::info!(pod_uid = %uid, "running in this pod: no policy may update or evict its containers");
+            }
+            HostBuilder::new(config).record(record).own_pod(args.pod_uid.clone()).build()?.serve(options, stop).await
         })
     });
     match served {
@@ -409,6 +427,33 @@ fn serve(log: &Option<String>, format: Option<LogFormat>, args: RunArgs) -> anyh
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "nri-wasm stopped");
             Ok(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    fn pod_uid(args: &[&str]) -> Result<Option<String>, String> {
+        let cli = Cli::try_parse_from(["nri-wasm", "run"].iter().chain(args)).map_err(|e| e.to_string())?;
+        match cli.command {
+            Some(Command::Run(run)) => Ok(run.pod_uid),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_pod_uid_is_a_uuid_or_refused_by_name() {
+        let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        assert_eq!(pod_uid(&["--pod-uid", uid]), Ok(Some(uid.into())));
+        assert_eq!(pod_uid(&[]), Ok(None));
+        for bad in ["", "nri-wasm-abcde", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f", "0f1e2d3c 4b5a-6978-8796-a5b4c3d2e1f0"]
+        {
+            let e = pod_uid(&["--pod-uid", bad]).unwrap_err();
+            assert!(e.contains("--pod-uid") && e.contains("is not a pod UID"), "{bad:?}: {e}");
         }
     }
 }

@@ -31,6 +31,12 @@ const MAX_CPUSET_INDEX: u32 = 1 << 16;
 pub trait KnownContainers {
     /// `None` if the host does not know (no Synchronize yet, or no view kept).
     fn exists(&self, id: &str) -> Option<bool>;
+
+    /// Whether the container is one of the host's own (`node::own`), which
+    /// no policy may update or evict.
+    fn is_hosts(&self, _id: &str) -> bool {
+        false
+    }
 }
 
 /// Knows nothing: existence is not checked.
@@ -101,6 +107,12 @@ fn container_id(field: &str, id: &str, node: &dyn KnownContainers) -> Checked {
     }
     if node.exists(id) == Some(false) {
         return Err(bad(field, format!("no container {id} on this node")));
+    }
+    if node.is_hosts(id) {
+        return Err(bad(
+            field,
+            format!("{id} is a container of nri-wasm's own pod, which no policy may update or evict"),
+        ));
     }
     Ok(())
 }

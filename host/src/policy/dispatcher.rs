@@ -94,6 +94,7 @@ use futures::FutureExt as _;
 use nri_wasm_api::api as pb;
 use tokio::sync::{watch, Semaphore};
 
+use crate::node::own::OwnPod;
 use crate::node::view::NodeView;
 use crate::nri::answer;
 use crate::nri::service::DEFAULT_REQUEST_TIMEOUT;
@@ -192,6 +193,8 @@ pub struct PolicyDispatcher {
     /// The node as of the last event; replaced copy-on-write, so an
     /// evaluation reads a consistent snapshot without holding a lock.
     view: SharedView,
+    /// The host's own pod, whose containers no policy may update or evict.
+    own: OwnPod,
     states: Arc<StateStore>,
     link: RuntimeLink,
     outbox: Outbox,
@@ -362,6 +365,7 @@ impl PolicyDispatcher {
             installed: watch::Sender::new((0, true)),
             facts: RwLock::new(Arc::new(facts)),
             view: SharedView::default(),
+            own: OwnPod::default(),
             states: Arc::new(StateStore::in_memory()),
             link: RuntimeLink::default(),
             outbox: Outbox::default(),
@@ -405,6 +409,13 @@ impl PolicyDispatcher {
     /// Uses `states` for the policies' state (e.g. one kept in a directory).
     pub fn with_states(mut self, states: Arc<StateStore>) -> Self {
         self.states = states;
+        self
+    }
+
+    /// The host runs in the pod whose UID is `uid`: no policy may update or
+    /// evict its containers (`node::own`).
+    pub fn with_own_pod(mut self, uid: Option<String>) -> Self {
+        self.own = OwnPod::new(uid);
         self
     }
 
@@ -626,6 +637,7 @@ impl PolicyDispatcher {
         let mut cx = EvalContext::new(self.engine.clone(), env, deadline).observed_by(observer);
         cx.explain = self.explain;
         let mut cx = if chain.reads_node() { cx.knowing_view() } else { cx };
+        cx.known = self.own.guard(cx.known);
         if let Some(p) = &progress {
             p.chain_ready(chain.clone());
         }
@@ -840,6 +852,7 @@ impl ViewChange for pb::RemovePodSandboxRequest {
 impl ViewChange<pb::CreateContainerResponse> for pb::CreateContainerRequest {
     fn after(&self, d: &PolicyDispatcher, result: Result<&pb::CreateContainerResponse, &DispatchError>) {
         let Ok(resp) = result else { return };
+        d.own.container(&self.pod, &self.container.id, true);
         d.change_view(|v| {
             if v.pod(&self.pod.id).is_none() {
                 v.pod_started(&self.pod);
@@ -902,6 +915,7 @@ impl ViewChange<pb::StopContainerResponse> for pb::StopContainerRequest {
 
 impl ViewChange for pb::RemoveContainerRequest {
     fn after(&self, d: &PolicyDispatcher, _result: Result<&(), &DispatchError>) {
+        d.own.container(&self.pod, &self.container.id, false);
         d.change_view(|v| v.container_removed(&self.container.id));
     }
 }
@@ -997,6 +1011,7 @@ impl PolicyDispatcher {
         pods: Vec<pb::PodSandbox>,
         containers: Vec<pb::Container>,
     ) -> Vec<pb::ContainerUpdate> {
+        self.own.synchronize(&pods, &containers);
         if self.chain().keeps_view() {
             self.change_view(|v| v.synchronize(&pods, &containers));
             let (pods, containers) = self.view().len();

@@ -94,6 +94,8 @@ const BEYOND: &[(&str, &str, &str)] = &[
     ("unified-swap", "cgroup-files", "\"memory.swap.max\""),
     ("update-own-unified", "cgroup-files", "update[0].resources.unified"),
     ("oom-protect", "oom-protect", "-1000 is below the container's own 500"),
+    ("oom-killer-off", "oom-protect", "memory.disable-oom-killer: the OOM killer off"),
+    ("swappiness", "swap-raise", "memory.swappiness: 0, which no pod can ask for"),
     ("rlimit-raise", "rlimits-raise", "above the container's own hard limit 1024"),
     ("rlimit-new-type", "rlimits-raise", "RLIMIT_RTPRIO"),
     ("sched-fifo", "realtime", "adjust.linux.scheduler"),
@@ -105,6 +107,8 @@ const BEYOND: &[(&str, &str, &str)] = &[
     ("annotation-systemd", "runtime-annotations", "org.systemd.property.DeviceAllow"),
     ("annotation-remove-cri", "runtime-annotations", "io.kubernetes.cri.container-type"),
     ("annotation-kubernetes", "runtime-annotations", "kubernetes.io/config.source"),
+    ("annotation-wasm", "runtime-annotations", "\"module.wasm.image/variant\" is read by OCI runtimes"),
+    ("annotation-bytes", "runtime-annotations", "adjust.annotations: 266266 bytes, more than the 262144"),
     ("resctrl", "resctrl", ""),
     ("swap-unlimited", "swap-raise", "-1 (unlimited)"),
     ("swap-more", "swap-raise", "more than the container's own 0"),
@@ -151,6 +155,12 @@ fn granted_its_capability_each_field_reaches_the_runtime() {
         let reached = match *mode {
             "unified-procs" => resources.is_some_and(|r| r.unified.contains_key("cgroup.procs")),
             "oom-protect" => linux.and_then(|l| l.oom_score_adj.as_ref()).is_some_and(|o| o.value == -1000),
+            "oom-killer-off" => resources
+                .and_then(|r| r.memory.as_ref())
+                .is_some_and(|m| m.disable_oom_killer.as_ref().is_some_and(|d| d.value)),
+            "swappiness" => resources
+                .and_then(|r| r.memory.as_ref())
+                .is_some_and(|m| m.swappiness.as_ref().is_some_and(|s| s.value == 0)),
             "rlimit-raise" => adjust.rlimits.iter().any(|r| r.type_ == "RLIMIT_NOFILE" && r.hard == 1_048_576),
             "annotation-runtime" => adjust.annotations.contains_key("run.oci.keep_original_groups"),
             "cpuset-outside" => resources.and_then(|r| r.cpu.as_ref()).is_some_and(|c| c.cpus == "0-7"),
@@ -190,6 +200,7 @@ fn just_inside_every_bound_the_default_grant_takes_it_all() {
     assert_eq!(resources.cpu.as_ref().map(|c| c.cpus.as_str()), Some("1"));
     assert!(adjust.rlimits.iter().any(|r| r.type_ == "RLIMIT_NOFILE" && r.hard == 1024 && r.soft == 512));
     assert!(adjust.annotations.contains_key("example.com/bounded"));
+    assert_eq!(adjust.annotations.get("example.com/full").map(String::len), Some((256 << 10) - 38), "at the bound");
     assert!(linux.scheduler.is_some() && linux.io_priority.is_some());
     let memory = resources.memory.as_ref().expect("memory");
     assert_eq!(memory.limit.value, memory.swap.value, "a limit set with its total: still no swap {memory:?}");

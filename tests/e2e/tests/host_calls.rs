@@ -301,8 +301,9 @@ async fn a_timeout_inside_a_host_call_names_the_function_to_the_runtime() {
     node_.h.shutdown().await;
 }
 
-/// A node whose containers carry a megabyte of annotations each, as a
-/// policy's default grant may add to every container it sees created:
+/// A node whose containers carry a megabyte of annotations each, as four
+/// policies may add to every container they see created (each within its
+/// default grant of 256 KiB):
 /// twenty of them are more than one transfer carries. Copying them out for
 /// `node.containers` would cost the host 20 MiB per call, outside every
 /// limit of the policy's, before the guest's memory limit could refuse

@@ -23,6 +23,7 @@ mod merge_plugins;
 mod node_state;
 mod operations;
 mod outbox;
+mod own_pod;
 mod preinit;
 mod reconnect;
 mod registry;

@@ -204,6 +204,26 @@ pub(crate) fn unified_key(field: &str, key: &str) -> Option<Beyond> {
 
 /// The Kubernetes domains whose annotations only Kubernetes sets.
 const RESERVED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io"];
+/// Domains of annotations OCI runtimes act on: `module.wasm.image/variant`
+/// makes crun and youki run the container's image as WebAssembly. A pod's
+/// own annotations reach the OCI spec only through the runtime handler's
+/// allow-list, which names these where an operator wants them.
+const RUNTIME_DOMAINS: &[&str] = &["module.wasm.image"];
+/// Most bytes (keys and values) all of a pod's annotations may hold: the
+/// API server's limit. An adjustment that sets more than a pod could carry
+/// is past the default grant.
+pub(crate) const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+/// Annotations set (not removed) by one adjustment, in more bytes than all
+/// of a pod's annotations may hold.
+pub(crate) fn annotation_bytes(annotations: &[wit::KeyValue]) -> Option<Beyond> {
+    let set = annotations.iter().filter(|kv| !kv.key.starts_with('-'));
+    let bytes = set.fold(0usize, |n, kv| n.saturating_add(kv.key.len()).saturating_add(kv.value.len()));
+    (bytes > MAX_ANNOTATION_BYTES).then(|| {
+        let why = format!("{bytes} bytes, more than the {MAX_ANNOTATION_BYTES} all of a pod's annotations may hold");
+        (Capability::RuntimeAnnotations, format!("adjust.annotations: {why}"))
+    })
+}
 
 /// An annotation key (without a removal marker) beyond the default grant:
 /// a key without a `domain/` prefix (the form runtimes, shims and systemd
@@ -215,11 +235,14 @@ pub(crate) fn annotation_key(key: &str) -> Option<Beyond> {
         None => "has no domain/ prefix: runtimes, shims and systemd read such keys",
         Some((domain, _)) => {
             let domain = domain.to_ascii_lowercase();
-            let reserved = RESERVED_DOMAINS.iter().any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
-            if !reserved && !domain.is_empty() {
+            let within = |domains: &[&str]| domains.iter().any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
+            if within(RUNTIME_DOMAINS) {
+                "is read by OCI runtimes (it can make them run the image as WebAssembly)"
+            } else if within(RESERVED_DOMAINS) || domain.is_empty() {
+                "is in a domain only Kubernetes sets"
+            } else {
                 return None;
             }
-            "is in a domain only Kubernetes sets"
         }
     };
     Some((Capability::RuntimeAnnotations, format!("adjust.annotations: {:?} {why}", clip(key))))
@@ -276,6 +299,22 @@ pub(crate) fn scheduler(s: &wit::LinuxScheduler) -> Option<Beyond> {
 pub(crate) fn io_priority(p: &wit::IoPriority) -> Option<Beyond> {
     matches!(p.class, wit::IoPriorityClass::Rt)
         .then(|| (Capability::Realtime, "adjust.linux.io-priority: the real-time class".to_string()))
+}
+
+/// The OOM killer turned off (cgroup v1), which no pod can ask for: a
+/// container at its limit then hangs rather than being killed. It needs
+/// `oom-protect`, the OOM score's own capability; turning the killer on,
+/// as it is, is no change.
+pub(crate) fn oom_killer(field: &str, m: &wit::LinuxMemory) -> Option<Beyond> {
+    (m.disable_oom_killer == Some(true))
+        .then(|| (Capability::OomProtect, format!("{field}.memory.disable-oom-killer: the OOM killer off")))
+}
+
+/// A swappiness of the container's own (cgroup v1), how readily it is
+/// swapped out, which no pod can ask for: `swap-raise`, the capability
+/// over its swap.
+pub(crate) fn swappiness(field: &str, m: &wit::LinuxMemory) -> Option<Beyond> {
+    m.swappiness.map(|s| (Capability::SwapRaise, format!("{field}.memory.swappiness: {s}, which no pod can ask for")))
 }
 
 /// Real-time CPU bandwidth (cgroup v1 `cpu.rt_*`), which no pod is given.
@@ -455,6 +494,18 @@ mod tests {
     }
 
     #[test]
+    fn annotations_past_what_a_pod_may_hold_need_a_capability() {
+        let kv = |k: &str, n: usize| wit::KeyValue { key: k.into(), value: "v".repeat(n) };
+        let at = MAX_ANNOTATION_BYTES - "example.com/a".len() - "example.com/b".len() - 10;
+        assert!(annotation_bytes(&[kv("example.com/a", at), kv("example.com/b", 10)]).is_none());
+        let (c, why) = annotation_bytes(&[kv("example.com/a", at), kv("example.com/b", 11)]).unwrap();
+        assert_eq!(c, Capability::RuntimeAnnotations);
+        assert!(why.contains("262145 bytes, more than the 262144"), "{why}");
+        // Removals carry nothing into the spec.
+        assert!(annotation_bytes(&[kv("example.com/a", at), kv("-example.com/b", 1 << 20)]).is_none());
+    }
+
+    #[test]
     fn annotations_need_a_domain_outside_kubernetes() {
         for ok in ["example.com/team", "-example.com/team", "qos.example.com/class", "exclusive-cpus.nri-wasm.io/cpus"]
         {
@@ -470,6 +521,8 @@ mod tests {
             "cdi.k8s.io/vendor",
             "Node.K8S.io/x",
             "/x",
+            "module.wasm.image/variant",
+            "-Module.Wasm.Image/variant",
         ] {
             assert_eq!(annotation_key(beyond).map(|b| b.0), Some(Capability::RuntimeAnnotations), "{beyond}");
         }
@@ -604,6 +657,26 @@ mod tests {
         let long = container(None, &[], &"1,".repeat(MAX_CPUSET_BYTES), None);
         assert!(cpuset("f", base(&long), &cpu("1")).is_some());
         assert!(cpu_realtime("f", &wit::LinuxCpu { realtime_runtime: Some(1000), ..cpu("") }).is_some());
+    }
+
+    #[test]
+    fn the_oom_killer_off_and_a_swappiness_are_past_the_default() {
+        let knobs = |swappiness, disable_oom_killer| wit::LinuxMemory {
+            limit: Some(64),
+            reservation: Some(32),
+            swap: None,
+            kernel: None,
+            kernel_tcp: None,
+            swappiness,
+            disable_oom_killer,
+            use_hierarchy: None,
+        };
+        assert_eq!(oom_killer("f", &knobs(None, Some(true))).map(|b| b.0), Some(Capability::OomProtect));
+        assert!(oom_killer("f", &knobs(None, Some(false))).is_none(), "on, as it is: no change");
+        assert!(oom_killer("f", &knobs(Some(0), None)).is_none());
+        let (c, why) = swappiness("f", &knobs(Some(60), Some(true))).unwrap();
+        assert_eq!((c, why.as_str()), (Capability::SwapRaise, "f.memory.swappiness: 60, which no pod can ask for"));
+        assert!(swappiness("f", &knobs(None, Some(true))).is_none());
     }
 
     #[test]

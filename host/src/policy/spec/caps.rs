@@ -300,6 +300,7 @@ fn adjustment(a: &wit::ContainerAdjustment, base: Baseline<'_>, need: &mut Needs
     let own = base.own;
     let wit::ContainerAdjustment { annotations, mounts, env, hooks, linux, rlimits, cdi_devices, args } = a;
     need.when(!annotations.is_empty(), Capability::Annotations);
+    need.beyond(bounds::annotation_bytes(annotations));
     for kv in annotations {
         need.beyond(bounds::annotation_key(&kv.key));
     }
@@ -370,6 +371,8 @@ fn linux_resources(field: &str, r: &wit::LinuxResources, current: Current<'_>, n
     if let Some(m) = memory {
         need.add(Capability::Memory);
         need.beyond(bounds::swap(field, current, m));
+        need.beyond(bounds::oom_killer(field, m));
+        need.beyond(bounds::swappiness(field, m));
     }
     if let Some(c) = cpu {
         need.add(Capability::Cpu);

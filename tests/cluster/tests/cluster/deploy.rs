@@ -65,6 +65,11 @@ fn the_kustomization_as_shipped_runs_registered_and_restarts_warm() {
     let loads = records(&log, "policy loaded");
     assert_eq!(loads.len(), 2, "{log}");
     assert!(loads.iter().all(|r| r["cached"] == false), "a cold start compiles: {loads:?}");
+    // The host knows its own pod by the UID the downward API hands it: no
+    // policy may update or evict its containers (tests/e2e own_pod).
+    let own = records(&log, "running in this pod: no policy may update or evict its containers");
+    assert_eq!(own.len(), 1, "{log}");
+    assert_eq!(own[0]["pod_uid"], pod["metadata"]["uid"], "{pod}");
 
     // The cache and its key are in the mounted directory; nothing beside it.
     let cache = c.node_path("/var/cache/nri-wasm");

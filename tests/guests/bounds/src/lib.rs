@@ -87,6 +87,13 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
         "annotation-systemd" => a = a.set_annotation("org.systemd.property.DeviceAllow", "'char-* rwm'"),
         "annotation-remove-cri" => a = a.remove_annotation("io.kubernetes.cri.container-type"),
         "annotation-kubernetes" => a = a.set_annotation("kubernetes.io/config.source", "file"),
+        "annotation-wasm" => a = a.set_annotation("module.wasm.image/variant", "compat-smart"),
+        // More than all of a pod's annotations may hold (256 KiB), in two.
+        "annotation-bytes" => {
+            a = a
+                .set_annotation("example.com/a", &"a".repeat(200 << 10))
+                .set_annotation("example.com/b", &"b".repeat(60 << 10))
+        }
         "resctrl" => {
             a.linux_mut().rdt = Some(LinuxRdt {
                 clos_id: Some("/".into()),
@@ -96,6 +103,11 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
             })
         }
         "swap-unlimited" => a.resources_mut().memory = Some(swap(None, -1)),
+        // cgroup v1 knobs no pod can ask for.
+        "oom-killer-off" => {
+            a.resources_mut().memory = Some(LinuxMemory { disable_oom_killer: Some(true), ..LinuxMemory::default() })
+        }
+        "swappiness" => a.resources_mut().memory = Some(LinuxMemory { swappiness: Some(0), ..LinuxMemory::default() }),
         "swap-more" => a.resources_mut().memory = Some(swap(Some(33_554_432), 1_073_741_824)),
         // Half the memory limit, the total left as it was: the other half
         // becomes swap.
@@ -134,6 +146,8 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
                 .set_oom_score_adj(1000)
                 .set_rlimit("RLIMIT_NOFILE", 512, 1024)
                 .set_annotation("example.com/bounded", "yes")
+                // With this one, exactly what a pod's annotations may hold.
+                .set_annotation("example.com/full", &"f".repeat((256 << 10) - 19 - 3 - 16))
                 .remove_annotation("example.com/ctr-role")
                 .set_cpuset("1")
                 .set_cpuset_mems("0");
@@ -142,7 +156,11 @@ fn reply(mode: &str, own: &str) -> Result<Reply, String> {
             let cpu = a.resources_mut().cpu.get_or_insert_with(LinuxCpu::default);
             cpu.shares = Some(2);
             // A bigger memory limit with still no swap.
-            a.resources_mut().memory = Some(swap(Some(67_108_864), 67_108_864));
+            a.resources_mut().memory = Some(LinuxMemory {
+                // The OOM killer on, as it is: no change.
+                disable_oom_killer: Some(false),
+                ..swap(Some(67_108_864), 67_108_864)
+            });
         }
         // Half the memory, and its total with it: still no swap.
         "lower-with-total" => a.resources_mut().memory = Some(swap(Some(16_777_216), 16_777_216)),
