@@ -96,6 +96,10 @@ func labels(p *wit.PodSandbox) []wit.KeyValue {
 // The host's longest state key.
 const maxKeyBytes = 256
 
+// entryBytes is what each key counts toward the state's limit beside its
+// key and value, as the host counts it.
+const entryBytes = 64
+
 func matching(f wit.ContainerFilter) []wit.ContainerInfo {
 	h := now("node.containers").host
 	has := func(kvs, wanted []wit.KeyValue) bool {
@@ -286,7 +290,7 @@ func install() {
 		after[key] = value
 		used := 0
 		for k, v := range after {
-			used += len(k) + len(v)
+			used += len(k) + len(v) + entryBytes
 		}
 		if used > c.host.StateLimit {
 			limit := uint64(c.host.StateLimit)

@@ -416,6 +416,9 @@ def _container_ids(f: _node.ContainerFilter) -> _node.IdList:
 
 # The host's longest state key.
 _MAX_KEY_BYTES = 256
+# What each key counts toward the state's limit beside its key and value,
+# as the host counts it.
+_ENTRY_BYTES = 64
 
 
 def _state_set(key: str, value: str) -> None:
@@ -425,7 +428,7 @@ def _state_set(key: str, value: str) -> None:
         raise Err(_state.StateError_InvalidKey(f"key of {n} bytes; keys are 1 to {_MAX_KEY_BYTES} bytes"))
     after = dict(call.state)
     after[key] = value
-    if sum(len(k.encode()) + len(v.encode()) for k, v in after.items()) > call.host.state_limit:
+    if sum(len(k.encode()) + len(v.encode()) + _ENTRY_BYTES for k, v in after.items()) > call.host.state_limit:
         raise Err(_state.StateError_LimitExceeded(call.host.state_limit))
     call.state = after
 

@@ -308,12 +308,12 @@ async fn state_commits_with_the_event_survives_reloads_and_is_bounded() {
     assert_eq!(counted(&rt.create(&create(4)).await.unwrap()).as_deref(), Some("3"), "state survives the reload");
 
     let tight = Limits { state_kib: 1, ..roomy() };
-    d.replace_chain(Chain::new(vec![load("30-fill", guests::PROBE, "fill:1000", tight)], ChainSettings::default()));
-    rt.create(&create(5)).await.expect("1000 bytes fit in 1 KiB");
+    d.replace_chain(Chain::new(vec![load("30-fill", guests::PROBE, "fill:900", tight)], ChainSettings::default()));
+    rt.create(&create(5)).await.expect("900 bytes, their key and its 64 fit in 1 KiB");
     d.replace_chain(Chain::new(vec![load("30-fill", guests::PROBE, "fill:2000", tight)], ChainSettings::default()));
     let err = rt.create(&create(6)).await.unwrap_err().to_string();
     assert!(err.contains("30-fill") && err.contains("limit of 1024 bytes exceeded"), "{err}");
-    assert_eq!(d.states().snapshot("30-fill").bytes(), 4 + 1000, "the refused write left the state as it was");
+    assert_eq!(d.states().snapshot("30-fill").bytes(), 4 + 900 + 64, "the refused write left the state as it was");
     rt.close().await;
     h.shutdown().await;
 }

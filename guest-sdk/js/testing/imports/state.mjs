@@ -4,7 +4,10 @@ import { current } from '../call.mjs';
 
 // The host's longest key.
 const MAX_KEY_BYTES = 256;
-const size = (m) => [...m].reduce((n, [k, v]) => n + Buffer.byteLength(k) + Buffer.byteLength(v), 0);
+// What each key counts toward the state's limit beside its key and value,
+// as the host counts it.
+const ENTRY_BYTES = 64;
+const size = (m) => [...m].reduce((n, [k, v]) => n + Buffer.byteLength(k) + Buffer.byteLength(v) + ENTRY_BYTES, 0);
 
 export function get(key) { return current('state.get').state.get(key); }
 export function set(key, value) {

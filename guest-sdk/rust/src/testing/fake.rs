@@ -15,6 +15,9 @@ use crate::{LogLevel, NodeInfo, RuntimeInfo, WholeEvent};
 
 /// Longest state key, in bytes (as the host).
 pub(crate) const MAX_KEY_BYTES: usize = 256;
+/// What each key counts toward the state's limit beside its key and value,
+/// as the host counts it.
+pub(crate) const ENTRY_BYTES: usize = 64;
 
 /// Everything one call can read and write.
 #[derive(Debug)]
@@ -246,7 +249,7 @@ pub mod node {
 }
 
 pub mod state {
-    use super::{with, MAX_KEY_BYTES};
+    use super::{with, ENTRY_BYTES, MAX_KEY_BYTES};
     use crate::bindings::nri_wasm::policy::state::StateError;
 
     pub fn get(key: &str) -> Option<String> {
@@ -261,9 +264,9 @@ pub mod state {
                     key.len()
                 )));
             }
-            let used: usize = c.state.iter().map(|(k, v)| k.len() + v.len()).sum();
-            let old = c.state.get(key).map_or(0, |v| key.len() + v.len());
-            if used - old + key.len() + value.len() > c.state_limit {
+            let used: usize = c.state.iter().map(|(k, v)| k.len() + v.len() + ENTRY_BYTES).sum();
+            let old = c.state.get(key).map_or(0, |v| key.len() + v.len() + ENTRY_BYTES);
+            if used - old + key.len() + value.len() + ENTRY_BYTES > c.state_limit {
                 return Err(StateError::LimitExceeded(c.state_limit as u64));
             }
             c.state.insert(key.to_string(), value.to_string());

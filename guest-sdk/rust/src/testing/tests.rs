@@ -286,9 +286,11 @@ fn state_writes_are_bounded_as_in_the_host() {
     let call = |host: &TestHost, f: &dyn Fn() -> Result<(), state::StateError>| {
         fake::with_call(host.call(Some(fixture().0)), f).0
     };
-    let host = TestHost::new().with_state_limit(10).with_state("ab", "cd");
+    // Two keys, 10 bytes of keys and values: each key counts 64 bytes more.
+    let limit = 10 + 2 * 64;
+    let host = TestHost::new().with_state_limit(limit).with_state("ab", "cd");
     assert_eq!(call(&host, &|| state::set("ef", "ghij")), Ok(()));
-    assert_eq!(call(&host, &|| state::set("ef", "ghijk")), Err(state::StateError::LimitExceeded(10)));
+    assert_eq!(call(&host, &|| state::set("ef", "ghijk")), Err(state::StateError::LimitExceeded(limit as u64)));
     assert_eq!(call(&host, &|| state::set("ab", "cdefghij")), Ok(()), "a replaced value is not counted twice");
     assert!(matches!(call(&host, &|| state::set("", "x")), Err(state::StateError::InvalidKey(_))));
     assert!(matches!(call(&host, &|| state::set(&"k".repeat(257), "")), Err(state::StateError::InvalidKey(_))));

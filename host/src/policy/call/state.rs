@@ -50,6 +50,17 @@ use crate::wit::state::StateError;
 
 /// Longest key, in bytes.
 pub(crate) const MAX_KEY_BYTES: usize = 256;
+/// Bytes a key counts for beside its key and value: about what the host's
+/// map spends on an entry (two strings, their allocations and the tree's
+/// share of a node). Counting only keys and values, a state of a million
+/// one-byte keys within its 1 MiB held about a hundred times that in the
+/// host's memory, and `state.keys` copied a million strings per call.
+pub(crate) const ENTRY_BYTES: usize = 64;
+
+/// What one entry counts toward the state's limit.
+fn entry_size(key: &str, value: &str) -> usize {
+    key.len() + value.len() + ENTRY_BYTES
+}
 
 /// A policy's committed state: immutable, shared by every call that reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,18 +72,13 @@ pub struct StateSnapshot {
 }
 
 impl StateSnapshot {
-    fn from_map(map: OrdMap<String, String>) -> Self {
-        let bytes = map.iter().map(|(k, v)| k.len() + v.len()).sum();
-        Self { map, bytes }
-    }
-
     /// The committed value of `key`, if it is set.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.map.get(key).map(String::as_str)
     }
 
-    /// The state's size: the sum of the lengths of its keys and values, in
-    /// bytes (what `state-kib` limits).
+    /// The state's size: the sum of the lengths of its keys and values and
+    /// [`ENTRY_BYTES`] per key, in bytes (what `state-kib` limits).
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -118,7 +124,7 @@ pub struct StateTxn {
 
 impl StateTxn {
     /// A transaction on `base` whose state may hold at most `limit` bytes
-    /// of keys and values.
+    /// of keys and values, counting [`ENTRY_BYTES`] more per key.
     pub fn new(base: Arc<StateSnapshot>, limit: usize) -> Self {
         let bytes = base.bytes;
         Self { base, writes: BTreeMap::new(), bytes, limit }
@@ -133,7 +139,7 @@ impl StateTxn {
     }
 
     fn entry_bytes(&self, key: &str) -> usize {
-        self.get(key).map_or(0, |v| key.len() + v.len())
+        self.get(key).map_or(0, |v| entry_size(key, v))
     }
 
     /// Sets `key` to `value` in the transaction; refuses an empty key or one
@@ -145,7 +151,7 @@ impl StateTxn {
                 key.len()
             )));
         }
-        let after = self.bytes - self.entry_bytes(&key) + key.len() + value.len();
+        let after = self.bytes - self.entry_bytes(&key) + entry_size(&key, &value);
         if after > self.limit {
             return Err(StateError::LimitExceeded(self.limit as u64));
         }
@@ -282,9 +288,10 @@ impl StateWriter for Disk {
 pub struct StateStore {
     dir: Option<PathBuf>,
     slots: Mutex<HashMap<String, Slot>>,
-    /// The most each policy's file may hold (from its `state-kib`); policies
-    /// not named here get the largest any policy may have.
-    caps: Mutex<HashMap<String, u64>>,
+    /// The most each policy's state may hold (its `state-kib`, in bytes),
+    /// which bounds its file too; policies not named here get the largest
+    /// any policy may have.
+    caps: Mutex<HashMap<String, usize>>,
     /// Serialises file writes, so that a newer commit is never overwritten
     /// by an older one.
     writer: Mutex<()>,
@@ -431,12 +438,12 @@ impl StateStore {
     /// [`Self::preload`] for a policy whose state may hold `state_bytes`
     /// (its `state-kib`): a larger file is not read.
     pub fn preload_limited(&self, policy: &str, state_bytes: usize) {
-        self.caps.lock().expect("state caps lock").insert(policy.to_string(), max_file_bytes(state_bytes));
+        self.caps.lock().expect("state caps lock").insert(policy.to_string(), state_bytes);
         self.preload(policy);
     }
 
-    fn cap(&self, policy: &str) -> u64 {
-        self.caps.lock().expect("state caps lock").get(policy).copied().unwrap_or(max_file_bytes(MAX_STATE_BYTES))
+    fn cap(&self, policy: &str) -> usize {
+        self.caps.lock().expect("state caps lock").get(policy).copied().unwrap_or(MAX_STATE_BYTES)
     }
 
     fn path(&self, policy: &str) -> Option<PathBuf> {
@@ -485,13 +492,13 @@ impl StateStore {
         for (k, v) in writes.writes {
             let old = match v {
                 Some(v) => {
-                    next.bytes += k.len() + v.len();
+                    next.bytes += entry_size(&k, &v);
                     next.map.insert(k.clone(), v)
                 }
                 None => next.map.remove(&k),
             };
             if let Some(old) = old {
-                next.bytes -= k.len() + old.len();
+                next.bytes -= entry_size(&k, &old);
             }
         }
         slot.committed = Arc::new(next);
@@ -555,8 +562,10 @@ impl StateStore {
     }
 }
 
-fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSnapshot>, StateFileError> {
+fn load(policy: &str, path: &Path, uid: u32, state_bytes: usize) -> Result<Option<StateSnapshot>, StateFileError> {
+    use serde::de::DeserializeSeed as _;
     use std::io::Read as _;
+    let cap = max_file_bytes(state_bytes);
     let read_err = |source| StateFileError::Read { policy: policy.into(), path: path.into(), source };
     let (file, meta) = match crate::files::open_regular(path) {
         Ok(Ok(opened)) => opened,
@@ -576,12 +585,59 @@ fn load(policy: &str, path: &Path, uid: u32, cap: u64) -> Result<Option<StateSna
     if bytes.len() as u64 > cap {
         return Err(too_large(bytes.len() as u64));
     }
-    let map: OrdMap<String, String> = serde_json::from_slice(&bytes).map_err(|e| StateFileError::Parse {
+    let parse_err = |e: serde_json::Error| StateFileError::Parse {
         policy: policy.into(),
         path: path.into(),
         reason: e.to_string(),
-    })?;
-    Ok(Some(StateSnapshot::from_map(map)))
+    };
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let (map, size) = Bounded(state_bytes).deserialize(&mut de).map_err(parse_err)?;
+    de.end().map_err(parse_err)?;
+    Ok(Some(StateSnapshot { map, bytes: size }))
+}
+
+/// Reads a state file's object entry by entry, refusing it as soon as it
+/// holds more than the policy's state may (keys and values, and
+/// [`ENTRY_BYTES`] per key) or a key a call could not have set: a file of a
+/// million tiny keys costs the host no more than the state it stands for.
+struct Bounded(usize);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Bounded {
+    type Value = (OrdMap<String, String>, usize);
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Bounded {
+    type Value = (OrdMap<String, String>, usize);
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object of string keys and values")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut entries: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error as _;
+        let (mut map, mut bytes) = (OrdMap::<String, String>::new(), 0usize);
+        while let Some((key, value)) = entries.next_entry::<String, String>()? {
+            if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                return Err(A::Error::custom(format!("a key of {} bytes; keys are 1 to {MAX_KEY_BYTES}", key.len())));
+            }
+            bytes += entry_size(&key, &value);
+            if let Some(old) = map.get(key.as_str()) {
+                bytes -= entry_size(&key, old);
+            }
+            if bytes > self.0 {
+                let limit = self.0;
+                return Err(A::Error::custom(format!(
+                    "more than the {limit} bytes its state-kib allows (keys and values, and {ENTRY_BYTES} bytes per key)"
+                )));
+            }
+            map.insert(key, value);
+        }
+        Ok((map, bytes))
+    }
 }
 
 /// Writes `path` in `dir` so that a crash leaves either the old or the new
@@ -629,7 +685,7 @@ mod tests {
         assert!(store.snapshot("10-p").is_empty(), "nothing is committed before the event ends");
         store.commit("10-p", t.take_writes().unwrap());
         let s = store.snapshot("10-p");
-        assert_eq!((s.get("cpu/a"), s.len(), s.bytes()), (Some("0-1"), 3, 5 + 3 + 5 + 1 + 5 + 1));
+        assert_eq!((s.get("cpu/a"), s.len(), s.bytes()), (Some("0-1"), 3, 5 + 3 + 5 + 1 + 5 + 1 + 3 * ENTRY_BYTES));
 
         let mut t = txn(&store, 1024);
         t.remove("cpu/a".into());
@@ -643,9 +699,11 @@ mod tests {
     #[test]
     fn the_size_limit_counts_keys_and_values_as_the_call_sees_them() {
         let store = StateStore::in_memory();
-        let mut t = txn(&store, 10);
+        // Room for 10 bytes of keys and values in two keys.
+        let limit = 10 + 2 * ENTRY_BYTES;
+        let mut t = txn(&store, limit);
         t.set("k".into(), "123456789".into()).unwrap();
-        assert_eq!(t.set("j".into(), "1".into()), Err(StateError::LimitExceeded(10)));
+        assert_eq!(t.set("j".into(), "1".into()), Err(StateError::LimitExceeded(limit as u64)));
         // Replacing a value frees what the old one took.
         t.set("k".into(), "1".into()).unwrap();
         t.set("j".into(), "1234567".into()).unwrap();
@@ -656,6 +714,51 @@ mod tests {
         assert!(matches!(t.set("x".repeat(257), String::new()), Err(StateError::InvalidKey(_))));
         assert!(t.take_writes().is_some());
         assert!(txn(&store, 10).take_writes().is_none(), "no writes, nothing to commit");
+    }
+
+    /// A state of tiny keys holds no more entries than its limit pays for:
+    /// 1 MiB is 15,260 keys of 1 to 4 hex digits with one-byte values, not
+    /// 300,000.
+    #[test]
+    fn every_key_counts_for_what_the_host_spends_on_it() {
+        let store = StateStore::in_memory();
+        let mut t = txn(&store, 1 << 20);
+        let mut n = 0u32;
+        while t.set(format!("{n:x}"), "v".into()).is_ok() {
+            n += 1;
+        }
+        // 16 keys of 66 bytes, 240 of 67, 3,840 of 68, then 69 each.
+        assert_eq!(n, 15_260);
+        assert!(t.keys("").len() == n as usize);
+    }
+
+    #[test]
+    fn a_file_of_more_entries_than_the_state_may_hold_is_refused_as_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        // Within the file cap of state-kib 1 (12,290 bytes), far more keys
+        // than 1 KiB pays for.
+        let many: Vec<String> = (0..1000).map(|i| format!("\"{i:x}\":\"\"")).collect();
+        let files = [
+            ("10-many", format!("{{{}}}", many.join(",")), "more than the 1024 bytes its state-kib allows"),
+            ("20-empty-key", r#"{"":"x"}"#.to_string(), "a key of 0 bytes"),
+            ("30-long-key", format!(r#"{{"{}":"x"}}"#, "k".repeat(257)), "a key of 257 bytes"),
+            ("40-trailing", r#"{"a":"x"} {"b":"y"}"#.to_string(), "trailing characters"),
+        ];
+        for (policy, text, _) in &files {
+            assert!(text.len() as u64 <= max_file_bytes(1024), "{policy}: within the file cap");
+            std::fs::write(dir.path().join(format!("{policy}.json")), text).unwrap();
+        }
+        let store = StateStore::in_dir(dir.path().to_path_buf());
+        for (policy, _, says) in &files {
+            store.preload_limited(policy, 1024);
+            assert!(store.snapshot(policy).is_empty(), "{policy}");
+            let error = store.health()[*policy].load_error.clone().unwrap();
+            assert!(error.contains(&format!("{policy}.json")) && error.contains(says), "{policy}: {error}");
+        }
+        // What fits is read, and counted as a call counts it.
+        std::fs::write(dir.path().join("50-fits.json"), r#"{"a":"1","b":"22"}"#).unwrap();
+        store.preload_limited("50-fits", 1024);
+        assert_eq!(store.snapshot("50-fits").bytes(), 5 + 2 * ENTRY_BYTES);
     }
 
     #[test]
@@ -747,14 +850,14 @@ mod tests {
         assert_eq!(store.snapshot("10-big").get("k").map(str::len), Some(20_000));
         assert_eq!(max_file_bytes(0), 2);
         // The bound holds for the worst JSON a state can become.
-        let mut worst = StateTxn::new(Arc::default(), 64);
+        let mut worst = StateTxn::new(Arc::default(), 64 + 8 * ENTRY_BYTES);
         for i in 0..8u8 {
             worst.set(char::from(i + 1).to_string(), "\u{1}".repeat(6)).unwrap();
         }
         let store = StateStore::in_memory();
         store.commit("w", worst.take_writes().unwrap());
         let json = serde_json::to_vec(&store.snapshot("w").map).unwrap();
-        assert!(json.len() as u64 <= max_file_bytes(64), "{} bytes", json.len());
+        assert!(json.len() as u64 <= max_file_bytes(64 + 8 * ENTRY_BYTES), "{} bytes", json.len());
     }
 
     #[test]
