@@ -15,7 +15,7 @@
 //!   and carries an HMAC-SHA256 of the header and the code under a key
 //!   derived from the host-private key (32 random bytes, mode 0600, in the
 //!   file `key` inside the directory, created exclusively) and the
-//!   directory's identity (its device and inode numbers);
+//!   directory's identity (its inode number);
 //! - the MAC is checked, in constant time, before a byte of the entry
 //!   reaches wasmtime. A swapped entry, a flipped byte, a truncated or
 //!   extended file, another key, another directory: the entry is removed with
@@ -29,7 +29,11 @@
 //! every policy again. Binding the MAC to the directory's identity keeps what
 //! a key outside gave: copying a cache directory from elsewhere (a backup,
 //! another node), key included, never makes its entries trusted, since the
-//! copy is another inode. A key at the earlier place, `<cache-dir>.key`, is
+//! copy is another inode. Only the inode: the device number of a hostPath
+//! directory is not stable (btrfs subvolumes, NFS and overlays are numbered
+//! when mounted, so after a reboot every entry would fail its MAC and every
+//! policy would compile again at start, in the window where the node's
+//! first containers are created). A key at the earlier place, `<cache-dir>.key`, is
 //! no longer read (its entries were authenticated without the identity, so
 //! they would not verify anyway); a new key removes the entries written
 //! under another, and the first start after the upgrade compiles once.
@@ -266,13 +270,13 @@ fn old_key_path(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The key entries are authenticated with: the host's key bound to the
-/// directory's identity, so that a copy of the directory (another inode,
-/// perhaps another device) with its key is not trusted.
-fn bound_key(key: &[u8; KEY_BYTES], dir_meta: &std::fs::Metadata) -> [u8; 32] {
+/// directory's inode, so that a copy of the directory (another inode) with
+/// its key is not trusted, and a remount that renumbers the device keeps
+/// the entries.
+fn bound_key(key: &[u8; KEY_BYTES], dir_inode: u64) -> [u8; 32] {
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
-    mac.update(b"nri-wasm compile cache directory\0");
-    mac.update(&dir_meta.dev().to_le_bytes());
-    mac.update(&dir_meta.ino().to_le_bytes());
+    mac.update(b"nri-wasm compile cache directory inode\0");
+    mac.update(&dir_inode.to_le_bytes());
     mac.finalize().into_bytes().into()
 }
 
@@ -375,7 +379,7 @@ impl Cache {
         Trust::host(uid).check(&meta).map_err(|why| CacheError::Untrusted { dir: dir.into(), why })?;
         let (key, created) =
             load_or_create_key(&key_path(dir), uid).map_err(|error| CacheError::Key { dir: dir.into(), error })?;
-        let cache = Self { dir: dir.to_path_buf(), max_bytes, uid, key: bound_key(&key, &meta) };
+        let cache = Self { dir: dir.to_path_buf(), max_bytes, uid, key: bound_key(&key, meta.ino()) };
         if created {
             // Whatever entries are here were written under another key (a
             // lost key, an earlier version's beside the directory): none
