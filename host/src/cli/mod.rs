@@ -188,13 +188,17 @@ pub struct RunArgs {
     pub pod_uid: Option<String>,
 }
 
-/// A pod UID as the API server assigns them: a UUID, in any case.
+/// A pod UID: a UUID from the API server, or for a static pod the
+/// kubelet's 32 hexadecimal digits; compared as lower case, as the kubelet
+/// hands it to the runtime. Empty (an unset downward-API variable) is none.
 fn pod_uid(text: &str) -> Result<String, String> {
-    let hex = |part: &str, n: usize| part.len() == n && part.bytes().all(|b| b.is_ascii_hexdigit());
-    let parts: Vec<&str> = text.split('-').collect();
-    match parts[..] {
-        [a, b, c, d, e] if hex(a, 8) && hex(b, 4) && hex(c, 4) && hex(d, 4) && hex(e, 12) => Ok(text.to_string()),
-        _ => Err(format!("\"{}\" is not a pod UID (8-4-4-4-12 hexadecimal digits)", crate::text::guest_text(text, 64))),
+    let fits = text.len() <= 64 && text.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    match fits {
+        true => Ok(text.to_ascii_lowercase()),
+        false => Err(format!(
+            "\"{}\" is not a pod UID (hexadecimal digits and dashes, at most 64)",
+            crate::text::guest_text(text, 64)
+        )),
     }
 }
 
@@ -416,7 +420,7 @@ fn serve(log: &Option<String>, format: Option<LogFormat>, args: RunArgs) -> anyh
         rt.block_on(async {
             let stop = tokio_util::sync::CancellationToken::new();
             stop_on_signals(stop.clone())?;
-            if let Some(uid) = &args.pod_uid {
+            if let Some(uid) = args.pod_uid.as_ref().filter(|u| !u.is_empty()) {
                 tracing::info!(pod_uid = %uid, "running in this pod: no policy may update or evict its containers");
             }
             HostBuilder::new(config).record(record).own_pod(args.pod_uid.clone()).build()?.serve(options, stop).await
@@ -449,9 +453,12 @@ mod tests {
     fn the_pod_uid_is_a_uuid_or_refused_by_name() {
         let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
         assert_eq!(pod_uid(&["--pod-uid", uid]), Ok(Some(uid.into())));
+        assert_eq!(pod_uid(&["--pod-uid", &uid.to_uppercase()]), Ok(Some(uid.into())), "compared as lower case");
+        // A static pod's: the hash of its manifest.
+        assert_eq!(pod_uid(&["--pod-uid", "9f2c1e0d8b7a6f5e4d3c2b1a0f9e8d7c"]).unwrap().unwrap().len(), 32);
         assert_eq!(pod_uid(&[]), Ok(None));
-        for bad in ["", "nri-wasm-abcde", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f", "0f1e2d3c 4b5a-6978-8796-a5b4c3d2e1f0"]
-        {
+        assert_eq!(pod_uid(&["--pod-uid", ""]), Ok(Some(String::new())), "unset: shields nothing");
+        for bad in ["nri-wasm-abcde", "0f1e2d3c 4b5a", "0".repeat(65).as_str(), "0f1e/../x"] {
             let e = pod_uid(&["--pod-uid", bad]).unwrap_err();
             assert!(e.contains("--pod-uid") && e.contains("is not a pod UID"), "{bad:?}: {e}");
         }

@@ -47,16 +47,26 @@ impl OwnPod {
     }
 
     fn is_own(&self, pod: &pb::PodSandbox) -> bool {
-        self.uid.as_deref().is_some_and(|uid| pod.uid == uid)
+        self.uid.as_deref().is_some_and(|uid| pod.uid.eq_ignore_ascii_case(uid))
     }
 
-    /// Learns the pod's containers anew from a Synchronize.
+    /// Learns the pod's containers anew from a Synchronize. A UID that
+    /// names no pod of the node shields nothing, which is said: a wrong
+    /// value, or a runtime that does not pass pod UIDs.
     pub fn synchronize(&self, pods: &[pb::PodSandbox], containers: &[pb::Container]) {
-        if self.uid.is_none() {
-            return;
-        }
+        let Some(uid) = self.uid.as_deref() else { return };
         let ids: BTreeSet<&str> = pods.iter().filter(|p| self.is_own(p)).map(|p| p.id.as_str()).collect();
         let own = containers.iter().filter(|c| ids.contains(c.pod_sandbox_id.as_str())).map(|c| c.id.clone()).collect();
+        let own: BTreeSet<String> = own;
+        if own.is_empty() {
+            tracing::warn!(pod_uid = uid, "no container of the node is in the host's own pod: none is shielded");
+        } else {
+            tracing::info!(
+                pod_uid = uid,
+                containers = own.len(),
+                "the host's own containers are shielded from policies"
+            );
+        }
         *self.containers.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(own);
     }
 

@@ -320,6 +320,7 @@ impl Chain {
             }
             Ok(Ok(reply)) => reply,
         };
+        let mut reply = reply;
         // The capability check is the host's work on the reply too, timed
         // with the rest: a reply built to make it work overruns the policy.
         let host_started = Instant::now();
@@ -331,7 +332,10 @@ impl Chain {
             };
             let refused = match too_many(&reply) {
                 Some(reason) => Some(invalid(policy, name, reason)),
-                None => caps::missing(&reply, base, may).map(|refusal| ungranted(policy, name, refusal)),
+                None => {
+                    shield(&mut reply, &*cx.known, policy, name);
+                    caps::missing(&reply, base, may).map(|refusal| ungranted(policy, name, refusal))
+                }
             };
             drop((own_container, requested));
             match refused {
@@ -443,6 +447,35 @@ impl Chain {
             return Ok(());
         }
         Err(ChainError::Denied { policy, event: run.event.into(), target: run.target.into(), reason })
+    }
+}
+
+/// Drops the updates and evictions of the host's own containers
+/// (`node::own`) from a reply, whatever the policy was granted: a policy
+/// that updates every container it lists (exclusive-cpus shrinking the
+/// shared pool) goes on working without reaching the host, and one that
+/// aims at the host gets nothing. Said once per policy at WARN, naming it
+/// and the container, then at DEBUG.
+fn shield(reply: &mut wit::Reply, known: &dyn crate::merge::KnownContainers, policy: &str, event: &str) {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut dropped: Option<String> = None;
+    let mut keep = |id: &str| {
+        let hosts = known.is_hosts(id);
+        if hosts && dropped.is_none() {
+            dropped = Some(id.to_string());
+        }
+        !hosts
+    };
+    reply.update.retain(|u| keep(&u.container_id));
+    reply.evict.retain(|e| keep(&e.container_id));
+    let Some(container) = dropped else { return };
+    let first = WARNED.lock().unwrap_or_else(|e| e.into_inner()).insert(policy.to_string());
+    let message = "updates and evictions of the host's own container dropped from the policy's reply";
+    if first {
+        tracing::warn!(policy, event, container, "{message} (said once per policy)");
+    } else {
+        tracing::debug!(policy, event, container, "{message}");
     }
 }
 
