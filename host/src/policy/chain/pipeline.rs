@@ -304,7 +304,7 @@ impl Chain {
         let report = cx.engine.call_async(&entry.policy, event, &cx.env, current, time).await;
         let (fuel, elapsed) = (report.fuel_used, report.elapsed);
         let may = entry.policy.allowed().effective();
-        let reply = match report.outcome {
+        let mut reply = match report.outcome {
             Err(e) => {
                 let failure = self.failed(entry, e.into());
                 return self.on_failure(entry, failure, elapsed, fuel, run).map(|()| false);
@@ -320,7 +320,6 @@ impl Chain {
             }
             Ok(Ok(reply)) => reply,
         };
-        let mut reply = reply;
         // The capability check is the host's work on the reply too, timed
         // with the rest: a reply built to make it work overruns the policy.
         let host_started = Instant::now();
